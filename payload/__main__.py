@@ -1,0 +1,32 @@
+"""``python -m payload run job.json`` (the runner) and ``python -m payload worker ...`` (one rank)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m payload")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the phases of a job.json, writing events.jsonl beside it")
+    run.add_argument("job", help="path to job.json")
+    worker = sub.add_parser("worker", help="one rank of a distributed phase (started by the runner)")
+    worker.add_argument("job")
+    worker.add_argument("--phase", required=True)
+    worker.add_argument("--rank", type=int, required=True)
+    worker.add_argument("--world-size", type=int, required=True)
+    worker.add_argument("--rendezvous", required=True, help="file path for torch.distributed's FileStore")
+    args = parser.parse_args(argv)
+
+    if args.command == "run":
+        from payload.runner import run_job
+
+        return run_job(args.job)
+    from payload.distributed import run_worker
+
+    return run_worker(args.job, args.phase, args.rank, args.world_size, args.rendezvous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

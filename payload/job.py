@@ -1,0 +1,65 @@
+"""The job.json contract between controller and payload (pure: no torch).
+
+The controller writes job.json next to the uploaded payload; the payload reads it. It carries no
+secrets. ``done_phases`` lists phases already completed by an earlier attempt of the same cell:
+the runner skips them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PHASES = ("preflight", "profile")
+"""Phases this payload implements, in the order they run."""
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_BAD_NODE = 3
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """What the profile phase trains and for how long."""
+
+    model: str
+    device_batch_size: int
+    sequence_len: int
+    total_batch_size: int
+    warmup_steps: int
+    steps: int
+    vocab_size: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One attempt's instructions to the payload."""
+
+    campaign: str
+    cell: str
+    attempt: int
+    token: str
+    gpu: str
+    count: int
+    phases: list[str]
+    done_phases: list[str] = field(default_factory=list)
+    profile: ProfileConfig | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Job:
+        data = dict(raw)
+        profile = data.pop("profile", None)
+        return cls(**data, profile=ProfileConfig(**profile) if profile else None)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Job:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def pending_phases(self) -> list[str]:
+        return [p for p in self.phases if p not in self.done_phases]

@@ -1,0 +1,59 @@
+"""``python -m payload run job.json``: run the job's pending phases, writing events.jsonl beside it.
+
+Exit codes: 0 every phase done, 3 preflight says the node is bad, 1 any other error. The last
+event is always ``done`` with the exit code (unless the process is killed).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from payload.distributed import launch
+from payload.events import EventLog
+from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
+from payload.preflight import BadNode, run_preflight
+from payload.profile import summarize
+
+PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
+
+
+def _profile(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
+    launch(job_path, "profile", job.count)
+    return summarize(log.path)
+
+
+def run_job(job_file: str | Path) -> int:
+    job_path = Path(job_file).resolve()
+    workdir = job_path.parent
+    (workdir / "artifacts").mkdir(exist_ok=True)
+    job = Job.load(job_path)
+    phases: dict[str, PhaseFn] = {
+        "preflight": lambda j, _p, log: run_preflight(j, workdir, log),
+        "profile": _profile,
+    }
+    with EventLog(workdir / "events.jsonl") as log:
+        for phase in job.pending_phases():
+            if phase not in PHASES:
+                log.emit("error", phase=phase, message=f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+                log.emit("done", exit_code=EXIT_ERROR)
+                return EXIT_ERROR
+            log.emit("phase_start", phase=phase)
+            start = time.perf_counter()
+            try:
+                summary = phases[phase](job, job_path, log)
+            except BadNode as exc:
+                log.emit("error", phase=phase, message=str(exc), bad_node=True)
+                log.emit("done", exit_code=EXIT_BAD_NODE)
+                return EXIT_BAD_NODE
+            except Exception as exc:  # the controller needs the reason, whatever it is
+                log.emit("error", phase=phase, message=f"{type(exc).__name__}: {exc}",
+                         traceback=traceback.format_exc(limit=5))
+                log.emit("done", exit_code=EXIT_ERROR)
+                return EXIT_ERROR
+            log.emit("phase_end", phase=phase, elapsed_s=round(time.perf_counter() - start, 6), summary=summary)
+        log.emit("done", exit_code=EXIT_OK)
+    return EXIT_OK
