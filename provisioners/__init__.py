@@ -1,0 +1,4 @@
+"""Providers: one module per provider, all implementing ``provisioners.base.Provider``.
+
+This package never imports benchctl. Cloud SDKs are imported lazily inside their module.
+"""

@@ -1,0 +1,138 @@
+"""The provider interface every provider implements, and the data it speaks in.
+
+A provider rents nodes (``offers`` → ``launch``), reports their state from its own API
+(``status``; never inferred from a connection timeout alone; unknown statuses → ``unknown``),
+gives a ``Transport`` to reach them, ``terminate``s them (idempotent: a node already gone is
+success) and lists every node carrying a campaign's tag (``owned``).
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+class NodeState(str, enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    TERMINATED = "terminated"
+    UNKNOWN = "unknown"
+
+
+class ProviderError(Exception):
+    """A provider call failed; the message says what failed and what to do."""
+
+
+@dataclass(frozen=True)
+class OfferRequest:
+    """What a cell asks for. Provider-specific fields travel in ``extra``."""
+
+    gpu: str
+    count: int
+    market: str
+    region: str | None = None
+    instance_type: str | None = None
+    min_vcpus: int | None = None
+    price_usd_per_hour: float | None = None
+    exclude_hosts: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """Something rentable now, at a price."""
+
+    provider: str
+    offer_id: str
+    gpu: str
+    count: int
+    vcpus: int
+    region: str
+    hourly_usd: float
+    market: str
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class Node:
+    """A rented node. ``details`` holds what the provider needs to find it again after a crash."""
+
+    provider: str
+    node_id: str
+    token: str
+    campaign_tag: str
+    offer: Offer
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Node:
+        data = dict(raw)
+        return cls(**{**data, "offer": Offer(**data["offer"])})
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    code: int
+    out: str
+    err: str
+
+
+class Transport(ABC):
+    """Runs commands on a node and moves files. Remote paths are relative to the node's home."""
+
+    python: str = "python3"
+    """The interpreter that runs the payload on the node."""
+
+    @abstractmethod
+    def run(self, cmd: str, timeout: float = 60.0) -> CommandResult:
+        """Run a shell command to completion (raises ProviderError on timeout)."""
+
+    @abstractmethod
+    def start(self, cmd: str, cwd: str) -> None:
+        """Start a shell command detached: it outlives this call, the connection and the controller."""
+
+    @abstractmethod
+    def put(self, local_dir: str, remote_dir: str) -> None:
+        """Copy a local directory's contents into ``remote_dir`` (created if missing)."""
+
+    @abstractmethod
+    def get(self, remote_path: str, local_dir: str) -> None:
+        """Copy a remote file or directory into ``local_dir``."""
+
+    @abstractmethod
+    def read_from(self, remote_file: str, offset: int) -> bytes:
+        """Bytes of ``remote_file`` from ``offset`` on; empty when the file does not exist yet."""
+
+
+class Provider(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def offers(self, request: OfferRequest) -> list[Offer]:
+        """What can be rented now for ``request``, cheapest first."""
+
+    @abstractmethod
+    def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
+        """Rent ``offer``; return fast with the provider's node id; tag the node with token and campaign."""
+
+    @abstractmethod
+    def status(self, node: Node) -> NodeState:
+        """The node's state according to the provider."""
+
+    @abstractmethod
+    def transport(self, node: Node) -> Transport:
+        """How to reach the node."""
+
+    @abstractmethod
+    def terminate(self, node: Node) -> None:
+        """Stop billing for the node. Idempotent."""
+
+    @abstractmethod
+    def owned(self, campaign_tag: str) -> list[Node]:
+        """Every live node at this provider that carries ``campaign_tag``."""

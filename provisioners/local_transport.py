@@ -1,0 +1,72 @@
+"""Transport to a local node: commands run in the node's process group, files live under its home."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from provisioners.base import CommandResult, ProviderError, Transport
+
+
+class LocalTransport(Transport):
+    """Runs ``sh -c`` commands with cwd = the node's home and joins the node's process group,
+    so terminating the node (killing the group) ends everything started through this transport."""
+
+    python = sys.executable
+
+    def __init__(self, home: Path, pgid: int) -> None:
+        self.home = home
+        self.pgid = pgid
+
+    def _path(self, remote: str) -> Path:
+        path = (self.home / remote).resolve()
+        if not path.is_relative_to(self.home.resolve()):
+            raise ProviderError(f"path {remote!r} leaves the node's home")
+        return path
+
+    def run(self, cmd: str, timeout: float = 60.0) -> CommandResult:
+        try:
+            proc = subprocess.run(["sh", "-c", cmd], cwd=self.home, capture_output=True, text=True,
+                                  timeout=timeout, process_group=self.pgid, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise ProviderError(f"command timed out after {timeout:.0f}s on the local node: {cmd}") from exc
+        except PermissionError as exc:
+            raise ProviderError("the local node is gone (its process group no longer exists)") from exc
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def start(self, cmd: str, cwd: str) -> None:
+        # The shell backgrounds the command and exits at once; the command is reparented to init
+        # and stays in the node's process group.
+        wrapped = f"cd {_quote(str(self._path(cwd)))} && nohup sh -c {_quote(cmd)} >/dev/null 2>&1 &"
+        result = self.run(wrapped, timeout=30)
+        if result.code != 0:
+            raise ProviderError(f"could not start {cmd!r} on the local node: {result.err.strip()}")
+
+    def put(self, local_dir: str, remote_dir: str) -> None:
+        shutil.copytree(local_dir, self._path(remote_dir), dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+    def get(self, remote_path: str, local_dir: str) -> None:
+        source = self._path(remote_path)
+        target = Path(local_dir) / source.name
+        Path(local_dir).mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        elif source.exists():
+            shutil.copy2(source, target)
+
+    def read_from(self, remote_file: str, offset: int) -> bytes:
+        try:
+            with self._path(remote_file).open("rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return b""
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
