@@ -1,0 +1,1 @@
+"""The store: SQLModel tables, database setup and migrations, queries. Never imports benchctl."""

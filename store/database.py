@@ -1,0 +1,72 @@
+"""Database URL resolution and engine setup: SQLite (WAL) by default, any SQLAlchemy URL otherwise."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from store.migrations import upgrade
+
+
+class StoreError(Exception):
+    """The database cannot be opened or used; the message says why and what to do."""
+
+
+def default_url(home: Path) -> str:
+    return f"sqlite:///{home / 'benchctl.db'}"
+
+
+def normalize_url(url: str) -> str:
+    """``postgresql://`` means psycopg 3 when psycopg2 is not installed."""
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg2") is None:
+        return "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return url
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def create_db_engine(url: str) -> Engine:
+    url = normalize_url(url)
+    try:
+        if url.startswith("sqlite"):
+            engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+        else:
+            engine = sa.create_engine(url, pool_pre_ping=True)
+    except (ArgumentError, ModuleNotFoundError, ImportError) as exc:
+        raise StoreError(f"cannot use database URL {_redact(url)}: {exc}. "
+                         "Give an SQLAlchemy URL such as sqlite:///path/benchctl.db or "
+                         "postgresql://user@host:5432/db (PostgreSQL needs benchctl[postgres])") from exc
+    return engine
+
+
+def open_store(url: str) -> Engine:
+    """An engine on ``url`` with the schema migrated to the newest version."""
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_db_engine(url)
+    try:
+        upgrade(engine)
+    except OperationalError as exc:
+        raise StoreError(f"cannot open the database {_redact(url)}: {exc.orig}. "
+                         "Check the URL (--db / BENCHCTL_DB) and that the server is running") from exc
+    return engine
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"

@@ -1,0 +1,167 @@
+"""Ordered schema migrations, applied with alembic's operations (portable across SQLite and PostgreSQL).
+
+Each migration has a version, a name and an ``upgrade(op)``; its DDL is frozen here (never built
+from the current models) so that an old database upgrades the same way forever. The table
+``schema_migrations`` records what has been applied. Add a migration at the end; never edit one
+that has shipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
+from sqlalchemy.engine import Connection, Engine
+
+VERSION_TABLE = "schema_migrations"
+
+
+class SchemaTooNew(Exception):
+    """The database was migrated by a newer benchctl."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    upgrade: Callable[[Operations], None]
+
+
+def _v1_initial(op: Operations) -> None:
+    op.create_table(
+        "campaign",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("name", sa.String, nullable=False, unique=True),
+        sa.Column("spec_json", sa.String, nullable=False),
+        sa.Column("source_path", sa.String, nullable=False),
+        sa.Column("budget_usd", sa.Float, nullable=False),
+        sa.Column("created_at", sa.Float, nullable=False),
+        sa.Column("updated_at", sa.Float, nullable=False),
+    )
+    op.create_table(
+        "cell",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("campaign_id", sa.Integer, sa.ForeignKey("campaign.id"), nullable=False),
+        sa.Column("key", sa.String, nullable=False),
+        sa.Column("provider", sa.String, nullable=False),
+        sa.Column("gpu", sa.String, nullable=False),
+        sa.Column("count", sa.Integer, nullable=False),
+        sa.Column("market", sa.String, nullable=False),
+        sa.Column("config_json", sa.String, nullable=False),
+        sa.Column("state", sa.String, nullable=False),
+        sa.Column("reason", sa.String, nullable=True),
+        sa.Column("created_at", sa.Float, nullable=False),
+        sa.Column("updated_at", sa.Float, nullable=False),
+        sa.UniqueConstraint("campaign_id", "key"),
+    )
+    op.create_index("ix_cell_campaign_id", "cell", ["campaign_id"])
+    op.create_table(
+        "attempt",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("cell_id", sa.Integer, sa.ForeignKey("cell.id"), nullable=False),
+        sa.Column("number", sa.Integer, nullable=False),
+        sa.Column("token", sa.String, nullable=False, unique=True),
+        sa.Column("provider", sa.String, nullable=False),
+        sa.Column("node_json", sa.String, nullable=True),
+        sa.Column("hourly_usd", sa.Float, nullable=True),
+        sa.Column("market", sa.String, nullable=False),
+        sa.Column("host", sa.String, nullable=True),
+        sa.Column("open", sa.Boolean, nullable=False),
+        sa.Column("outcome", sa.String, nullable=True),
+        sa.Column("detail", sa.String, nullable=True),
+        sa.Column("launched_at", sa.Float, nullable=True),
+        sa.Column("terminated_at", sa.Float, nullable=True),
+        sa.Column("cost_usd", sa.Float, nullable=True),
+        sa.Column("remote_dir", sa.String, nullable=False),
+        sa.Column("events_offset", sa.Integer, nullable=False),
+        sa.Column("events_lines", sa.Integer, nullable=False),
+    )
+    op.create_index("ix_attempt_cell_id", "attempt", ["cell_id"])
+    op.create_table(
+        "event",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("attempt_id", sa.Integer, sa.ForeignKey("attempt.id"), nullable=False),
+        sa.Column("cell_id", sa.Integer, sa.ForeignKey("cell.id"), nullable=False),
+        sa.Column("line", sa.Integer, nullable=False),
+        sa.Column("t", sa.Float, nullable=False),
+        sa.Column("kind", sa.String, nullable=False),
+        sa.Column("phase", sa.String, nullable=True),
+        sa.Column("data_json", sa.String, nullable=False),
+        sa.UniqueConstraint("attempt_id", "line"),
+    )
+    op.create_index("ix_event_attempt_id", "event", ["attempt_id"])
+    op.create_index("ix_event_cell_id", "event", ["cell_id"])
+
+
+def _v2_results_and_artifacts(op: Operations) -> None:
+    op.create_table(
+        "result",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("cell_id", sa.Integer, sa.ForeignKey("cell.id"), nullable=False, unique=True),
+        sa.Column("step_time_ms", sa.Float, nullable=False),
+        sa.Column("step_time_p10_ms", sa.Float, nullable=False),
+        sa.Column("step_time_p90_ms", sa.Float, nullable=False),
+        sa.Column("timed_steps", sa.Integer, nullable=False),
+        sa.Column("hourly_usd", sa.Float, nullable=False),
+        sa.Column("market", sa.String, nullable=False),
+        sa.Column("target_steps", sa.Integer, nullable=False),
+        sa.Column("train_hours", sa.Float, nullable=False),
+        sa.Column("cost_to_train_usd", sa.Float, nullable=False),
+        sa.Column("computed_at", sa.Float, nullable=False),
+    )
+    op.create_table(
+        "artifact",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("attempt_id", sa.Integer, sa.ForeignKey("attempt.id"), nullable=False),
+        sa.Column("cell_id", sa.Integer, sa.ForeignKey("cell.id"), nullable=False),
+        sa.Column("name", sa.String, nullable=False),
+        sa.Column("remote_path", sa.String, nullable=False),
+        sa.Column("local_path", sa.String, nullable=True),
+        sa.Column("bytes", sa.Integer, nullable=True),
+    )
+    op.create_index("ix_artifact_attempt_id", "artifact", ["attempt_id"])
+    op.create_index("ix_artifact_cell_id", "artifact", ["cell_id"])
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial: campaign, cell, attempt, event", _v1_initial),
+    Migration(2, "results and artifacts", _v2_results_and_artifacts),
+)
+HEAD = MIGRATIONS[-1].version
+
+_versions = sa.Table(
+    VERSION_TABLE,
+    sa.MetaData(),
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("applied_at", sa.Float, nullable=False),
+)
+
+
+def current_version(conn: Connection) -> int:
+    if not sa.inspect(conn).has_table(VERSION_TABLE):
+        return 0
+    return conn.execute(sa.select(sa.func.max(_versions.c.version))).scalar() or 0
+
+
+def upgrade(engine: Engine, target: int = HEAD) -> list[int]:
+    """Apply every migration above the database's version up to ``target``; return those applied."""
+    with engine.begin() as conn:
+        _versions.create(conn, checkfirst=True)
+        version = current_version(conn)
+    if version > HEAD:
+        raise SchemaTooNew(f"the database is at schema version {version}, newer than this benchctl knows "
+                           f"({HEAD}): upgrade benchctl")
+    applied = []
+    for migration in MIGRATIONS:
+        if version < migration.version <= target:
+            with engine.begin() as conn:
+                migration.upgrade(Operations(MigrationContext.configure(conn)))
+                conn.execute(_versions.insert().values(version=migration.version, name=migration.name,
+                                                       applied_at=time.time()))
+            applied.append(migration.version)
+    return applied

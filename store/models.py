@@ -1,0 +1,99 @@
+"""Tables. Times are unix seconds (float); JSON blobs are text.
+
+The schema these classes describe must equal what ``store.migrations`` builds (a test compares
+them); change both together, with a new migration.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import Field, SQLModel, UniqueConstraint
+
+
+class Campaign(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True)
+    spec_json: str
+    source_path: str
+    budget_usd: float
+    created_at: float
+    updated_at: float
+
+
+class Cell(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("campaign_id", "key"),)
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True)
+    key: str
+    provider: str
+    gpu: str
+    count: int
+    market: str
+    config_json: str
+    state: str
+    reason: str | None = None
+    created_at: float
+    updated_at: float
+
+
+class Attempt(SQLModel, table=True):
+    """One rented node for one cell. Written before the provider is asked for the node."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    cell_id: int = Field(foreign_key="cell.id", index=True)
+    number: int
+    token: str = Field(unique=True)
+    provider: str
+    node_json: str | None = None
+    hourly_usd: float | None = None
+    market: str
+    host: str | None = None
+    open: bool = True
+    outcome: str | None = None
+    detail: str | None = None
+    launched_at: float | None = None
+    terminated_at: float | None = None
+    cost_usd: float | None = None
+    remote_dir: str
+    events_offset: int = 0
+    events_lines: int = 0
+
+
+class Event(SQLModel, table=True):
+    """One line of an attempt's events.jsonl; ``line`` is its 0-based line number (the event's id)."""
+
+    __table_args__ = (UniqueConstraint("attempt_id", "line"),)
+    id: int | None = Field(default=None, primary_key=True)
+    attempt_id: int = Field(foreign_key="attempt.id", index=True)
+    cell_id: int = Field(foreign_key="cell.id", index=True)
+    line: int
+    t: float
+    kind: str
+    phase: str | None = None
+    data_json: str
+
+
+class Result(SQLModel, table=True):
+    """A cell's measured outcome and its cost-to-train, with every input of the arithmetic."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    cell_id: int = Field(foreign_key="cell.id", unique=True)
+    step_time_ms: float
+    step_time_p10_ms: float
+    step_time_p90_ms: float
+    timed_steps: int
+    hourly_usd: float
+    market: str
+    target_steps: int
+    train_hours: float
+    cost_to_train_usd: float
+    computed_at: float
+
+
+class Artifact(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    attempt_id: int = Field(foreign_key="attempt.id", index=True)
+    cell_id: int = Field(foreign_key="cell.id", index=True)
+    name: str
+    remote_path: str
+    local_path: str | None = None
+    bytes: int | None = None
