@@ -1,0 +1,3 @@
+from benchctl.cli.main import main
+
+main()

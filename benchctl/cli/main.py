@@ -1,0 +1,60 @@
+"""``benchctl``: the command group, and the one place errors become messages and exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from benchctl import __version__
+from benchctl.cli.campaign_commands import resume, run
+from benchctl.cli.report_commands import leaderboard, status
+from benchctl.cli.state import CliState
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="benchctl")
+@click.option("--db", metavar="URL", help="SQLAlchemy database URL [env BENCHCTL_DB; default "
+              "sqlite:///$BENCHCTL_HOME/benchctl.db].")
+@click.option("--debug", is_flag=True, envvar="BENCHCTL_DEBUG", help="Show tracebacks [env BENCHCTL_DEBUG=1].")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
+    """Benchmark campaigns on rented multi-GPU nodes, ranked by cost-to-train.
+
+    \b
+      benchctl run campaigns/local-smoke.yaml   run (or continue) a campaign
+      benchctl resume                           continue every unfinished campaign
+      benchctl status                           cells, attempts and spend
+      benchctl leaderboard                      cost-to-train per provider and configuration
+    """
+    ctx.obj = CliState(db=db, debug=debug)
+
+
+for command in (run, resume, status, leaderboard):
+    cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from benchctl.errors import BenchctlError
+
+    debug = os.environ.get("BENCHCTL_DEBUG", "") not in ("", "0") or "--debug" in (argv or sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="benchctl", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("interrupted: `benchctl resume` continues where this stopped", err=True)
+        sys.exit(130)
+    except BenchctlError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)

@@ -1,0 +1,71 @@
+"""``benchctl status`` and ``benchctl leaderboard``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from benchctl.cli.state import CliState, pass_state
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+_FORMATS = click.Choice(["table", "json", "csv", "md"])
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@pass_state
+def status(state: CliState, name: str | None, fmt: str) -> None:
+    """Cells, their states and attempts, and money spent (of campaign NAME, or all)."""
+    from benchctl.errors import CampaignNotFound
+    from benchctl.render import render
+    from store import queries as q
+
+    engine = state.engine()
+    campaigns = q.campaigns(engine, name)
+    if name is not None and not campaigns:
+        raise CampaignNotFound(f"no campaign named {name!r} in the store; `benchctl status` lists them")
+    report = []
+    for camp in campaigns:
+        assert camp.id is not None
+        spent = q.spent_usd(engine, camp.id)
+        cells = [{"key": c.key, "state": c.state, "attempts": len(q.attempts(engine, c.id or 0)),
+                  "reason": c.reason} for c in q.cells(engine, camp.id)]
+        report.append({"name": camp.name, "budget_usd": camp.budget_usd, "spent_usd": spent,
+                       "remaining_usd": camp.budget_usd - spent, "cells": cells})
+    if fmt == "json":
+        click.echo(render([], [], "json", payload={"campaigns": report}))
+        return
+    if not report:
+        click.echo("no campaigns yet: start one with `benchctl run FILE`")
+    for camp_report in report:
+        click.echo(f"campaign {camp_report['name']}: spent ${camp_report['spent_usd']:.4f} of "
+                   f"${camp_report['budget_usd']:.2f}")
+        click.echo(render(camp_report["cells"], ["key", "state", "attempts", "reason"], "table"))
+
+
+@click.command()
+@click.option("--campaign", help="Only this campaign.")
+@click.option("--format", "fmt", type=_FORMATS, default="table", show_default=True)
+@pass_state
+def leaderboard(state: CliState, campaign: str | None, fmt: str) -> None:
+    """Cost-to-train per cell, cheapest first."""
+    print_leaderboard(state.engine(), campaign, fmt)
+
+
+def print_leaderboard(engine: Engine, campaign: str | None, fmt: str) -> None:
+    from benchctl.leaderboard import COLUMNS, TABLE_COLUMNS, leaderboard_rows
+    from benchctl.render import render
+
+    rows = leaderboard_rows(engine, campaign)
+    if fmt == "json":
+        click.echo(render([{k: r[k] for k in COLUMNS} for r in rows], COLUMNS, "json"))
+    elif fmt == "csv":
+        click.echo(render(rows, COLUMNS, "csv"))
+    elif not rows:
+        click.echo("no results yet: run a campaign with `benchctl run FILE`")
+    else:
+        click.echo(render(rows, TABLE_COLUMNS if fmt == "table" else COLUMNS, fmt, title="cost-to-train"))

@@ -1,0 +1,98 @@
+"""The scheduler: run every unfinished cell of a campaign concurrently, then report.
+
+Before cells start, nodes that carry the campaign's tag but belong to no open attempt are
+terminated and reported (they would bill with nobody watching). Ctrl-C sets the shared stop
+flag: cells stop launching, terminate their nodes and record ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from benchctl.cell_runner import CellRunner, RunContext
+from benchctl.cell_states import CellState
+from store import queries as q
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    ran: int
+    states: dict[str, str]
+    orphans_terminated: list[str]
+
+    @property
+    def complete(self) -> bool:
+        return all(state == CellState.DONE.value for state in self.states.values())
+
+
+def pending_cells(ctx: RunContext) -> list[int]:
+    return [c.id for c in q.cells(ctx.engine, ctx.campaign_id) if c.state != CellState.DONE.value and c.id]
+
+
+def terminate_orphans(ctx: RunContext) -> list[str]:
+    """Terminate the campaign's nodes that no open attempt knows about; return their ids."""
+    open_tokens = {a.token for c in q.cells(ctx.engine, ctx.campaign_id) if c.id
+                   for a in q.attempts(ctx.engine, c.id) if a.open}
+    gone = []
+    for name in sorted({cell.provider for cell in ctx.campaign.cells}):
+        provider = ctx.providers.get(name)
+        for node in provider.owned(ctx.campaign_tag):
+            if node.token not in open_tokens:
+                provider.terminate(node)
+                ctx.log(f"terminated {name} node {node.node_id}: it carried this campaign's tag but no "
+                        "open attempt knew it")
+                gone.append(node.node_id)
+    return gone
+
+
+def run_campaign(ctx: RunContext, concurrency: int) -> RunSummary:
+    todo = pending_cells(ctx)
+    orphans = terminate_orphans(ctx)
+    if todo:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cell") as pool:
+            futures = [pool.submit(_run_one, ctx, cell_id) for cell_id in todo]
+            _wait(ctx, futures)
+    states = {c.key: c.state for c in q.cells(ctx.engine, ctx.campaign_id)}
+    return RunSummary(ran=len(todo), states=states, orphans_terminated=orphans)
+
+
+def _run_one(ctx: RunContext, cell_id: int) -> None:
+    runner = CellRunner(ctx, cell_id)
+    try:
+        runner.run()
+    except Exception as exc:
+        # A bug or a store failure: the attempt's own ``finally`` already terminated its node.
+        ctx.log(f"{runner.key}: controller error: {type(exc).__name__}: {exc}")
+        q.set_cell_state(ctx.engine, cell_id, CellState.FAILED.value, f"controller error: {exc}")
+
+
+def _wait(ctx: RunContext, futures: list[Future[None]]) -> None:
+    """Wait for the cells; on the first Ctrl-C ask them to stop and keep waiting for their cleanup."""
+    done = threading.Event()
+    remaining = len(futures)
+    lock = threading.Lock()
+
+    def finished(_: Future[None]) -> None:
+        nonlocal remaining
+        with lock:
+            remaining -= 1
+            if remaining == 0:
+                done.set()
+
+    for future in futures:
+        future.add_done_callback(finished)
+    try:
+        while not done.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        ctx.stop.set()
+        ctx.log("interrupted: terminating this campaign's nodes (Ctrl-C again to exit at once)")
+        try:
+            done.wait()
+        except KeyboardInterrupt:
+            ctx.log("exiting now; `benchctl resume` or `benchctl down` cleans up what still runs")
+            os._exit(130)
+        raise

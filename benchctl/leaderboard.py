@@ -1,0 +1,33 @@
+"""Leaderboard rows: one per cell, cheapest cost-to-train first; cells without a result last."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from store import queries as q
+
+COLUMNS = ("campaign", "cell", "provider", "gpu", "count", "market", "hourly_usd", "step_time_ms",
+           "step_time_p10_ms", "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd", "status")
+TABLE_COLUMNS = ("rank", "campaign", "cell", "market", "hourly_usd", "step_time_ms", "step_time_p10_ms",
+                 "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd", "status")
+
+
+def leaderboard_rows(engine: Engine, campaign: str | None = None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for camp in q.campaigns(engine, campaign):
+        assert camp.id is not None
+        results = {cell.id: result for result, cell, _ in q.results(engine, camp.id)}
+        for cell in q.cells(engine, camp.id):
+            result = results.get(cell.id)
+            row: dict[str, Any] = {"campaign": camp.name, "cell": cell.key, "provider": cell.provider,
+                                   "gpu": cell.gpu, "count": cell.count, "market": cell.market, "status": cell.state}
+            for name in COLUMNS:
+                if name not in row:
+                    row[name] = getattr(result, name, None) if result is not None else None
+            rows.append(row)
+    rows.sort(key=lambda r: (r["cost_to_train_usd"] is None, r["cost_to_train_usd"] or 0.0, r["campaign"], r["cell"]))
+    for rank, row in enumerate(rows, start=1):
+        row["rank"] = rank if row["cost_to_train_usd"] is not None else None
+    return rows

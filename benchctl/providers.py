@@ -1,0 +1,39 @@
+"""Provider registry: a campaign's provider name → a Provider instance (imported lazily)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from benchctl.errors import ProviderUnavailable
+from provisioners.base import Provider
+
+AVAILABLE = ("local",)
+"""Providers this version can drive. The others parse in campaign files but cannot run yet."""
+
+
+class Providers:
+    """One instance per provider name for the life of a command."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._made: dict[str, Provider] = {}
+
+    def get(self, name: str) -> Provider:
+        if name not in self._made:
+            self._made[name] = self._make(name)
+        return self._made[name]
+
+    def _make(self, name: str) -> Provider:
+        if name == "local":
+            from provisioners.local import LocalProvider
+
+            return LocalProvider(self.home / "nodes")
+        raise ProviderUnavailable(
+            f"provider {name!r} is not available in this version of benchctl (available: {', '.join(AVAILABLE)}); "
+            "remove its cells from the campaign or use a version that ships it")
+
+    def check(self, names: Iterable[str]) -> None:
+        """Raise before anything is written when a campaign names a provider that cannot run."""
+        for name in sorted(set(names)):
+            self.get(name)

@@ -1,0 +1,248 @@
+"""Campaign files: YAML → validated pydantic models → the list of cells.
+
+``load_campaign(path)`` reads a file, validates it and expands its matrix: a matrix entry whose
+field holds a list becomes the cross product of its values. Every cell gets a stable ``key``
+from its coordinates, so running the same file again continues the same campaign. Any problem
+raises SpecError naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from benchctl.errors import SpecError
+from benchctl.yaml_source import Path_, format_path, line_of, load_yaml
+from payload.job import PHASES, ProfileConfig
+from payload.presets import UnknownPreset, model_dims
+
+Market = Literal["spot", "on-demand"]
+ProviderName = Literal["local", "ssh", "runpod", "vastai", "aws", "skypilot"]
+PRICED_BY_USER = ("local", "ssh")
+"""Providers whose price the campaign states (nobody bills it); the others bill their own."""
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_preset(name: str) -> str:
+    try:
+        model_dims(name)
+    except UnknownPreset as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+class Target(_Strict):
+    """What "cost-to-train" means: train ``model`` to ``target_param_data_ratio`` tokens per parameter."""
+
+    model: str
+    target_param_data_ratio: float = Field(gt=0)
+    total_batch_size: int = Field(gt=0, description="tokens per optimizer step")
+    vocab_size: int | None = Field(default=None, gt=0)
+
+    _model = field_validator("model")(_check_preset)
+
+
+class Defaults(_Strict):
+    market: Market = "on-demand"
+    image: str | None = None
+    max_attempts: int = Field(default=3, ge=1)
+
+
+class ProfileSpec(_Strict):
+    model: str | None = Field(default=None, description="defaults to target.model; must equal it")
+    device_batch_size: int = Field(default=32, ge=1)
+    sequence_len: int = Field(default=2048, ge=1)
+    warmup_steps: int = Field(default=3, ge=0)
+    steps: int = Field(default=10, ge=1)
+
+
+class PayloadSpec(_Strict):
+    phases: list[str] = Field(default_factory=lambda: list(PHASES), min_length=1)
+    profile: ProfileSpec = ProfileSpec()
+    timeout_minutes: float = Field(default=120, gt=0, description="an attempt's payload is stopped after this")
+
+    @field_validator("phases")
+    @classmethod
+    def _known_phases(cls, phases: list[str]) -> list[str]:
+        unknown = [p for p in phases if p not in PHASES]
+        if unknown:
+            raise ValueError(f"unknown phase {unknown[0]!r}; known phases: {', '.join(PHASES)}")
+        if len(set(phases)) != len(phases):
+            raise ValueError("a phase is listed twice; list each once")
+        return phases
+
+
+class CampaignSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    budget_usd: float = Field(gt=0)
+    target: Target
+    defaults: Defaults = Defaults()
+    payload: PayloadSpec = PayloadSpec()
+    matrix: list[dict[str, Any]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _profile_matches_target(self) -> CampaignSpec:
+        profiled = self.payload.profile.model
+        if profiled is not None and profiled != self.target.model:
+            raise ValueError(f"payload.profile.model {profiled!r} differs from target.model "
+                             f"{self.target.model!r}: cost-to-train multiplies the profiled step time by the "
+                             "target's step count, so they must be the same model; drop payload.profile.model")
+        return self
+
+
+class CellSpec(_Strict):
+    """One cell: one node configuration to rent and measure."""
+
+    provider: ProviderName
+    gpu: str | None = None
+    count: int | None = Field(default=None, ge=1)
+    market: Market
+    region: str | None = None
+    instance_type: str | None = None
+    min_vcpus: int | None = Field(default=None, ge=1)
+    image: str | None = None
+    max_attempts: int = Field(ge=1)
+    price_usd_per_hour: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CellSpec:
+        if self.instance_type is None and (self.gpu is None or self.count is None):
+            raise ValueError("a cell needs gpu and count (e.g. gpu: H100_SXM, count: 8; gpu: cpu on the local "
+                             "provider), or an instance_type")
+        if self.provider in PRICED_BY_USER and self.price_usd_per_hour is None:
+            raise ValueError(f"{self.provider} cells need price_usd_per_hour (nobody bills them, so the "
+                             "campaign states the price used for cost-to-train)")
+        if self.provider not in PRICED_BY_USER and self.price_usd_per_hour is not None:
+            raise ValueError(f"price_usd_per_hour is for local and ssh cells; {self.provider} bills its own "
+                             "price: remove it")
+        return self
+
+    @property
+    def key(self) -> str:
+        """Stable identity from the coordinates (not from settings like price or max_attempts)."""
+        shape = f"{self.gpu}x{self.count}" if self.gpu else str(self.instance_type)
+        parts = [self.provider, shape, self.market]
+        if self.gpu and self.instance_type:
+            parts.append(f"instance_type={self.instance_type}")
+        for name in ("region", "min_vcpus", "image"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name}={value}")
+        return ":".join(_KEY_UNSAFE.sub("_", part) for part in parts)
+
+    @property
+    def world_size(self) -> int:
+        return self.count or 1
+
+
+class Campaign(BaseModel):
+    """A validated campaign file and its expanded cells."""
+
+    model_config = ConfigDict(frozen=True)
+    spec: CampaignSpec
+    cells: list[CellSpec]
+    source: str
+
+    def profile_config(self, cell: CellSpec) -> ProfileConfig:
+        p, t = self.spec.payload.profile, self.spec.target
+        return ProfileConfig(model=t.model, device_batch_size=p.device_batch_size, sequence_len=p.sequence_len,
+                             total_batch_size=t.total_batch_size, warmup_steps=p.warmup_steps, steps=p.steps,
+                             vocab_size=t.vocab_size)
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    file = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise SpecError(file, None, "", "no such file; check the path") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise SpecError(file, None, "", f"cannot read the file ({exc.__class__.__name__}); "
+                        "give a readable YAML file") from None
+    return parse_campaign(text, file)
+
+
+def parse_campaign(text: str, file: str) -> Campaign:
+    data, lines = load_yaml(text, file)
+    if not isinstance(data, dict):
+        raise SpecError(file, 1, "", "a campaign file must be a mapping with name, budget_usd, target, matrix")
+    try:
+        spec = CampaignSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _spec_error(exc, file, lines, lambda loc: tuple(loc)) from None
+    cells = _expand(spec, data["matrix"], file, lines)
+    return Campaign(spec=spec, cells=cells, source=file)
+
+
+def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: dict[Path_, int]) -> list[CellSpec]:
+    cells: list[CellSpec] = []
+    seen: dict[str, str] = {}
+    for i, entry in enumerate(matrix):
+        lists = {k: v for k, v in entry.items() if isinstance(v, list)}
+        for name, values in lists.items():
+            if not values:
+                raise SpecError(file, line_of(lines, ("matrix", i, name)), format_path(("matrix", i, name)),
+                                "empty list: give at least one value")
+        for choice in itertools.product(*(enumerate(v) for v in lists.values())):
+            picked = dict(zip(lists, choice, strict=True))
+            raw = {**entry, **{name: value for name, (_, value) in picked.items()}}
+            raw.setdefault("market", spec.defaults.market)
+            raw.setdefault("max_attempts", spec.defaults.max_attempts)
+            raw.setdefault("image", spec.defaults.image)
+
+            def to_path(loc: tuple[Any, ...], i: int = i, picked: dict[str, Any] = picked) -> Path_:
+                base: Path_ = ("matrix", i, *loc)
+                return (*base, picked[loc[0]][0]) if loc and loc[0] in picked else base
+
+            try:
+                cell = CellSpec.model_validate(raw)
+            except ValidationError as exc:
+                raise _spec_error(exc, file, lines, to_path) from None
+            where = format_path(("matrix", i))
+            if cell.key in seen:
+                raise SpecError(file, line_of(lines, ("matrix", i)), where,
+                                f"repeats cell {cell.key} of {seen[cell.key]}; remove one of them")
+            seen[cell.key] = where
+            _check_batch(spec, cell, file, lines, ("matrix", i, "count"))
+            cells.append(cell)
+    return cells
+
+
+def _check_batch(spec: CampaignSpec, cell: CellSpec, file: str, lines: dict[Path_, int], path: Path_) -> None:
+    p = spec.payload.profile
+    per_step = p.device_batch_size * p.sequence_len * cell.world_size
+    if "profile" in spec.payload.phases and spec.target.total_batch_size % per_step:
+        raise SpecError(file, line_of(lines, path), format_path(path),
+                        f"target.total_batch_size {spec.target.total_batch_size} is not a multiple of "
+                        f"device_batch_size × sequence_len × count = {p.device_batch_size} × {p.sequence_len} × "
+                        f"{cell.world_size} = {per_step}; change one of them")
+
+
+def _spec_error(exc: ValidationError, file: str, lines: dict[Path_, int], to_path: Any) -> SpecError:
+    """The first validation error as a SpecError; the others are appended, one per line."""
+    errors = []
+    for err in exc.errors():
+        path = to_path(tuple(err["loc"]))
+        errors.append(SpecError(file, line_of(lines, path), format_path(path), _problem(err)))
+    first = errors[0]
+    if len(errors) > 1:
+        first.args = ("\n".join(str(e) for e in errors),)
+    return first
+
+
+def _problem(err: Any) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown key; remove it or check its spelling (docs/campaign-reference.md lists every key)"
+    if kind == "missing":
+        return "missing required key; add it"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return message[0].lower() + message[1:] if message else kind

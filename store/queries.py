@@ -1,0 +1,199 @@
+"""Reads and writes of the store. Each write function commits its own transaction.
+
+Functions take an Engine and plain values; they know nothing of the engine's state machine
+(the controller checks transitions before calling ``set_cell_state``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, func, select
+
+from store.models import Artifact, Attempt, Campaign, Cell, Event, Result
+
+
+@dataclass(frozen=True)
+class NewCell:
+    key: str
+    provider: str
+    gpu: str
+    count: int
+    market: str
+    config_json: str
+
+
+def upsert_campaign(engine: Engine, name: str, spec_json: str, source_path: str, budget_usd: float,
+                    cells: Sequence[NewCell]) -> tuple[int, list[str]]:
+    """Create the campaign or update its spec; add cells not yet known. Returns (id, keys added)."""
+    now = time.time()
+    with Session(engine) as s:
+        campaign = s.exec(select(Campaign).where(Campaign.name == name)).first()
+        if campaign is None:
+            campaign = Campaign(name=name, spec_json=spec_json, source_path=source_path, budget_usd=budget_usd,
+                                created_at=now, updated_at=now)
+            s.add(campaign)
+            s.flush()
+        else:
+            campaign.spec_json, campaign.source_path, campaign.budget_usd = spec_json, source_path, budget_usd
+            campaign.updated_at = now
+        assert campaign.id is not None
+        known = {c.key: c for c in s.exec(select(Cell).where(Cell.campaign_id == campaign.id))}
+        added = []
+        for cell in cells:
+            if cell.key in known:
+                known[cell.key].config_json = cell.config_json
+                continue
+            s.add(Cell(campaign_id=campaign.id, key=cell.key, provider=cell.provider, gpu=cell.gpu,
+                       count=cell.count, market=cell.market, config_json=cell.config_json, state="pending",
+                       created_at=now, updated_at=now))
+            added.append(cell.key)
+        s.commit()
+        return campaign.id, added
+
+
+def campaigns(engine: Engine, name: str | None = None) -> list[Campaign]:
+    with Session(engine) as s:
+        query = select(Campaign).order_by(col(Campaign.created_at))
+        if name is not None:
+            query = query.where(Campaign.name == name)
+        return list(s.exec(query))
+
+
+def cells(engine: Engine, campaign_id: int) -> list[Cell]:
+    with Session(engine) as s:
+        return list(s.exec(select(Cell).where(Cell.campaign_id == campaign_id).order_by(col(Cell.id))))
+
+
+def cell(engine: Engine, cell_id: int) -> Cell:
+    with Session(engine) as s:
+        found = s.get(Cell, cell_id)
+        if found is None:
+            raise LookupError(f"no cell {cell_id}")
+        return found
+
+
+def set_cell_state(engine: Engine, cell_id: int, state: str, reason: str | None = None) -> None:
+    with Session(engine) as s:
+        row = s.get(Cell, cell_id)
+        if row is None:
+            raise LookupError(f"no cell {cell_id}")
+        row.state, row.reason, row.updated_at = state, reason, time.time()
+        s.commit()
+
+
+def new_attempt(engine: Engine, cell_id: int, token: str, provider: str, market: str, remote_dir: str,
+                hourly_usd: float, host: str) -> Attempt:
+    """The Attempt row, committed before the provider is asked for the node; ``launched_at`` = now."""
+    with Session(engine) as s:
+        number = (s.exec(select(func.count()).select_from(Attempt).where(Attempt.cell_id == cell_id)).one()) + 1
+        attempt = Attempt(cell_id=cell_id, number=number, token=token, provider=provider, market=market,
+                          remote_dir=remote_dir, hourly_usd=hourly_usd, host=host, launched_at=time.time())
+        s.add(attempt)
+        s.commit()
+        s.refresh(attempt)
+        return attempt
+
+
+def attach_node(engine: Engine, attempt_id: int, node: dict[str, Any]) -> None:
+    with Session(engine) as s:
+        attempt = s.get(Attempt, attempt_id)
+        assert attempt is not None
+        attempt.node_json = json.dumps(node, sort_keys=True)
+        s.commit()
+
+
+def close_attempt(engine: Engine, attempt_id: int, outcome: str, detail: str | None = None,
+                  terminated_at: float | None = None) -> Attempt:
+    """Close an open attempt with its cost = hourly price × (terminated_at − launched_at). Idempotent."""
+    with Session(engine) as s:
+        attempt = s.get(Attempt, attempt_id)
+        assert attempt is not None
+        if attempt.open:
+            attempt.open = False
+            attempt.outcome, attempt.detail = outcome, detail
+            attempt.terminated_at = terminated_at or time.time()
+            attempt.cost_usd = attempt_cost(attempt, attempt.terminated_at)
+            s.commit()
+            s.refresh(attempt)
+        return attempt
+
+
+def attempt_cost(attempt: Attempt, until: float) -> float:
+    if attempt.launched_at is None or attempt.hourly_usd is None:
+        return 0.0
+    return max(0.0, until - attempt.launched_at) / 3600.0 * attempt.hourly_usd
+
+
+def attempts(engine: Engine, cell_id: int) -> list[Attempt]:
+    with Session(engine) as s:
+        return list(s.exec(select(Attempt).where(Attempt.cell_id == cell_id).order_by(col(Attempt.number))))
+
+
+def record_events(engine: Engine, attempt_id: int, events: Iterable[dict[str, Any]], new_offset: int) -> int:
+    """Store complete events read from an attempt's events.jsonl and advance its byte offset, atomically.
+
+    Lines are numbered from the attempt's stored line count, so re-reading from the stored offset
+    after a crash never stores an event twice. Returns the number stored."""
+    with Session(engine) as s:
+        attempt = s.get(Attempt, attempt_id)
+        assert attempt is not None
+        line = attempt.events_lines
+        for event in events:
+            data = {k: v for k, v in event.items() if k not in ("t", "kind", "phase")}
+            s.add(Event(attempt_id=attempt_id, cell_id=attempt.cell_id, line=line, t=float(event.get("t", 0.0)),
+                        kind=str(event.get("kind", "")), phase=event.get("phase"),
+                        data_json=json.dumps(data, sort_keys=True)))
+            line += 1
+        stored = line - attempt.events_lines
+        attempt.events_lines, attempt.events_offset = line, new_offset
+        s.commit()
+        return stored
+
+
+def events(engine: Engine, cell_id: int, kind: str | None = None, phase: str | None = None) -> list[Event]:
+    with Session(engine) as s:
+        query = select(Event).where(Event.cell_id == cell_id)
+        if kind is not None:
+            query = query.where(Event.kind == kind)
+        if phase is not None:
+            query = query.where(Event.phase == phase)
+        return list(s.exec(query.order_by(col(Event.attempt_id), col(Event.line))))
+
+
+def save_result(engine: Engine, result: Result) -> None:
+    with Session(engine) as s:
+        existing = s.exec(select(Result).where(Result.cell_id == result.cell_id)).first()
+        if existing is not None:
+            s.delete(existing)
+            s.flush()
+        s.add(result)
+        s.commit()
+
+
+def results(engine: Engine, campaign_id: int | None = None) -> list[tuple[Result, Cell, Campaign]]:
+    with Session(engine) as s:
+        query = select(Result, Cell, Campaign).where(Result.cell_id == Cell.id).where(Cell.campaign_id == Campaign.id)
+        if campaign_id is not None:
+            query = query.where(Campaign.id == campaign_id)
+        return [(r, c, k) for r, c, k in s.exec(query)]
+
+
+def add_artifact(engine: Engine, artifact: Artifact) -> None:
+    with Session(engine) as s:
+        s.add(artifact)
+        s.commit()
+
+
+def spent_usd(engine: Engine, campaign_id: int, now: float | None = None) -> float:
+    """Money spent: closed attempts' cost plus open attempts' running cost up to ``now``."""
+    now = now or time.time()
+    with Session(engine) as s:
+        rows = s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
+                      .where(Cell.campaign_id == campaign_id))
+        return sum(attempt_cost(a, now) if a.open else (a.cost_usd or 0.0) for a in rows)
