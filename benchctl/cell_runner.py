@@ -238,7 +238,8 @@ class CellRunner:
     def _start_payload(self, attempt: Attempt, transport: Transport) -> None:
         done = self._done_phases()
         job = Job(campaign=self.ctx.campaign.spec.name, cell=self.key, attempt=attempt.number, token=attempt.token,
-                  gpu=self.spec.gpu or "", count=self.spec.world_size, phases=list(self.ctx.campaign.spec.payload.phases),
+                  gpu=self.spec.gpu or "", count=self.spec.world_size,
+                  phases=list(self.ctx.campaign.spec.payload.phases),
                   done_phases=done, profile=self.ctx.campaign.profile_config(self.spec))
         with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
             shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload",

@@ -34,7 +34,8 @@ def launch(job_path: Path, phase: str, world_size: int) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     rendezvous = workdir / f".rendezvous-{phase}-{uuid.uuid4().hex}"
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(payload.__file__).parent.parent), env.get("PYTHONPATH")]))
+    package_root = str(Path(payload.__file__).parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world_size))
     procs: list[tuple[int, subprocess.Popen[bytes], Path]] = []

@@ -75,12 +75,14 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(dims.dim, dims.vocab_size, bias=False)
         inv_freq = 1.0 / (10000 ** (torch.arange(0, dims.head_dim, 2, dtype=torch.float32) / dims.head_dim))
         freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
-        self.register_buffer("cos", freqs.cos()[None, :, None, :], persistent=False)
-        self.register_buffer("sin", freqs.sin()[None, :, None, :], persistent=False)
+        self.cos_table: torch.Tensor
+        self.sin_table: torch.Tensor
+        self.register_buffer("cos_table", freqs.cos()[None, :, None, :], persistent=False)
+        self.register_buffer("sin_table", freqs.sin()[None, :, None, :], persistent=False)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         t = idx.size(1)
-        cos, sin = self.cos[:, :t], self.sin[:, :t]
+        cos, sin = self.cos_table[:, :t], self.sin_table[:, :t]
         x = _rms_norm(self.wte(idx))
         for block in self.blocks:
             x = block(x, cos, sin)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -19,7 +20,7 @@ _run_options = [
 ]
 
 
-def _with_run_options(fn):  # type: ignore[no-untyped-def]
+def _with_run_options(fn: Callable[..., None]) -> Callable[..., None]:
     for option in reversed(_run_options):
         fn = option(fn)
     return fn
@@ -64,7 +65,8 @@ def resume(state: CliState, name: str | None, concurrency: int, poll_interval: f
         known = ", ".join(c.name for c in q.campaigns(engine)) or "none"
         raise CampaignNotFound(f"no campaign named {name!r} in the store (known: {known}); "
                                "check the name or the --db URL")
-    unfinished = [c for c in campaigns if c.id is not None and any(cell.state != "done" for cell in q.cells(engine, c.id))]
+    unfinished = [c for c in campaigns
+                  if c.id is not None and any(cell.state != "done" for cell in q.cells(engine, c.id))]
     if not unfinished:
         click.echo("nothing to resume: every campaign is complete" if campaigns else "nothing to resume: the store "
                    "holds no campaign; start one with `benchctl run FILE`")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -28,7 +28,7 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
     campaigns = q.campaigns(engine, name)
     if name is not None and not campaigns:
         raise CampaignNotFound(f"no campaign named {name!r} in the store; `benchctl status` lists them")
-    report = []
+    report: list[dict[str, Any]] = []
     for camp in campaigns:
         assert camp.id is not None
         spent = q.spent_usd(engine, camp.id)

@@ -1,0 +1,100 @@
+"""Shared fixtures: a private BENCHCTL_HOME, the store on SQLite and on the machine's PostgreSQL,
+a tiny local campaign, and a way to run the real CLI as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+REPO = Path(__file__).resolve().parent.parent
+PG_URL = os.environ.get("BENCHCTL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+TINY_CAMPAIGN = """\
+name: {name}
+budget_usd: 5
+target: {{model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 128}}
+defaults: {{market: on-demand, max_attempts: {max_attempts}}}
+payload:
+  phases: [preflight, profile]
+  profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: {steps}}}
+matrix:
+{matrix}
+"""
+TWO_LOCAL_CELLS = """\
+  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}
+  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0}
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "home"
+    monkeypatch.setenv("BENCHCTL_HOME", str(path))
+    monkeypatch.delenv("BENCHCTL_DB", raising=False)
+    return path
+
+
+@pytest.fixture
+def write_campaign(tmp_path: Path) -> Callable[..., Path]:
+    """Write a tiny local campaign (runs in seconds on CPU) and return its path."""
+
+    def write(name: str = "tiny", matrix: str = TWO_LOCAL_CELLS, steps: int = 3, max_attempts: int = 2) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(TINY_CAMPAIGN.format(name=name, matrix=matrix, steps=steps, max_attempts=max_attempts))
+        return path
+
+    return write
+
+
+def _pg_unavailable() -> str | None:
+    try:
+        engine = sa.create_engine(PG_URL)
+        with engine.connect() as conn:
+            conn.execute(sa.text("select 1"))
+        engine.dispose()
+    except Exception as exc:
+        return f"no PostgreSQL answers at {PG_URL}: {exc.__class__.__name__}"
+    return None
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A URL on the machine's PostgreSQL whose search_path is a fresh schema, dropped afterwards."""
+    reason = _pg_unavailable()
+    if reason:
+        print(f"skipping: {reason}")
+        pytest.skip(reason)
+    schema = f"bt_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+def run_cli(*args: str, home: Path, timeout: float = 180, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    """Run the real ``benchctl`` in a subprocess with BENCHCTL_HOME = ``home``."""
+    full_env = {**os.environ, "BENCHCTL_HOME": str(home), **(env or {})}
+    if "BENCHCTL_DB" not in (env or {}):
+        full_env.pop("BENCHCTL_DB", None)
+    return subprocess.run([sys.executable, "-m", "benchctl", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=REPO)
