@@ -8,6 +8,7 @@ provider is asked for the node; the node is terminated in every exit path of an 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import tempfile
 import threading
@@ -183,8 +184,7 @@ class CellRunner:
         outcome = Outcome("error", "controller error")
         try:
             transport = self.provider.transport(node)
-            if reattach and transport.read_from(f"{attempt.remote_dir}/payload.log", 0) == b"" \
-                    and not transport.read_from(f"{attempt.remote_dir}/exit_code", 0):
+            if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:
                 reattach = False  # the controller stopped before the payload was started
             if not reattach:
                 if not self._wait_ready(node):
@@ -233,7 +233,10 @@ class CellRunner:
         return False
 
     def _done_phases(self) -> list[str]:
-        return sorted({e.phase for e in q.events(self.ctx.engine, self.cell_id, kind="phase_end") if e.phase})
+        """Workload phases finished by earlier attempts. Preflight is never carried over: it judges
+        the node, and every new node must prove itself healthy."""
+        ended = {e.phase for e in q.events(self.ctx.engine, self.cell_id, kind="phase_end") if e.phase}
+        return sorted(ended - {"preflight"})
 
     def _start_payload(self, attempt: Attempt, transport: Transport) -> None:
         done = self._done_phases()

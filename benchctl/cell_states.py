@@ -27,7 +27,7 @@ _S = CellState
 _ACTIVE = {_S.PROVISIONING, _S.PREFLIGHT, _S.RUNNING, _S.COLLECTING}
 ALLOWED: dict[CellState, set[CellState]] = {
     _S.PENDING: {_S.PROVISIONING, _S.CANCELLED, _S.FAILED},
-    _S.PROVISIONING: {_S.PROVISIONING, _S.PREFLIGHT, _S.PREEMPTED, _S.FAILED, _S.CANCELLED},
+    _S.PROVISIONING: {_S.PROVISIONING, _S.PREFLIGHT, _S.RUNNING, _S.PREEMPTED, _S.FAILED, _S.CANCELLED},
     _S.PREFLIGHT: {_S.RUNNING, _S.COLLECTING, _S.BAD_NODE, _S.PREEMPTED, _S.FAILED, _S.CANCELLED, _S.PROVISIONING},
     _S.RUNNING: {_S.COLLECTING, _S.PREEMPTED, _S.FAILED, _S.CANCELLED, _S.PROVISIONING},
     _S.COLLECTING: {_S.DONE, _S.PREEMPTED, _S.FAILED, _S.CANCELLED, _S.PROVISIONING},
@@ -37,8 +37,9 @@ ALLOWED: dict[CellState, set[CellState]] = {
     _S.CANCELLED: {_S.PROVISIONING},
     _S.DONE: set(),
 }
-"""``x → provisioning`` from an active state is a retry after an error; from failed/cancelled it is
-a resume. Nothing leaves ``done``."""
+"""``provisioning → running`` serves campaigns without a preflight phase. ``x → provisioning`` from
+an active state is a retry after an error; from failed/cancelled it is a resume. Nothing leaves
+``done``."""
 
 FINISHED = {_S.DONE, _S.FAILED, _S.CANCELLED}
 

@@ -88,15 +88,6 @@ class CampaignSpec(_Strict):
     payload: PayloadSpec = PayloadSpec()
     matrix: list[dict[str, Any]] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _profile_matches_target(self) -> CampaignSpec:
-        profiled = self.payload.profile.model
-        if profiled is not None and profiled != self.target.model:
-            raise ValueError(f"payload.profile.model {profiled!r} differs from target.model "
-                             f"{self.target.model!r}: cost-to-train multiplies the profiled step time by the "
-                             "target's step count, so they must be the same model; drop payload.profile.model")
-        return self
-
 
 class CellSpec(_Strict):
     """One cell: one node configuration to rent and measure."""
@@ -178,6 +169,13 @@ def parse_campaign(text: str, file: str) -> Campaign:
         spec = CampaignSpec.model_validate(data)
     except ValidationError as exc:
         raise _spec_error(exc, file, lines, lambda loc: tuple(loc)) from None
+    profiled = spec.payload.profile.model
+    if profiled is not None and profiled != spec.target.model:
+        path: Path_ = ("payload", "profile", "model")
+        raise SpecError(file, line_of(lines, path), format_path(path),
+                        f"{profiled!r} differs from target.model {spec.target.model!r}: cost-to-train multiplies "
+                        "the profiled step time by the target's step count, so they must be the same model; "
+                        "drop payload.profile.model")
     cells = _expand(spec, data["matrix"], file, lines)
     return Campaign(spec=spec, cells=cells, source=file)
 
@@ -211,7 +209,7 @@ def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: 
                 raise SpecError(file, line_of(lines, ("matrix", i)), where,
                                 f"repeats cell {cell.key} of {seen[cell.key]}; remove one of them")
             seen[cell.key] = where
-            _check_batch(spec, cell, file, lines, ("matrix", i, "count"))
+            _check_batch(spec, cell, file, lines, to_path(("count",)))
             cells.append(cell)
     return cells
 

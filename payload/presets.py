@@ -49,7 +49,7 @@ class ModelDims:
 
 def model_dims(name: str, vocab_size: int | None = None) -> ModelDims:
     """Dimensions of a preset by name, e.g. ``nanochat-d26``."""
-    match = _PRESET.match(name)
+    match = _PRESET.fullmatch(name)
     if not match or int(match.group(1)) < 1:
         raise UnknownPreset(f"unknown model preset {name!r}: use nanochat-dN with N >= 1 (e.g. nanochat-d26)")
     depth = int(match.group(1))

@@ -1,23 +1,23 @@
 """The ``local`` provider, the embedded default: nodes are process groups on this machine.
 
 A node lives in ``<root>/<token>/``: ``node.json`` (its record), ``home/`` (what a remote home
-would be). Launch starts a long-lived leader process in a new process group; everything the
-transport runs joins that group. ``terminate`` kills the group. A group that died without our
-``terminate`` reads as ``preempted``, the way a vanished spot node does.
+would be). Launch starts a long-lived leader process in its own session; every process of the
+node carries the node's marker (``local_processes``), so ``terminate`` finds and kills them all,
+from any terminal. A leader that died without our ``terminate`` reads as ``preempted``, the way
+a vanished spot node does.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError, Transport
+from provisioners.local_processes import kill_node_processes, node_env, process_alive
 from provisioners.local_transport import LocalTransport
 
 
@@ -37,10 +37,10 @@ class LocalProvider(Provider):
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         node_dir = self.root / token
         (node_dir / "home").mkdir(parents=True, exist_ok=True)
-        leader = subprocess.Popen(["sleep", "infinity"], process_group=0, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        leader = subprocess.Popen(["sleep", "infinity"], start_new_session=True, env=node_env(token),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         node = Node(provider=self.name, node_id=token, token=token, campaign_tag=campaign_tag, offer=offer,
-                    details={"pgid": leader.pid, "dir": str(node_dir)})
+                    details={"leader_pid": leader.pid, "dir": str(node_dir)})
         _write_record(node_dir, {"node": node.to_dict(), "terminated": False, "created_at": time.time()})
         return node
 
@@ -48,17 +48,17 @@ class LocalProvider(Provider):
         record = _read_record(self.root / node.node_id)
         if record is None or record["terminated"]:
             return NodeState.TERMINATED
-        return NodeState.RUNNING if _leader_alive(node.details["pgid"]) else NodeState.PREEMPTED
+        return NodeState.RUNNING if process_alive(node.details["leader_pid"], node.token) else NodeState.PREEMPTED
 
     def transport(self, node: Node) -> Transport:
-        return LocalTransport(self.root / node.node_id / "home", node.details["pgid"])
+        return LocalTransport(self.root / node.node_id / "home", node.token, node.details["leader_pid"])
 
     def terminate(self, node: Node) -> None:
         node_dir = self.root / node.node_id
         record = _read_record(node_dir)
         if record is None:
             return
-        _kill_group(node.details["pgid"])
+        kill_node_processes(node.token)
         record["terminated"] = True
         record["terminated_at"] = time.time()
         _write_record(node_dir, record)
@@ -73,7 +73,7 @@ class LocalProvider(Provider):
 
     def preempt(self, node: Node) -> None:
         """Fault injection: kill the node's processes without marking it terminated by us."""
-        _kill_group(node.details["pgid"])
+        kill_node_processes(node.token)
 
     def remove(self, node: Node) -> None:
         """Delete a terminated node's directory."""
@@ -88,38 +88,6 @@ def _visible_gpus() -> int:
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(line.startswith("GPU ") for line in out.splitlines())
-
-
-def _live_members(pgid: int) -> list[int]:
-    """Pids in process group ``pgid`` that are not zombies (read from /proc; Linux)."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pgid, os.WNOHANG)  # reap our own dead leader, if it is our child
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(stat.parent.name))
-    return members
-
-
-def _leader_alive(pgid: int) -> bool:
-    return pgid in _live_members(pgid)
-
-
-def _kill_group(pgid: int, grace_s: float = 5.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _live_members(pgid):
-            time.sleep(0.05)
-        if not _live_members(pgid):
-            return
 
 
 def _record_path(node_dir: Path) -> Path:

@@ -1,4 +1,4 @@
-"""Transport to a local node: commands run in the node's process group, files live under its home."""
+"""Transport to a local node: commands carry the node's marker, files live under its home."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ import sys
 from pathlib import Path
 
 from provisioners.base import CommandResult, ProviderError, Transport
+from provisioners.local_processes import node_env, process_alive
 
 
 class LocalTransport(Transport):
-    """Runs ``sh -c`` commands with cwd = the node's home and joins the node's process group,
-    so terminating the node (killing the group) ends everything started through this transport."""
+    """Runs ``sh -c`` commands with cwd = the node's home, each in its own session (out of reach of
+    the controller's Ctrl-C) and carrying the node's marker, so terminating the node ends
+    everything started through this transport."""
 
     python = sys.executable
 
-    def __init__(self, home: Path, pgid: int) -> None:
+    def __init__(self, home: Path, token: str, leader_pid: int) -> None:
         self.home = home
-        self.pgid = pgid
+        self.token = token
+        self.leader_pid = leader_pid
 
     def _path(self, remote: str) -> Path:
         path = (self.home / remote).resolve()
@@ -27,18 +30,18 @@ class LocalTransport(Transport):
         return path
 
     def run(self, cmd: str, timeout: float = 60.0) -> CommandResult:
+        if not process_alive(self.leader_pid, self.token):
+            raise ProviderError(f"the local node {self.token} is gone; it cannot run commands")
         try:
-            proc = subprocess.run(["sh", "-c", cmd], cwd=self.home, capture_output=True, text=True,
-                                  timeout=timeout, process_group=self.pgid, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(["sh", "-c", cmd], cwd=self.home, capture_output=True, text=True, timeout=timeout,
+                                  start_new_session=True, env=node_env(self.token), stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as exc:
             raise ProviderError(f"command timed out after {timeout:.0f}s on the local node: {cmd}") from exc
-        except PermissionError as exc:
-            raise ProviderError("the local node is gone (its process group no longer exists)") from exc
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
 
     def start(self, cmd: str, cwd: str) -> None:
         # The shell backgrounds the command and exits at once; the command is reparented to init
-        # and stays in the node's process group.
+        # and keeps the node's marker.
         wrapped = f"cd {_quote(str(self._path(cwd)))} && nohup sh -c {_quote(cmd)} >/dev/null 2>&1 &"
         result = self.run(wrapped, timeout=30)
         if result.code != 0:

@@ -29,11 +29,18 @@ def normalize_url(url: str) -> str:
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (see _sqlite_begin)
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    """Take the write lock at BEGIN: DDL becomes transactional, and a writer waits (busy timeout)
+    instead of failing with SQLITE_BUSY when it upgrades a read snapshot in WAL mode."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_db_engine(url: str) -> Engine:
@@ -42,6 +49,7 @@ def create_db_engine(url: str) -> Engine:
         if url.startswith("sqlite"):
             engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
             sa.event.listen(engine, "connect", _sqlite_pragmas)
+            sa.event.listen(engine, "begin", _sqlite_begin)
         else:
             engine = sa.create_engine(url, pool_pre_ping=True)
     except (ArgumentError, ModuleNotFoundError, ImportError) as exc:
@@ -59,8 +67,12 @@ def open_store(url: str) -> Engine:
     try:
         upgrade(engine)
     except OperationalError as exc:
+        engine.dispose()
         raise StoreError(f"cannot open the database {_redact(url)}: {exc.orig}. "
                          "Check the URL (--db / BENCHCTL_DB) and that the server is running") from exc
+    except BaseException:
+        engine.dispose()
+        raise
     return engine
 
 

@@ -18,6 +18,7 @@ from alembic.operations import Operations
 from sqlalchemy.engine import Connection, Engine
 
 VERSION_TABLE = "schema_migrations"
+_LOCK_KEY = 0x62656E6368  # "bench": the advisory lock that serialises migrations on PostgreSQL
 
 
 class SchemaTooNew(Exception):
@@ -149,19 +150,25 @@ def current_version(conn: Connection) -> int:
 
 
 def upgrade(engine: Engine, target: int = HEAD) -> list[int]:
-    """Apply every migration above the database's version up to ``target``; return those applied."""
-    with engine.begin() as conn:
-        _versions.create(conn, checkfirst=True)
-        version = current_version(conn)
-    if version > HEAD:
-        raise SchemaTooNew(f"the database is at schema version {version}, newer than this benchctl knows "
-                           f"({HEAD}): upgrade benchctl")
-    applied = []
-    for migration in MIGRATIONS:
-        if version < migration.version <= target:
-            with engine.begin() as conn:
-                migration.upgrade(Operations(MigrationContext.configure(conn)))
-                conn.execute(_versions.insert().values(version=migration.version, name=migration.name,
-                                                       applied_at=time.time()))
+    """Apply every migration above the database's version up to ``target``; return those applied.
+
+    Each migration runs in its own transaction under a database-wide lock (PostgreSQL: an advisory
+    lock; SQLite: the write lock its transactions take at BEGIN IMMEDIATE) and re-reads the version
+    first, so two controllers opening the same database at once migrate it once."""
+    applied: list[int] = []
+    while True:
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+            _versions.create(conn, checkfirst=True)
+            version = current_version(conn)
+            if version > HEAD:
+                raise SchemaTooNew(f"the database is at schema version {version}, newer than this benchctl "
+                                   f"knows ({HEAD}): upgrade benchctl")
+            migration = next((m for m in MIGRATIONS if version < m.version <= target), None)
+            if migration is None:
+                return applied
+            migration.upgrade(Operations(MigrationContext.configure(conn)))
+            conn.execute(_versions.insert().values(version=migration.version, name=migration.name,
+                                                   applied_at=time.time()))
             applied.append(migration.version)
-    return applied

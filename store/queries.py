@@ -117,7 +117,7 @@ def close_attempt(engine: Engine, attempt_id: int, outcome: str, detail: str | N
         if attempt.open:
             attempt.open = False
             attempt.outcome, attempt.detail = outcome, detail
-            attempt.terminated_at = terminated_at or time.time()
+            attempt.terminated_at = terminated_at if terminated_at is not None else time.time()
             attempt.cost_usd = attempt_cost(attempt, attempt.terminated_at)
             s.commit()
             s.refresh(attempt)
@@ -192,7 +192,7 @@ def add_artifact(engine: Engine, artifact: Artifact) -> None:
 
 def spent_usd(engine: Engine, campaign_id: int, now: float | None = None) -> float:
     """Money spent: closed attempts' cost plus open attempts' running cost up to ``now``."""
-    now = now or time.time()
+    now = now if now is not None else time.time()
     with Session(engine) as s:
         rows = s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
                       .where(Cell.campaign_id == campaign_id))

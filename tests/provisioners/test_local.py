@@ -1,0 +1,199 @@
+"""The local provider: nodes are process groups on this machine; transport, termination, preemption."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from provisioners import local
+from provisioners.base import Node, NodeState, Offer, OfferRequest, ProviderError
+from provisioners.local import LocalProvider
+from provisioners.local_processes import node_processes
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[LocalProvider]:
+    prov = LocalProvider(tmp_path / "nodes")
+    yield prov
+    # never leave a process behind, whatever the test did
+    for path in (tmp_path / "nodes").glob("*/node.json"):
+        record = local._read_record(path.parent)
+        if record is not None:
+            prov.terminate(Node.from_dict(record["node"]))
+
+
+def _offer(provider: LocalProvider, count: int = 1) -> Offer:
+    (offer,) = provider.offers(OfferRequest(gpu="cpu", count=count, market="on-demand", price_usd_per_hour=0.5))
+    return offer
+
+
+def _wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def test_cpu_offer(provider: LocalProvider) -> None:
+    offers = provider.offers(OfferRequest(gpu="cpu", count=2, market="spot", price_usd_per_hour=1.25))
+    assert len(offers) == 1
+    offer = offers[0]
+    assert (offer.provider, offer.gpu, offer.count, offer.market, offer.hourly_usd, offer.region) == (
+        "local", "cpu", 2, "spot", 1.25, "local")
+    assert offer.vcpus == (os.cpu_count() or 1)
+    free = provider.offers(OfferRequest(gpu="CPU", count=1, market="on-demand"))
+    assert [o.hourly_usd for o in free] == [0.0]
+
+
+def test_gpu_offer_without_gpus_is_empty(provider: LocalProvider) -> None:
+    assert local._visible_gpus() == 0  # this machine has no nvidia-smi
+    assert provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot", price_usd_per_hour=2.0)) == []
+
+
+def test_launch_owned_and_terminate(provider: LocalProvider) -> None:
+    node = provider.launch(_offer(provider), token="tok-a", campaign_tag="camp-1")
+    assert (node.provider, node.node_id, node.token, node.campaign_tag) == ("local", "tok-a", "tok-a", "camp-1")
+    leader = node.details["leader_pid"]
+    assert provider.status(node) is NodeState.RUNNING
+    assert node_processes("tok-a") == [leader]
+    assert [n.node_id for n in provider.owned("camp-1")] == ["tok-a"]
+    assert provider.owned("camp-1")[0] == node
+    assert provider.owned("camp-2") == []
+
+    provider.terminate(node)
+    assert provider.status(node) is NodeState.TERMINATED
+    assert node_processes("tok-a") == []
+    provider.terminate(node)  # idempotent
+    assert provider.status(node) is NodeState.TERMINATED
+    assert provider.owned("camp-1") == []
+
+
+def test_terminate_unknown_node_is_success(provider: LocalProvider) -> None:
+    node = provider.launch(_offer(provider), token="tok-gone", campaign_tag="camp")
+    provider.terminate(node)
+    provider.remove(node)
+    assert not (provider.root / "tok-gone").exists()
+    provider.terminate(node)
+    assert provider.status(node) is NodeState.TERMINATED
+
+
+def test_remove_refuses_a_running_node(provider: LocalProvider) -> None:
+    node = provider.launch(_offer(provider), token="tok-r", campaign_tag="camp")
+    with pytest.raises(ProviderError, match="terminate it first"):
+        provider.remove(node)
+    assert provider.status(node) is NodeState.RUNNING
+
+
+def test_transport_run_and_files(provider: LocalProvider, tmp_path: Path) -> None:
+    node = provider.launch(_offer(provider), token="tok-t", campaign_tag="camp")
+    transport = provider.transport(node)
+    home = provider.root / "tok-t" / "home"
+
+    result = transport.run("pwd && echo out && echo err >&2 && exit 3")
+    assert result.code == 3
+    assert result.out.splitlines() == [str(home.resolve()), "out"]
+    assert result.err == "err\n"
+    assert transport.run("echo hi > made.txt").code == 0
+    assert (home / "made.txt").read_text() == "hi\n"
+    with pytest.raises(ProviderError, match="timed out"):
+        transport.run("sleep 5", timeout=0.3)
+
+    src = tmp_path / "src"
+    (src / "pkg" / "__pycache__").mkdir(parents=True)
+    (src / "pkg" / "mod.py").write_text("x = 1\n")
+    (src / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"junk")
+    (src / "job.json").write_text("{}")
+    transport.put(str(src), "benchctl/cell/1")
+    remote = home / "benchctl" / "cell" / "1"
+    assert (remote / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert (remote / "job.json").read_text() == "{}"
+    assert not (remote / "pkg" / "__pycache__").exists()
+
+    (remote / "artifacts").mkdir()
+    (remote / "artifacts" / "a.txt").write_text("A")
+    back = tmp_path / "back"
+    transport.get("benchctl/cell/1/artifacts", str(back))
+    assert (back / "artifacts" / "a.txt").read_text() == "A"
+    transport.get("benchctl/cell/1/job.json", str(back))
+    assert (back / "job.json").read_text() == "{}"
+    transport.get("benchctl/cell/1/missing.txt", str(back))
+    assert not (back / "missing.txt").exists()
+
+    (remote / "events.jsonl").write_bytes(b"0123456789")
+    assert transport.read_from("benchctl/cell/1/events.jsonl", 0) == b"0123456789"
+    assert transport.read_from("benchctl/cell/1/events.jsonl", 4) == b"456789"
+    assert transport.read_from("benchctl/cell/1/events.jsonl", 10) == b""
+    assert transport.read_from("benchctl/cell/1/events.jsonl", 50) == b""
+    assert transport.read_from("benchctl/cell/1/nope.jsonl", 0) == b""
+
+
+def test_paths_may_not_leave_home(provider: LocalProvider, tmp_path: Path) -> None:
+    node = provider.launch(_offer(provider), token="tok-p", campaign_tag="camp")
+    transport = provider.transport(node)
+    with pytest.raises(ProviderError, match="leaves the node's home"):
+        transport.read_from("../../etc/passwd", 0)
+    with pytest.raises(ProviderError, match="leaves the node's home"):
+        transport.put(str(tmp_path), "../../etc")
+    with pytest.raises(ProviderError, match="leaves the node's home"):
+        transport.get("../node.json", str(tmp_path / "x"))
+    with pytest.raises(ProviderError, match="leaves the node's home"):
+        transport.start("true", "../..")
+
+
+def test_start_is_detached_and_killed_by_terminate(provider: LocalProvider) -> None:
+    node = provider.launch(_offer(provider), token="tok-s", campaign_tag="camp")
+    transport = provider.transport(node)
+    home = provider.root / "tok-s" / "home"
+    (home / "work").mkdir()
+    leader = node.details["leader_pid"]
+
+    started = time.monotonic()
+    transport.start("echo $$ > pid.txt; pwd > cwd.txt; sleep 60", cwd="work")
+    assert time.monotonic() - started < 10  # returned without waiting for the command
+    assert _wait_for(lambda: (home / "work" / "pid.txt").exists() and (home / "work" / "pid.txt").read_text())
+    pid = int((home / "work" / "pid.txt").read_text())
+    assert (home / "work" / "cwd.txt").read_text().strip() == str((home / "work").resolve())
+    time.sleep(0.2)
+    members = node_processes("tok-s")
+    assert pid in members and leader in members  # still running after start() returned, marked as the node's
+    assert os.getsid(pid) != os.getsid(0), "out of reach of the controller's terminal (Ctrl-C, hang-up)"
+
+    provider.terminate(node)
+    assert node_processes("tok-s") == []
+    assert provider.status(node) is NodeState.TERMINATED
+
+
+def test_preempt_reads_as_preempted(provider: LocalProvider) -> None:
+    node = provider.launch(_offer(provider), token="tok-x", campaign_tag="camp")
+    other = provider.launch(_offer(provider), token="tok-y", campaign_tag="camp")
+    provider.transport(node).start("sleep 60", cwd=".")
+    provider.preempt(node)
+    assert node_processes("tok-x") == []
+    assert provider.status(node) is NodeState.PREEMPTED
+    with pytest.raises(ProviderError, match="gone"):
+        provider.transport(node).run("true")
+    assert provider.status(other) is NodeState.RUNNING
+    # a preempted node is still ours until terminated (it may still bill)
+    assert sorted(n.node_id for n in provider.owned("camp")) == ["tok-x", "tok-y"]
+    provider.terminate(node)
+    assert provider.status(node) is NodeState.TERMINATED
+    assert [n.node_id for n in provider.owned("camp")] == ["tok-y"]
+
+
+def test_node_round_trip(provider: LocalProvider) -> None:
+    node = provider.launch(_offer(provider), token="tok-j", campaign_tag="camp")
+    raw = node.to_dict()
+    assert raw["offer"]["hourly_usd"] == 0.5
+    assert raw["details"]["leader_pid"] == node.details["leader_pid"]
+    assert Node.from_dict(raw) == node
+    assert isinstance(Node.from_dict(raw).offer, Offer)
+    # after a controller restart, a node rebuilt from its record is fully usable
+    rebuilt = Node.from_dict(raw)
+    assert LocalProvider(provider.root).status(rebuilt) is NodeState.RUNNING
+    assert LocalProvider(provider.root).transport(rebuilt).run("echo ok").out == "ok\n"

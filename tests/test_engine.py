@@ -1,0 +1,176 @@
+"""The engine through the real CLI: preemption, a killed controller, Ctrl-C, orphan nodes, failures.
+
+Each test drives ``benchctl`` in a subprocess against a private BENCHCTL_HOME and injects the
+fault from outside, as it would happen for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from provisioners.base import Node, NodeState
+from provisioners.local import LocalProvider
+from provisioners.local_processes import node_processes
+from store import queries as q
+from store.database import open_store
+from tests.conftest import REPO, run_cli
+
+ONE_CELL = "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 2.0}\n"
+
+
+def _start(home: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "BENCHCTL_HOME": str(home)}
+    env.pop("BENCHCTL_DB", None)
+    return subprocess.Popen([sys.executable, "-m", "benchctl", *args], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for(predicate: Callable[[], object], timeout: float = 60.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def _store(home: Path):  # type: ignore[no-untyped-def]
+    return open_store(f"sqlite:///{home / 'benchctl.db'}")
+
+
+def _only_cell(home: Path):  # type: ignore[no-untyped-def]
+    engine = _store(home)
+    (campaign,) = q.campaigns(engine)
+    assert campaign.id is not None
+    (cell,) = q.cells(engine, campaign.id)
+    return engine, cell
+
+
+def _running_profile_node(home: Path) -> Node | None:
+    """The node of the open attempt once its profile phase has recorded a sample."""
+    if not (home / "benchctl.db").exists():
+        return None
+    engine = _store(home)
+    for campaign in q.campaigns(engine):
+        for cell in q.cells(engine, campaign.id or 0):
+            samples = q.events(engine, cell.id or 0, kind="sample", phase="profile")
+            for attempt in q.attempts(engine, cell.id or 0):
+                if attempt.open and attempt.node_json and any(e.attempt_id == attempt.id for e in samples):
+                    return Node.from_dict(json.loads(attempt.node_json))
+    return None
+
+
+def _no_live_nodes(home: Path) -> None:
+    provider = LocalProvider(home / "nodes")
+    for record in (home / "nodes").glob("*/node.json"):
+        node = Node.from_dict(json.loads(record.read_text())["node"])
+        assert node_processes(node.token) == [], f"node {node.node_id} still has processes"
+        assert provider.status(node) is not NodeState.RUNNING
+
+
+def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_campaign) -> None:
+    path = write_campaign(matrix=ONE_CELL, steps=150)
+    proc = _start(home, "run", str(path), "--poll-interval", "0.1")
+    node = _wait_for(lambda: _running_profile_node(home))
+    assert isinstance(node, Node)
+    LocalProvider(home / "nodes").preempt(node)  # the node vanishes without our terminate
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    engine, cell = _only_cell(home)
+    assert cell.state == "done"
+    first, second = q.attempts(engine, cell.id or 0)
+    assert (first.outcome, second.outcome) == ("preempted", "done")
+    assert first.cost_usd is not None and first.cost_usd > 0
+    started = q.events(engine, cell.id or 0, kind="phase_start")
+    assert [e.phase for e in started if e.attempt_id == second.id] == ["preflight", "profile"], \
+        "a new node proves itself healthy again"
+    kept = [e for e in q.events(engine, cell.id or 0, kind="sample", phase="profile") if e.attempt_id == first.id]
+    assert kept, "samples measured before the preemption are kept"
+    (result, _, _), = q.results(engine)
+    assert result.timed_steps == 150
+    assert "preempted" in err
+    _no_live_nodes(home)
+
+
+def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write_campaign) -> None:
+    path = write_campaign(matrix=ONE_CELL, steps=120)
+    proc = _start(home, "run", str(path), "--poll-interval", "0.1")
+    node = _wait_for(lambda: _running_profile_node(home))
+    assert isinstance(node, Node)
+    proc.kill()  # SIGKILL: no cleanup at all, the node keeps "billing"
+    proc.wait()
+    provider = LocalProvider(home / "nodes")
+    assert provider.status(node) is NodeState.RUNNING, "the payload was started detached and must survive"
+    resumed = run_cli("resume", "--poll-interval", "0.1", home=home)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "re-attaching" in resumed.stderr
+    engine, cell = _only_cell(home)
+    assert cell.state == "done"
+    (attempt,) = q.attempts(engine, cell.id or 0)  # the same node finished the job
+    assert attempt.outcome == "done" and not attempt.open
+    samples = q.events(engine, cell.id or 0, kind="sample", phase="profile")
+    steps = [json.loads(e.data_json)["step"] for e in samples]
+    assert steps == list(range(121)), "every step recorded exactly once"
+    assert provider.status(node) is NodeState.TERMINATED
+    _no_live_nodes(home)
+
+
+def test_ctrl_c_terminates_nodes_and_resume_finishes(home: Path, write_campaign) -> None:
+    path = write_campaign(steps=150)
+    proc = _start(home, "run", str(path), "--poll-interval", "0.1")
+    _wait_for(lambda: _running_profile_node(home))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "benchctl resume" in err
+    assert "Traceback" not in err
+    _no_live_nodes(home)
+    engine = _store(home)
+    (campaign,) = q.campaigns(engine)
+    states = {c.state for c in q.cells(engine, campaign.id or 0)}
+    assert "cancelled" in states
+    assert all(not a.open for c in q.cells(engine, campaign.id or 0) for a in q.attempts(engine, c.id or 0))
+    resumed = run_cli("resume", "tiny", home=home)
+    assert resumed.returncode == 0, resumed.stderr
+    assert {c.state for c in q.cells(engine, campaign.id or 0)} == {"done"}
+
+
+def test_orphan_node_with_campaign_tag_is_terminated(home: Path, write_campaign) -> None:
+    provider = LocalProvider(home / "nodes")
+    (offer,) = provider.offers(__import__("provisioners.base", fromlist=["OfferRequest"]).OfferRequest(
+        gpu="cpu", count=1, market="on-demand", price_usd_per_hour=1.0))
+    orphan = provider.launch(offer, "bc-orphan", "bc-tiny")
+    result = run_cli("run", str(write_campaign(matrix=ONE_CELL)), home=home)
+    assert result.returncode == 0, result.stderr
+    assert "bc-orphan" in result.stderr
+    assert provider.status(orphan) is NodeState.TERMINATED
+
+
+def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> None:
+    matrix = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
+    result = run_cli("run", str(write_campaign(matrix=matrix)), home=home)
+    assert result.returncode == 1
+    assert "not complete" in result.stderr and "Traceback" not in result.stderr
+    status = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    (cell,) = status["campaigns"][0]["cells"]
+    assert cell["state"] == "failed" and cell["attempts"] == 0
+
+
+def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> None:
+    result = run_cli("run", str(write_campaign()), home=home)
+    assert result.returncode == 0, result.stderr
+    _no_live_nodes(home)
+    engine = _store(home)
+    (campaign,) = q.campaigns(engine)
+    assert LocalProvider(home / "nodes").owned("bc-tiny") == []
+    spent = q.spent_usd(engine, campaign.id or 0)
+    costs = [a.cost_usd for c in q.cells(engine, campaign.id or 0) for a in q.attempts(engine, c.id or 0)]
+    assert spent == sum(c or 0 for c in costs) and spent > 0

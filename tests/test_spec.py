@@ -1,0 +1,399 @@
+"""Campaign files: matrix expansion, stable cell keys, and every bad input as a precise error.
+
+Bad inputs are checked twice: ``parse_campaign`` raises a SpecError whose text is
+``file:line path: problem``, and ``benchctl run`` turns it into one line on stderr, exit code 2,
+no traceback and no database.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from benchctl.errors import SpecError
+from benchctl.spec import (
+    Campaign,
+    CampaignSpec,
+    CellSpec,
+    Defaults,
+    PayloadSpec,
+    ProfileSpec,
+    Target,
+    load_campaign,
+    parse_campaign,
+)
+from tests.conftest import REPO, run_cli
+
+# Line numbers below refer to this text; every edit replaces one unique piece of it.
+BASE = """\
+name: t
+budget_usd: 5
+target:
+  model: nanochat-d1
+  vocab_size: 512
+  target_param_data_ratio: 8.5
+  total_batch_size: 128
+defaults:
+  market: on-demand
+  max_attempts: 2
+payload:
+  phases: [preflight, profile]
+  profile:
+    device_batch_size: 2
+    sequence_len: 32
+matrix:
+  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}
+  - provider: local
+    gpu: cpu
+    count: 2
+    price_usd_per_hour: 1.0
+"""
+
+# device_batch_size × sequence_len = 64 tokens per device; 4096 divides by 64 × {1, 2, 4, 8}.
+KEYS_BASE = """\
+name: keys
+budget_usd: 50
+target: {{model: nanochat-d1, target_param_data_ratio: 8.5, total_batch_size: 4096}}
+defaults: {{market: spot, max_attempts: 4}}
+payload: {{profile: {{device_batch_size: 2, sequence_len: 32}}}}
+matrix:
+{matrix}
+"""
+
+
+def edit(old: str, new: str, text: str = BASE) -> str:
+    assert text.count(old) == 1, f"{old!r} must occur exactly once"
+    return text.replace(old, new)
+
+
+def keys_campaign(matrix: str) -> Campaign:
+    return parse_campaign(KEYS_BASE.format(matrix=matrix), "k.yaml")
+
+
+def spec_error(text: str, file: str = "f.yaml") -> SpecError:
+    with pytest.raises(SpecError) as info:
+        parse_campaign(text, file)
+    return info.value
+
+
+# --------------------------------------------------------------------------------------------- valid files
+
+
+def test_base_text_is_valid() -> None:
+    campaign = parse_campaign(BASE, "f.yaml")
+    assert [c.key for c in campaign.cells] == ["local:cpux1:on-demand", "local:cpux2:on-demand"]
+    assert [c.price_usd_per_hour for c in campaign.cells] == [0.5, 1.0]
+    assert campaign.spec.name == "t"
+    assert campaign.source == "f.yaml"
+
+
+def test_list_values_expand_into_the_cross_product_in_file_order() -> None:
+    campaign = keys_campaign("  - {provider: local, gpu: cpu, count: [1, 2], market: [spot, on-demand], "
+                             "price_usd_per_hour: 0.5}")
+    assert [c.key for c in campaign.cells] == [
+        "local:cpux1:spot",
+        "local:cpux1:on-demand",
+        "local:cpux2:spot",
+        "local:cpux2:on-demand",
+    ]
+    assert [(c.count, c.market) for c in campaign.cells] == [(1, "spot"), (1, "on-demand"), (2, "spot"),
+                                                             (2, "on-demand")]
+    assert all(c.price_usd_per_hour == 0.5 for c in campaign.cells)
+
+
+def test_three_lists_give_every_combination() -> None:
+    campaign = keys_campaign("  - {provider: runpod, gpu: [H100_SXM, H100_PCIE], count: [4, 8], "
+                             "market: [spot, on-demand]}")
+    assert len(campaign.cells) == 8
+    assert len({c.key for c in campaign.cells}) == 8
+    assert campaign.cells[0].key == "runpod:H100_SXMx4:spot"
+    assert campaign.cells[-1].key == "runpod:H100_PCIEx8:on-demand"
+
+
+def test_entries_without_lists_give_one_cell_each() -> None:
+    campaign = keys_campaign("  - {provider: runpod, gpu: H100_SXM, count: 8}\n"
+                             "  - {provider: runpod, gpu: H100_PCIE, count: 8}")
+    assert [c.key for c in campaign.cells] == ["runpod:H100_SXMx8:spot", "runpod:H100_PCIEx8:spot"]
+
+
+def test_defaults_apply_and_entries_override_them() -> None:
+    campaign = keys_campaign("  - {provider: runpod, gpu: H100_SXM, count: 8}\n"
+                             "  - {provider: runpod, gpu: H100_SXM, count: 4, market: on-demand, max_attempts: 1}")
+    first, second = campaign.cells
+    assert (first.market, first.max_attempts, first.image) == ("spot", 4, None)
+    assert (second.market, second.max_attempts) == ("on-demand", 1)
+
+
+def test_builtin_defaults_when_the_file_has_no_defaults_section() -> None:
+    text = edit("defaults:\n  market: on-demand\n  max_attempts: 2\n", "")
+    campaign = parse_campaign(text, "f.yaml")
+    assert {(c.market, c.max_attempts, c.image) for c in campaign.cells} == {("on-demand", 3, None)}
+    assert campaign.spec.payload.timeout_minutes == 120
+    assert campaign.spec.payload.profile.warmup_steps == 3
+    assert campaign.spec.payload.profile.steps == 10
+
+
+def test_default_image_is_applied_and_is_part_of_the_key() -> None:
+    text = KEYS_BASE.format(matrix="  - {provider: runpod, gpu: H100_SXM, count: 8}\n"
+                                   "  - {provider: runpod, gpu: H100_SXM, count: 4, image: 'my/img:1'}").replace(
+        "defaults: {market: spot, max_attempts: 4}",
+        'defaults: {market: spot, max_attempts: 4, image: "pytorch/pytorch:2.8.0"}')
+    first, second = parse_campaign(text, "k.yaml").cells
+    assert first.image == "pytorch/pytorch:2.8.0"
+    assert first.key == "runpod:H100_SXMx8:spot:image=pytorch_pytorch_2.8.0"
+    assert second.image == "my/img:1"
+    assert second.key == "runpod:H100_SXMx4:spot:image=my_img_1"
+
+
+def test_instance_type_cells_and_optional_coordinates_in_the_key() -> None:
+    campaign = keys_campaign("  - {provider: aws, instance_type: p5.48xlarge, region: us-east-1}\n"
+                             "  - {provider: vastai, gpu: H100_SXM, count: 8, min_vcpus: 128}\n"
+                             "  - {provider: aws, gpu: H100, count: 8, instance_type: p5.48xlarge}")
+    assert [c.key for c in campaign.cells] == [
+        "aws:p5.48xlarge:spot:region=us-east-1",
+        "vastai:H100_SXMx8:spot:min_vcpus=128",
+        "aws:H100x8:spot:instance_type=p5.48xlarge",
+    ]
+    assert [c.world_size for c in campaign.cells] == [1, 8, 8]
+
+
+def test_keys_are_stable_across_parses() -> None:
+    matrix = "  - {provider: local, gpu: cpu, count: [1, 2], market: [spot, on-demand], price_usd_per_hour: 0.5}"
+    assert [c.key for c in keys_campaign(matrix).cells] == [c.key for c in keys_campaign(matrix).cells]
+
+
+def test_key_ignores_price_and_max_attempts() -> None:
+    before = keys_campaign("  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 0.5}").cells[0]
+    after = keys_campaign("  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 9.0, max_attempts: 7}"
+                          ).cells[0]
+    assert (before.price_usd_per_hour, before.max_attempts) == (0.5, 4)
+    assert (after.price_usd_per_hour, after.max_attempts) == (9.0, 7)
+    assert before.key == after.key == "local:cpux2:spot"
+
+
+def test_key_changes_with_region() -> None:
+    east = keys_campaign("  - {provider: aws, instance_type: p5.48xlarge, region: us-east-1}").cells[0]
+    west = keys_campaign("  - {provider: aws, instance_type: p5.48xlarge, region: us-west-2}").cells[0]
+    none = keys_campaign("  - {provider: aws, instance_type: p5.48xlarge}").cells[0]
+    assert east.key == "aws:p5.48xlarge:spot:region=us-east-1"
+    assert west.key == "aws:p5.48xlarge:spot:region=us-west-2"
+    assert none.key == "aws:p5.48xlarge:spot"
+
+
+def test_the_shipped_local_smoke_campaign_parses() -> None:
+    campaign = load_campaign(REPO / "campaigns" / "local-smoke.yaml")
+    assert campaign.spec.name == "local-smoke"
+    assert [c.key for c in campaign.cells] == ["local:cpux1:on-demand", "local:cpux2:on-demand"]
+    assert [c.max_attempts for c in campaign.cells] == [2, 2]
+
+
+def test_profile_model_equal_to_target_model_is_accepted() -> None:
+    text = edit("    device_batch_size: 2\n", "    model: nanochat-d1\n    device_batch_size: 2\n")
+    assert parse_campaign(text, "f.yaml").spec.payload.profile.model == "nanochat-d1"
+
+
+def test_batch_check_is_skipped_without_the_profile_phase() -> None:
+    text = edit("  phases: [preflight, profile]", "  phases: [preflight]")
+    text = edit("    count: 2\n", "    count: 3\n", text)
+    assert [c.count for c in parse_campaign(text, "f.yaml").cells] == [1, 3]
+
+
+# ------------------------------------------------------------------------------------------ bad inputs
+
+BLOCK_COUNT_WITH_ZERO = "    count:\n      - 2\n      - 0\n"  # the 0 is on line 22
+BLOCK_COUNT_NOT_DIVIDING = "    count:\n      - 2\n      - 3\n"  # the 3 is on line 22
+
+# (id, text, line, path, fragment of the problem)
+BAD: list[tuple[str, str, int, str, str]] = [
+    ("unknown-top-level-key", edit("budget_usd: 5\n", "budget_usd: 5\nbudgt: 3\n"), 3, "budgt", "unknown key"),
+    ("unknown-key-in-target", edit("  vocab_size: 512\n", "  vocab_size: 512\n  modle: x\n"), 6, "target.modle",
+     "unknown key"),
+    ("unknown-key-in-matrix-entry", edit("    count: 2\n", "    count: 2\n    gpus: 3\n"), 21, "matrix[1].gpus",
+     "unknown key"),
+    ("unknown-key-in-profile", edit("    sequence_len: 32\n", "    sequence_len: 32\n    batch: 3\n"), 16,
+     "payload.profile.batch", "unknown key"),
+    ("budget-wrong-type", edit("budget_usd: 5", 'budget_usd: "lots"'), 2, "budget_usd", "valid number"),
+    ("count-wrong-type", edit("    count: 2\n", "    count: eight\n"), 20, "matrix[1].count", "valid integer"),
+    ("ratio-wrong-type", edit("target_param_data_ratio: 8.5", "target_param_data_ratio: high"), 6,
+     "target.target_param_data_ratio", "valid number"),
+    ("count-zero", edit("    count: 2\n", "    count: 0\n"), 20, "matrix[1].count", "greater than or equal to 1"),
+    ("count-zero-in-list", edit("    count: 2\n", BLOCK_COUNT_WITH_ZERO), 22, "matrix[1].count[1]",
+     "greater than or equal to 1"),
+    ("budget-negative", edit("budget_usd: 5", "budget_usd: -1"), 2, "budget_usd", "greater than 0"),
+    ("budget-zero", edit("budget_usd: 5", "budget_usd: 0"), 2, "budget_usd", "greater than 0"),
+    ("max-attempts-zero", edit("  max_attempts: 2", "  max_attempts: 0"), 10, "defaults.max_attempts",
+     "greater than or equal to 1"),
+    ("bad-name", edit("name: t", "name: 'my campaign'"), 1, "name", "should match pattern"),
+    ("unknown-provider", edit("  - provider: local", "  - provider: lambda"), 18, "matrix[1].provider",
+     "'local', 'ssh', 'runpod', 'vastai', 'aws' or 'skypilot'"),
+    ("unknown-market", edit("    gpu: cpu\n", "    gpu: cpu\n    market: reserved\n"), 20, "matrix[1].market",
+     "'spot' or 'on-demand'"),
+    ("unknown-market-in-list", edit("    gpu: cpu\n", "    gpu: cpu\n    market: [spot, reserved]\n"), 20,
+     "matrix[1].market[1]", "'spot' or 'on-demand'"),
+    ("unknown-default-market", edit("  market: on-demand", "  market: cheap"), 9, "defaults.market",
+     "'spot' or 'on-demand'"),
+    ("missing-matrix", BASE.split("matrix:")[0], 1, "matrix", "missing required key"),
+    ("missing-target", edit("target:\n  model: nanochat-d1\n  vocab_size: 512\n  target_param_data_ratio: 8.5\n"
+                            "  total_batch_size: 128\n", ""), 1, "target", "missing required key"),
+    ("empty-matrix", BASE.split("matrix:")[0] + "matrix: []\n", 16, "matrix", "at least 1 item"),
+    ("matrix-entry-not-a-mapping", edit("  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}",
+                                        "  - local"), 17, "matrix[0]", "valid dictionary"),
+    ("empty-list-in-matrix-entry", edit("    count: 2\n", "    count: []\n"), 20, "matrix[1].count", "empty list"),
+    ("duplicate-top-level-key", BASE + "budget_usd: 6\n", 22, "budget_usd",
+     "duplicate key 'budget_usd' (first at line 2)"),
+    ("duplicate-key-in-matrix-entry", edit("    count: 2\n", "    count: 2\n    gpu: cpu\n"), 21, "matrix[1].gpu",
+     "duplicate key 'gpu' (first at line 19)"),
+    ("duplicate-key-in-flow-entry", edit("count: 1, price", "count: 1, count: 2, price"), 17, "matrix[0].count",
+     "duplicate key 'count' (first at line 17)"),
+    ("unknown-model-preset", edit("  model: nanochat-d1", "  model: gpt5"), 4, "target.model",
+     "unknown model preset 'gpt5'"),
+    ("profile-model-differs", edit("    device_batch_size: 2\n", "    model: nanochat-d2\n    device_batch_size: 2\n"),
+     14, "payload.profile.model", "differs from target.model 'nanochat-d1'"),
+    ("unknown-phase", edit("[preflight, profile]", "[preflight, profile, collectives]"), 12, "payload.phases",
+     "unknown phase 'collectives'"),
+    ("phase-listed-twice", edit("[preflight, profile]", "[preflight, profile, preflight]"), 12, "payload.phases",
+     "listed twice"),
+    ("no-phases", edit("[preflight, profile]", "[]"), 12, "payload.phases", "at least 1 item"),
+    ("local-cell-without-price", edit("    price_usd_per_hour: 1.0\n", ""), 18, "matrix[1]",
+     "local cells need price_usd_per_hour"),
+    ("runpod-cell-with-price", edit("  - provider: local", "  - provider: runpod"), 18, "matrix[1]",
+     "runpod bills its own price"),
+    ("cell-without-gpu-count-or-instance-type", edit("    gpu: cpu\n    count: 2\n", ""), 18, "matrix[1]",
+     "a cell needs gpu and count"),
+    ("cell-with-gpu-but-no-count", edit("    count: 2\n", ""), 18, "matrix[1]", "a cell needs gpu and count"),
+    ("total-batch-not-divisible", edit("    count: 2\n", "    count: 3\n"), 20, "matrix[1].count",
+     "2 × 32 × 3 = 192"),
+    ("total-batch-not-divisible-in-list", edit("    count: 2\n", BLOCK_COUNT_NOT_DIVIDING), 22,
+     "matrix[1].count[1]", "2 × 32 × 3 = 192"),
+    ("repeated-cell", edit("    count: 2\n", "    count: 1\n"), 18, "matrix[1]",
+     "repeats cell local:cpux1:on-demand of matrix[0]"),
+    ("yaml-syntax-error", edit("budget_usd: 5", "budget_usd: 5: 6"), 2, "", "YAML syntax error"),
+    ("yaml-bad-indentation", edit("  vocab_size: 512", "   vocab_size: 512"), 5, "", "YAML syntax error"),
+    ("not-a-mapping", "- name: t\n- budget_usd: 5\n", 1, "", "must be a mapping"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "path", "fragment"), [case[1:] for case in BAD],
+                         ids=[case[0] for case in BAD])
+def test_bad_input_names_file_line_and_path(text: str, line: int, path: str, fragment: str) -> None:
+    err = spec_error(text)
+    prefix = f"f.yaml:{line} {path}: " if path else f"f.yaml:{line}: "
+    assert str(err).startswith(prefix), str(err)
+    assert fragment in str(err)
+    assert (err.file, err.line, err.path) == ("f.yaml", line, path)
+    assert err.exit_code == 2
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "\n\n"], ids=["empty", "only-comment", "blank-lines"])
+def test_empty_file(text: str) -> None:
+    err = spec_error(text)
+    assert str(err).startswith("f.yaml: the file is empty; a campaign needs name, budget_usd, target, matrix")
+    assert err.line is None
+
+
+def test_every_problem_is_reported_one_per_line() -> None:
+    text = edit("budget_usd: 5\n", "budget_usd: 5\nbudgt: 3\n")
+    text = edit("  vocab_size: 512\n", "  vocab_size: 512\n  modle: x\n", text)
+    lines = str(spec_error(text)).splitlines()
+    assert len(lines) == 2
+    assert sorted(line.split(": ")[0] for line in lines) == ["f.yaml:3 budgt", "f.yaml:7 target.modle"]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(SpecError) as info:
+        load_campaign(path)
+    assert str(info.value) == f"{path}: no such file; check the path"
+
+
+def test_directory_instead_of_a_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_campaign(tmp_path)
+    assert str(info.value).startswith(f"{tmp_path}: cannot read the file (")
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def _by_id(case_id: str) -> tuple[str, int, str, str]:
+    for cid, text, line, path, fragment in BAD:
+        if cid == case_id:
+            return text, line, path, fragment
+    raise KeyError(case_id)
+
+
+CLI_CASES = ["unknown-top-level-key", "unknown-key-in-matrix-entry", "budget-wrong-type", "count-wrong-type",
+             "count-zero", "count-zero-in-list", "budget-negative", "unknown-provider", "unknown-market",
+             "missing-matrix", "yaml-syntax-error", "duplicate-top-level-key", "duplicate-key-in-matrix-entry",
+             "local-cell-without-price", "repeated-cell"]
+
+
+def _assert_clean_usage_error(result: subprocess.CompletedProcess[str], home: Path) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stdout
+    assert not (home / "benchctl.db").exists()
+
+
+@pytest.mark.parametrize("case_id", CLI_CASES)
+def test_cli_rejects_bad_file(case_id: str, tmp_path: Path, home: Path) -> None:
+    text, line, path, fragment = _by_id(case_id)
+    file = tmp_path / "bad.yaml"
+    file.write_text(text)
+    result = run_cli("run", str(file), home=home)
+    _assert_clean_usage_error(result, home)
+    where = f"{file}:{line} {path}: " if path else f"{file}:{line}: "
+    assert f"error: {where}" in result.stderr
+    assert fragment in result.stderr
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"], ids=["empty", "only-comment"])
+def test_cli_rejects_empty_file(text: str, tmp_path: Path, home: Path) -> None:
+    file = tmp_path / "empty.yaml"
+    file.write_text(text)
+    result = run_cli("run", str(file), home=home)
+    _assert_clean_usage_error(result, home)
+    assert f"error: {file}: the file is empty" in result.stderr
+
+
+def test_cli_rejects_missing_file(tmp_path: Path, home: Path) -> None:
+    file = tmp_path / "nope.yaml"
+    result = run_cli("run", str(file), home=home)
+    _assert_clean_usage_error(result, home)
+    assert f"error: {file}: no such file; check the path" in result.stderr
+
+
+def test_cli_rejects_a_directory(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "campaigns"
+    folder.mkdir()
+    result = run_cli("run", str(folder), home=home)
+    _assert_clean_usage_error(result, home)
+    assert str(folder) in result.stderr
+    assert "is a directory" in result.stderr
+
+
+def test_cli_rejects_a_provider_this_version_cannot_run(write_campaign: Callable[..., Path], home: Path) -> None:
+    path = write_campaign(name="cloudy", matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n"
+                                                "  - {provider: runpod, gpu: H100_SXM, count: 1}\n")
+    result = run_cli("run", str(path), home=home)
+    _assert_clean_usage_error(result, home)
+    assert "error: provider 'runpod' is not available in this version of benchctl (available: local)" \
+        in result.stderr
+
+
+# ------------------------------------------------------------------------------------------------ docs
+
+
+def _fields(model: type[BaseModel]) -> set[str]:
+    return set(model.model_fields)
+
+
+def test_reference_documents_every_key() -> None:
+    doc = (REPO / "docs" / "campaign-reference.md").read_text()
+    keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec)))
+    missing = sorted(k for k in keys if f"`{k}`" not in doc and f".{k}`" not in doc)
+    assert missing == []
