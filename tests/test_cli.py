@@ -1,0 +1,113 @@
+"""The CLI end to end: run, run again, resume, status, leaderboard in every format, --db."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+LEADERBOARD_KEYS = ["campaign", "cell", "provider", "gpu", "count", "market", "hourly_usd", "step_time_ms",
+                    "step_time_p10_ms", "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd",
+                    "status"]
+
+
+@pytest.fixture
+def finished(home: Path, write_campaign) -> Path:  # type: ignore[no-untyped-def]
+    path = write_campaign()
+    result = run_cli("run", str(path), home=home)
+    assert result.returncode == 0, result.stderr
+    assert "cost-to-train" in result.stdout and "local:cpux2:on-demand" in result.stdout
+    return path
+
+
+def test_second_run_reruns_nothing(home: Path, finished: Path) -> None:
+    before = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    again = run_cli("run", str(finished), home=home)
+    assert again.returncode == 0, again.stderr
+    assert "campaign tiny is complete" in again.stdout
+    after = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    assert after == before, "no attempt, no spend, no state change"
+    assert [c["attempts"] for c in after["campaigns"][0]["cells"]] == [1, 1]
+
+
+def test_status_json_shape(home: Path, finished: Path) -> None:
+    status = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    (campaign,) = status["campaigns"]
+    assert campaign["name"] == "tiny"
+    assert campaign["spent_usd"] > 0 and campaign["remaining_usd"] == pytest.approx(5 - campaign["spent_usd"])
+    assert [(c["key"], c["state"], c["attempts"]) for c in campaign["cells"]] == [
+        ("local:cpux1:on-demand", "done", 1), ("local:cpux2:on-demand", "done", 1)]
+
+
+def test_status_and_resume_on_an_empty_store(home: Path) -> None:
+    assert json.loads(run_cli("status", "--format", "json", home=home).stdout) == {"campaigns": []}
+    resumed = run_cli("resume", home=home)
+    assert resumed.returncode == 0 and "nothing to resume" in resumed.stdout
+    missing = run_cli("resume", "nope", home=home)
+    assert missing.returncode == 2 and "no campaign named 'nope'" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, finished: Path) -> None:
+    rows = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)
+    assert [list(r) for r in rows] == [LEADERBOARD_KEYS] * 2
+    assert [r["cost_to_train_usd"] for r in rows] == sorted(r["cost_to_train_usd"] for r in rows)
+    prices = {"local:cpux1:on-demand": 0.5, "local:cpux2:on-demand": 1.0}
+    for row in rows:
+        # nanochat-d1, vocab 512: dim 128; 12·128² block matrices + one ve_gate (1×32) + 512·128 lm_head
+        assert row["target_steps"] == int(8.5 * (12 * 128**2 + 32 + 512 * 128) // 128) == 17_410
+        assert row["hourly_usd"] == prices[row["cell"]]
+        assert row["step_time_p10_ms"] <= row["step_time_ms"] <= row["step_time_p90_ms"]
+        assert row["train_hours"] == pytest.approx(row["step_time_ms"] / 1000 * row["target_steps"] / 3600)
+        assert row["cost_to_train_usd"] == pytest.approx(row["train_hours"] * row["hourly_usd"])
+        assert row["status"] == "done"
+
+
+def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None:
+    parsed = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv", home=home).stdout)))
+    assert len(parsed) == 2 and list(parsed[0]) == LEADERBOARD_KEYS
+    md = run_cli("leaderboard", "--format", "md", home=home).stdout.splitlines()
+    assert md[0].startswith("| campaign | cell |") and md[1].startswith("|---|") and len(md) == 4
+    table = run_cli("leaderboard", home=home).stdout
+    assert "rank" in table and "cost_to_train_usd" in table and "\x1b[" not in table, "plain text when piped"
+    other = run_cli("leaderboard", "--campaign", "other", "--format", "json", home=home)
+    assert json.loads(other.stdout) == []
+
+
+def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: str) -> None:
+    matrix = "  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n"
+    path = write_campaign(matrix=matrix)
+    result = run_cli("--db", pg_url, "run", str(path), home=home)
+    assert result.returncode == 0, result.stderr
+    assert not (home / "benchctl.db").exists(), "everything went to PostgreSQL"
+    rows = json.loads(run_cli("--db", pg_url, "leaderboard", "--format", "json", home=home).stdout)
+    assert [(r["cell"], r["status"]) for r in rows] == [("local:cpux1:on-demand", "done")]
+    via_env = run_cli("status", "--format", "json", home=home, env={"BENCHCTL_DB": pg_url})
+    assert json.loads(via_env.stdout)["campaigns"][0]["cells"][0]["state"] == "done"
+
+
+def test_unreachable_database_is_a_clear_error(home: Path, write_campaign) -> None:
+    result = run_cli("--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
+    assert result.returncode == 1
+    assert "cannot open the database" in result.stderr and "Traceback" not in result.stderr
+    debug = run_cli("--debug", "--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
+    assert "Traceback" in debug.stderr
+
+
+def test_start_up_path_imports_no_heavy_module() -> None:
+    code = ("import sys, benchctl.cli.main as m; "
+            "print(sorted(x for x in ('torch', 'sqlalchemy', 'sqlmodel', 'pydantic', 'rich', 'yaml', 'boto3') "
+            "if x in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]"
+    help_out = subprocess.run([sys.executable, "-m", "benchctl", "--help"], capture_output=True, text=True, cwd=REPO)
+    assert help_out.returncode == 0
+    for command in ("run", "resume", "status", "leaderboard"):
+        assert command in help_out.stdout
