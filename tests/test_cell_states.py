@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from benchctl.cell_states import ALLOWED, FINISHED, CellState, IllegalTransition, check_transition
@@ -8,7 +10,7 @@ HAPPY_PATH = ["pending", "provisioning", "preflight", "running", "collecting", "
 
 
 def test_happy_path_is_allowed() -> None:
-    for current, new in zip(HAPPY_PATH, HAPPY_PATH[1:], strict=False):
+    for current, new in itertools.pairwise(HAPPY_PATH):
         check_transition(CellState(current), CellState(new))
 
 
