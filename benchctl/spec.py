@@ -99,7 +99,7 @@ class CellSpec(_Strict):
     region: str | None = None
     instance_type: str | None = None
     min_vcpus: int | None = Field(default=None, ge=1)
-    image: str | None = None
+    image: str | None = Field(default=None, description="set in the matrix entry; defaults.image applies otherwise")
     max_attempts: int = Field(ge=1)
     price_usd_per_hour: float | None = Field(default=None, ge=0)
 
@@ -141,6 +141,10 @@ class Campaign(BaseModel):
     spec: CampaignSpec
     cells: list[CellSpec]
     source: str
+
+    def image(self, cell: CellSpec) -> str | None:
+        """The image a cell's node runs: the matrix entry's, else defaults.image."""
+        return cell.image or self.spec.defaults.image
 
     def profile_config(self, cell: CellSpec) -> ProfileConfig:
         p, t = self.spec.payload.profile, self.spec.target
@@ -194,7 +198,6 @@ def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: 
             raw = {**entry, **{name: value for name, (_, value) in picked.items()}}
             raw.setdefault("market", spec.defaults.market)
             raw.setdefault("max_attempts", spec.defaults.max_attempts)
-            raw.setdefault("image", spec.defaults.image)
 
             def to_path(loc: tuple[Any, ...], i: int = i, picked: dict[str, Any] = picked) -> Path_:
                 base: Path_ = ("matrix", i, *loc)

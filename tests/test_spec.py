@@ -137,14 +137,16 @@ def test_builtin_defaults_when_the_file_has_no_defaults_section() -> None:
     assert campaign.spec.payload.profile.steps == 10
 
 
-def test_default_image_is_applied_and_is_part_of_the_key() -> None:
+def test_default_image_applies_but_only_an_entry_image_is_part_of_the_key() -> None:
     text = KEYS_BASE.format(matrix="  - {provider: runpod, gpu: H100_SXM, count: 8}\n"
                                    "  - {provider: runpod, gpu: H100_SXM, count: 4, image: 'my/img:1'}").replace(
         "defaults: {market: spot, max_attempts: 4}",
         'defaults: {market: spot, max_attempts: 4, image: "pytorch/pytorch:2.8.0"}')
-    first, second = parse_campaign(text, "k.yaml").cells
-    assert first.image == "pytorch/pytorch:2.8.0"
-    assert first.key == "runpod:H100_SXMx8:spot:image=pytorch_pytorch_2.8.0"
+    campaign = parse_campaign(text, "k.yaml")
+    first, second = campaign.cells
+    assert first.image is None and campaign.image(first) == "pytorch/pytorch:2.8.0"
+    assert first.key == "runpod:H100_SXMx8:spot"
+    assert campaign.image(second) == "my/img:1"
     assert second.image == "my/img:1"
     assert second.key == "runpod:H100_SXMx4:spot:image=my_img_1"
 
@@ -397,3 +399,18 @@ def test_reference_documents_every_key() -> None:
     keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec)))
     missing = sorted(k for k in keys if f"`{k}`" not in doc and f".{k}`" not in doc)
     assert missing == []
+
+
+@pytest.mark.parametrize("name", ["local-smoke.yaml", "h100-matrix.yaml"])
+def test_shipped_campaign_files_parse(name: str) -> None:
+    from benchctl.cost import steps_for
+    from benchctl.spec import load_campaign
+
+    campaign = load_campaign(REPO / "campaigns" / name)
+    assert campaign.cells and len({c.key for c in campaign.cells}) == len(campaign.cells)
+    if name == "h100-matrix.yaml":
+        assert [c.key for c in campaign.cells] == [
+            "runpod:H100_SXMx8:spot", "runpod:H100_SXMx8:on-demand", "runpod:H100_PCIEx8:spot",
+            "vastai:H100_SXMx8:spot:min_vcpus=128", "aws:H100_SXMx8:spot:instance_type=p5.48xlarge:region=us-east-1"]
+        target = campaign.spec.target
+        assert steps_for(target.model, target.target_param_data_ratio, target.total_batch_size) == 14_889
