@@ -39,6 +39,14 @@ class LocalProvider(Provider):
         (node_dir / "home").mkdir(parents=True, exist_ok=True)
         leader = subprocess.Popen(["sleep", "infinity"], start_new_session=True, env=node_env(token),
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Until exec, the child still shows our environment: wait for the marker so that the node
+        # never reads as gone right after launch.
+        deadline = time.monotonic() + 10
+        while not process_alive(leader.pid, token):
+            if time.monotonic() > deadline or leader.poll() is not None:
+                leader.kill()
+                raise ProviderError(f"the local node {token} did not start")
+            time.sleep(0.005)
         node = Node(provider=self.name, node_id=token, token=token, campaign_tag=campaign_tag, offer=offer,
                     details={"leader_pid": leader.pid, "dir": str(node_dir)})
         _write_record(node_dir, {"node": node.to_dict(), "terminated": False, "created_at": time.time()})
