@@ -29,7 +29,11 @@ class RunSummary:
 
 
 def pending_cells(ctx: RunContext) -> list[int]:
-    return [c.id for c in q.cells(ctx.engine, ctx.campaign_id) if c.state != CellState.DONE.value and c.id]
+    """Unfinished cells of the campaign file as it is now; cells removed from the file keep their
+    history in the store but do not run."""
+    in_file = {cell.key for cell in ctx.campaign.cells}
+    return [c.id for c in q.cells(ctx.engine, ctx.campaign_id)
+            if c.state != CellState.DONE.value and c.id and c.key in in_file]
 
 
 def terminate_orphans(ctx: RunContext) -> list[str]:
@@ -55,7 +59,8 @@ def run_campaign(ctx: RunContext, concurrency: int) -> RunSummary:
         with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cell") as pool:
             futures = [pool.submit(_run_one, ctx, cell_id) for cell_id in todo]
             _wait(ctx, futures)
-    states = {c.key: c.state for c in q.cells(ctx.engine, ctx.campaign_id)}
+    in_file = {cell.key for cell in ctx.campaign.cells}
+    states = {c.key: c.state for c in q.cells(ctx.engine, ctx.campaign_id) if c.key in in_file}
     return RunSummary(ran=len(todo), states=states, orphans_terminated=orphans)
 
 

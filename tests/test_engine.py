@@ -174,3 +174,15 @@ def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> 
     spent = q.spent_usd(engine, campaign.id or 0)
     costs = [a.cost_usd for c in q.cells(engine, campaign.id or 0) for a in q.attempts(engine, c.id or 0)]
     assert spent == sum(c or 0 for c in costs) and spent > 0
+
+
+def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaign) -> None:
+    no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
+    first = run_cli("run", str(write_campaign(matrix=ONE_CELL + no_offer)), home=home)
+    assert first.returncode == 1 and "local:H100_SXMx2:on-demand: failed" in first.stderr
+    second = run_cli("run", str(write_campaign(matrix=ONE_CELL)), home=home)
+    assert second.returncode == 0, second.stderr
+    assert "H100_SXM" not in second.stderr and "campaign tiny is complete" in second.stdout
+    status = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    assert {c["key"]: c["state"] for c in status["campaigns"][0]["cells"]} == {
+        "local:cpux2:on-demand": "done", "local:H100_SXMx2:on-demand": "failed"}
