@@ -1,7 +1,8 @@
 """The scheduler: run every unfinished cell of a campaign concurrently, then report.
 
 Before cells start, nodes that carry the campaign's tag but belong to no open attempt are
-terminated and reported (they would bill with nobody watching). Ctrl-C sets the shared stop
+terminated and reported (they would bill with nobody watching). A provider's
+``max_parallel_nodes`` caps how many of its cells run at once. Ctrl-C sets the shared stop
 flag: cells stop launching, terminate their nodes and record ``cancelled``.
 """
 
@@ -56,18 +57,32 @@ def run_campaign(ctx: RunContext, concurrency: int) -> RunSummary:
     todo = pending_cells(ctx)
     orphans = terminate_orphans(ctx)
     if todo:
+        limits: dict[str, threading.BoundedSemaphore] = {
+            name: threading.BoundedSemaphore(limit)
+            for name in {str(c.provider) for c in ctx.campaign.cells}
+            if (limit := ctx.providers.get(name).max_parallel_nodes) is not None}
         with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cell") as pool:
-            futures = [pool.submit(_run_one, ctx, cell_id) for cell_id in todo]
+            futures = [pool.submit(_run_one, ctx, cell_id, limits) for cell_id in todo]
             _wait(ctx, futures)
     in_file = {cell.key for cell in ctx.campaign.cells}
     states = {c.key: c.state for c in q.cells(ctx.engine, ctx.campaign_id) if c.key in in_file}
     return RunSummary(ran=len(todo), states=states, orphans_terminated=orphans)
 
 
-def _run_one(ctx: RunContext, cell_id: int) -> None:
+def _run_one(ctx: RunContext, cell_id: int, limits: dict[str, threading.BoundedSemaphore]) -> None:
     runner = CellRunner(ctx, cell_id)
+    limit = limits.get(runner.spec.provider)
     try:
-        runner.run()
+        if limit is not None:
+            while not limit.acquire(timeout=0.2):
+                if ctx.stop.is_set():
+                    limit = None
+                    break
+        try:
+            runner.run()
+        finally:
+            if limit is not None:
+                limit.release()
     except Exception as exc:
         # A bug or a store failure: the attempt's own ``finally`` already terminated its node.
         ctx.log(f"{runner.key}: controller error: {type(exc).__name__}: {exc}")

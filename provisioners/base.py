@@ -112,6 +112,9 @@ class Transport(ABC):
 
 class Provider(ABC):
     name: ClassVar[str]
+    max_parallel_nodes: ClassVar[int | None] = None
+    """How many of this provider's nodes a campaign may run at once (None: no limit). Nodes that
+    share hardware (``local``) must not run side by side, or they skew each other's timings."""
 
     @abstractmethod
     def offers(self, request: OfferRequest) -> list[Offer]:

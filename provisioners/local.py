@@ -23,6 +23,7 @@ from provisioners.local_transport import LocalTransport
 
 class LocalProvider(Provider):
     name = "local"
+    max_parallel_nodes = 1  # local nodes share this machine's CPUs and GPUs
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -186,3 +186,14 @@ def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaig
     status = json.loads(run_cli("status", "--format", "json", home=home).stdout)
     assert {c["key"]: c["state"] for c in status["campaigns"][0]["cells"]} == {
         "local:cpux2:on-demand": "done", "local:H100_SXMx2:on-demand": "failed"}
+
+
+def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
+    result = run_cli("run", str(write_campaign()), "--concurrency", "4", home=home)
+    assert result.returncode == 0, result.stderr
+    engine = _store(home)
+    (campaign,) = q.campaigns(engine)
+    spans = sorted((a.launched_at or 0, a.terminated_at or 0) for c in q.cells(engine, campaign.id or 0)
+                   for a in q.attempts(engine, c.id or 0))
+    assert len(spans) == 2
+    assert spans[0][1] <= spans[1][0], "the second local node started before the first was terminated"
