@@ -62,6 +62,7 @@ class ProfileSpec(_Strict):
     sequence_len: int = Field(default=2048, ge=1)
     warmup_steps: int = Field(default=3, ge=0)
     steps: int = Field(default=10, ge=1)
+    phase_timing: bool = Field(default=True, description="time forward/backward and the optimizer's phases")
 
 
 class PayloadSpec(_Strict):
@@ -150,7 +151,7 @@ class Campaign(BaseModel):
         p, t = self.spec.payload.profile, self.spec.target
         return ProfileConfig(model=t.model, device_batch_size=p.device_batch_size, sequence_len=p.sequence_len,
                              total_batch_size=t.total_batch_size, warmup_steps=p.warmup_steps, steps=p.steps,
-                             vocab_size=t.vocab_size)
+                             vocab_size=t.vocab_size, phase_timing=p.phase_timing)
 
 
 def load_campaign(path: str | Path) -> Campaign:

@@ -32,6 +32,7 @@ class ProfileConfig:
     steps: int
     vocab_size: int | None = None
     seed: int = 0
+    phase_timing: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,20 @@
-"""The profile phase: train the preset for warm-up + timed steps and time every optimizer step.
+"""The profile phase: train the preset with the ZeRO-2 Muon+AdamW optimizer and time every step.
 
-Per step (one optimizer step = ``total_batch_size`` tokens, gradient accumulation derived from
-device batch, sequence length and world size), rank 0 emits a ``sample`` event:
-``{phase: "profile", step, warmup, step_time_s, loss, tokens}``. Timing brackets the whole step
-with a barrier (and a CUDA synchronize on GPU), so it is the slowest rank's step.
+One optimizer step = ``total_batch_size`` tokens (gradient accumulation derived from device batch,
+sequence length and world size). Rank 0 emits one ``sample`` event per step:
+``{phase: "profile", step, warmup, step_time_s, fwd_bwd_s, opt_phase1_s, opt_phase2_s,
+opt_phase3_s, tokens, tokens_per_s, loss, mfu}``. The step is bracketed by a barrier (and a CUDA
+synchronize on GPU), so it is the slowest rank's step. Inside it, phase boundaries are CUDA events
+on GPU and ``perf_counter`` on CPU, with no extra synchronisation. ``phase_timing: false`` records
+only the step time (to measure what the phase timing costs). MFU (GPU only) is against the GPU's
+bf16 dense peak (``payload.gpu_models``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +22,8 @@ from typing import Any
 from payload.events import EventLog
 from payload.job import Job, ProfileConfig
 from payload.stats import median, percentile
+
+PHASES = ("fwd_bwd_s", "opt_phase1_s", "opt_phase2_s", "opt_phase3_s")
 
 
 def grad_accum_steps(cfg: ProfileConfig, world_size: int) -> int:
@@ -29,12 +37,40 @@ def grad_accum_steps(cfg: ProfileConfig, world_size: int) -> int:
     return cfg.total_batch_size // per_micro
 
 
+class PhaseClock:
+    """Marks phase boundaries: CUDA events on GPU (read after the step's synchronize), else perf_counter."""
+
+    def __init__(self, on_gpu: bool, enabled: bool) -> None:
+        self.on_gpu, self.enabled = on_gpu, enabled
+        self._marks: list[Any] = []
+
+    def mark(self) -> None:
+        if not self.enabled:
+            return
+        if self.on_gpu:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._marks.append(event)
+        else:
+            self._marks.append(time.perf_counter())
+
+    def durations(self) -> list[float]:
+        """Seconds between consecutive marks; resets the clock."""
+        marks, self._marks = self._marks, []
+        if self.on_gpu:
+            return [a.elapsed_time(b) / 1000.0 for a, b in itertools.pairwise(marks)]
+        return [b - a for a, b in itertools.pairwise(marks)]
+
+
 def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) -> None:
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
+    from payload.gpu_models import bf16_peak
     from payload.model import GPT
+    from payload.optim import ZeroMuonAdamW
     from payload.presets import model_dims
 
     cfg = job.profile
@@ -44,15 +80,16 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     on_gpu = job.gpu.lower() != "cpu"
     device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
     torch.manual_seed(cfg.seed)
-    dims = model_dims(cfg.model, cfg.vocab_size)
-    model = GPT(dims, cfg.sequence_len).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[rank] if on_gpu else None)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model = GPT(model_dims(cfg.model, cfg.vocab_size), cfg.sequence_len).to(device)
+    optimizer = ZeroMuonAdamW(model, rank, world_size)
     generator = torch.Generator().manual_seed(cfg.seed + rank)
-    shape = (cfg.device_batch_size, cfg.sequence_len + 1)
-    batch = torch.randint(0, dims.vocab_size, shape, generator=generator).to(device)
+    batch = torch.randint(0, model.dims.vocab_size, (cfg.device_batch_size, cfg.sequence_len + 1),
+                          generator=generator).to(device)
     inputs, targets = batch[:, :-1], batch[:, 1:]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else contextlib.nullcontext()
+    peak = bf16_peak(torch.cuda.get_device_name(device)) if on_gpu else None
+    flops_per_step = model.flops_per_token(cfg.sequence_len) * cfg.total_batch_size
+    clock = PhaseClock(on_gpu, cfg.phase_timing)
 
     def sync() -> None:
         if on_gpu:
@@ -62,32 +99,47 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     for step in range(cfg.warmup_steps + cfg.steps):
         sync()
         start = time.perf_counter()
+        clock.mark()
         total_loss = torch.zeros((), device=device)
-        for micro in range(accum):
-            no_sync = ddp.no_sync() if micro < accum - 1 else contextlib.nullcontext()
-            with no_sync, autocast:
-                loss = ddp(inputs, targets) / accum
+        for _ in range(accum):
+            with autocast:
+                loss = model(inputs, targets) / accum
             loss.backward()
             total_loss += loss.detach()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        clock.mark()
+        optimizer.launch_reductions()
+        clock.mark()
+        optimizer.update_and_gather()
+        clock.mark()
+        optimizer.finish()
+        clock.mark()
         sync()
         elapsed = time.perf_counter() - start
+        phases = dict(zip(PHASES, clock.durations(), strict=False))
         if events is not None:
-            events.emit("sample", phase="profile", step=step, warmup=step < cfg.warmup_steps,
-                        step_time_s=elapsed, loss=float(total_loss), tokens=cfg.total_batch_size)
+            events.emit("sample", phase="profile", step=step, warmup=step < cfg.warmup_steps, step_time_s=elapsed,
+                        **phases, loss=float(total_loss), tokens=cfg.total_batch_size,
+                        tokens_per_s=cfg.total_batch_size / elapsed,
+                        mfu=flops_per_step / elapsed / (peak * world_size) if peak else None)
 
 
 def summarize(events_path: Path) -> dict[str, Any]:
     """Summary of the timed steps recorded in an events file (for the phase_end event)."""
-    import json
-
-    times = []
+    samples = []
     for line in events_path.read_text().splitlines():
         event = json.loads(line)
         if event.get("kind") == "sample" and event.get("phase") == "profile" and not event.get("warmup"):
-            times.append(event["step_time_s"])
-    if not times:
+            samples.append(event)
+    if not samples:
         return {"timed_steps": 0}
-    return {"timed_steps": len(times), "step_time_median_s": median(times),
-            "step_time_p10_s": percentile(times, 10), "step_time_p90_s": percentile(times, 90)}
+    times = [s["step_time_s"] for s in samples]
+    summary: dict[str, Any] = {"timed_steps": len(times), "step_time_median_s": median(times),
+                               "step_time_p10_s": percentile(times, 10), "step_time_p90_s": percentile(times, 90)}
+    for name in PHASES:
+        values = [s[name] for s in samples if s.get(name) is not None]
+        if values:
+            summary[f"{name.removesuffix('_s')}_median_s"] = median(values)
+    mfus = [s["mfu"] for s in samples if s.get("mfu") is not None]
+    if mfus:
+        summary["mfu_median"] = median(mfus)
+    return summary
