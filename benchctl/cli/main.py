@@ -10,6 +10,7 @@ import click
 
 from benchctl import __version__
 from benchctl.cli.campaign_commands import resume, run
+from benchctl.cli.payload_commands import comm_volume_command
 from benchctl.cli.report_commands import leaderboard, status
 from benchctl.cli.state import CliState
 
@@ -32,7 +33,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     ctx.obj = CliState(db=db, debug=debug)
 
 
-for command in (run, resume, status, leaderboard):
+for command in (run, resume, status, leaderboard, comm_volume_command):
     cli.add_command(command)
 
 
