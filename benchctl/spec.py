@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from benchctl.errors import SpecError
 from benchctl.yaml_source import Path_, format_path, line_of, load_yaml
-from payload.job import PHASES, ProfileConfig
+from payload.collective_math import parse_bytes
+from payload.job import PHASES, CollectivesConfig, ProfileConfig
 from payload.presets import UnknownPreset, model_dims
 
 Market = Literal["spot", "on-demand"]
@@ -65,9 +66,36 @@ class ProfileSpec(_Strict):
     phase_timing: bool = Field(default=True, description="time forward/backward and the optimizer's phases")
 
 
+class CollectivesSpec(_Strict):
+    ops: list[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]] = Field(
+        default_factory=lambda: ["all_reduce", "all_gather", "reduce_scatter"], min_length=1)
+    min_bytes: int = Field(default=8, ge=1)
+    max_bytes: int = Field(default=256 * 1024**2, ge=1)
+    factor: int = Field(default=2, ge=2)
+    warmup_iters: int = Field(default=5, ge=0)
+    iters: int = Field(default=20, ge=1)
+
+    @field_validator("min_bytes", "max_bytes", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return parse_bytes(value)
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CollectivesSpec:
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(f"min_bytes ({self.min_bytes}) is above max_bytes ({self.max_bytes}); swap them")
+        return self
+
+
 class PayloadSpec(_Strict):
-    phases: list[str] = Field(default_factory=lambda: list(PHASES), min_length=1)
+    phases: list[str] = Field(default_factory=lambda: ["preflight", "profile"], min_length=1)
     profile: ProfileSpec = ProfileSpec()
+    collectives: CollectivesSpec = CollectivesSpec()
     timeout_minutes: float = Field(default=120, gt=0, description="an attempt's payload is stopped after this")
 
     @field_validator("phases")
@@ -146,6 +174,11 @@ class Campaign(BaseModel):
     def image(self, cell: CellSpec) -> str | None:
         """The image a cell's node runs: the matrix entry's, else defaults.image."""
         return cell.image or self.spec.defaults.image
+
+    def collectives_config(self) -> CollectivesConfig:
+        c = self.spec.payload.collectives
+        return CollectivesConfig(ops=list(c.ops), min_bytes=c.min_bytes, max_bytes=c.max_bytes, factor=c.factor,
+                                 warmup_iters=c.warmup_iters, iters=c.iters)
 
     def profile_config(self, cell: CellSpec) -> ProfileConfig:
         p, t = self.spec.payload.profile, self.spec.target

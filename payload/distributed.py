@@ -72,9 +72,10 @@ def run_worker(job_path: str, phase: str, rank: int, world_size: int, rendezvous
     import torch
     import torch.distributed as dist
 
+    from payload.collectives import collectives_rank
     from payload.profile import profile_rank
 
-    rank_functions = {"profile": profile_rank}
+    rank_functions = {"profile": profile_rank, "collectives": collectives_rank}
     job = Job.load(job_path)
     gpu = uses_gpu(job)
     if gpu:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PHASES = ("preflight", "profile")
+PHASES = ("preflight", "collectives", "profile")
 """Phases this payload implements, in the order they run."""
 
 EXIT_OK = 0
@@ -36,6 +36,18 @@ class ProfileConfig:
 
 
 @dataclass(frozen=True)
+class CollectivesConfig:
+    """The collectives sweep: ops, sizes from min_bytes to max_bytes (× factor), iterations."""
+
+    ops: list[str]
+    min_bytes: int
+    max_bytes: int
+    factor: int = 2
+    warmup_iters: int = 5
+    iters: int = 20
+
+
+@dataclass(frozen=True)
 class Job:
     """One attempt's instructions to the payload."""
 
@@ -48,6 +60,7 @@ class Job:
     phases: list[str]
     done_phases: list[str] = field(default_factory=list)
     profile: ProfileConfig | None = None
+    collectives: CollectivesConfig | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -56,7 +69,9 @@ class Job:
     def from_dict(cls, raw: dict[str, Any]) -> Job:
         data = dict(raw)
         profile = data.pop("profile", None)
-        return cls(**data, profile=ProfileConfig(**profile) if profile else None)
+        collectives = data.pop("collectives", None)
+        return cls(**data, profile=ProfileConfig(**profile) if profile else None,
+                   collectives=CollectivesConfig(**collectives) if collectives else None)
 
     @classmethod
     def load(cls, path: str | Path) -> Job:

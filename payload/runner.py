@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from payload.collectives import run_collectives
 from payload.distributed import launch
 from payload.events import EventLog
 from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
@@ -33,6 +34,7 @@ def run_job(job_file: str | Path) -> int:
     job = Job.load(job_path)
     phases: dict[str, PhaseFn] = {
         "preflight": lambda j, _p, log: run_preflight(j, workdir, log),
+        "collectives": run_collectives,
         "profile": _profile,
     }
     with EventLog(workdir / "events.jsonl") as log:

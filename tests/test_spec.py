@@ -255,8 +255,8 @@ BAD: list[tuple[str, str, int, str, str]] = [
      "unknown model preset 'gpt5'"),
     ("profile-model-differs", edit("    device_batch_size: 2\n", "    model: nanochat-d2\n    device_batch_size: 2\n"),
      14, "payload.profile.model", "differs from target.model 'nanochat-d1'"),
-    ("unknown-phase", edit("[preflight, profile]", "[preflight, profile, collectives]"), 12, "payload.phases",
-     "unknown phase 'collectives'"),
+    ("unknown-phase", edit("[preflight, profile]", "[preflight, profile, nccl]"), 12, "payload.phases",
+     "unknown phase 'nccl'"),
     ("phase-listed-twice", edit("[preflight, profile]", "[preflight, profile, preflight]"), 12, "payload.phases",
      "listed twice"),
     ("no-phases", edit("[preflight, profile]", "[]"), 12, "payload.phases", "at least 1 item"),
@@ -414,3 +414,27 @@ def test_shipped_campaign_files_parse(name: str) -> None:
             "vastai:H100_SXMx8:spot:min_vcpus=128", "aws:H100_SXMx8:spot:instance_type=p5.48xlarge:region=us-east-1"]
         target = campaign.spec.target
         assert steps_for(target.model, target.target_param_data_ratio, target.total_batch_size) == 14_889
+
+
+@pytest.mark.parametrize(("collectives", "path", "message"), [
+    ("{max_bytes: lots}", "payload.collectives.max_bytes", "not a size"),
+    ("{min_bytes: 1G, max_bytes: 1M}", "payload.collectives", "min_bytes (1073741824) is above max_bytes"),
+    ("{ops: [all_reduce, allreduce]}", "payload.collectives.ops[1]", "input should be"),
+    ("{factor: 1}", "payload.collectives.factor", "greater than or equal to 2"),
+])
+def test_bad_collectives_settings(collectives: str, path: str, message: str) -> None:
+    text = (REPO / "campaigns" / "local-smoke.yaml").read_text().replace(
+        "  phases: [preflight, profile]\n",
+        f"  phases: [preflight, collectives, profile]\n  collectives: {collectives}\n")
+    with pytest.raises(SpecError) as err:
+        parse_campaign(text, "c.yaml")
+    assert f" {path}:" in str(err.value) and message in str(err.value)
+
+
+def test_collectives_sizes_accept_units() -> None:
+    from benchctl.spec import load_campaign
+
+    campaign = load_campaign(REPO / "campaigns" / "h100-matrix.yaml")
+    config = campaign.collectives_config()
+    assert (config.min_bytes, config.max_bytes, config.ops) == (8, 8 * 1024**3, ["all_reduce", "all_gather",
+                                                                                 "reduce_scatter"])
