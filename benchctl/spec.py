@@ -66,9 +66,15 @@ class ProfileSpec(_Strict):
     phase_timing: bool = Field(default=True, description="time forward/backward and the optimizer's phases")
 
 
+CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
+
+
+def _default_ops() -> list[CollectiveOp]:
+    return ["all_reduce", "all_gather", "reduce_scatter"]
+
+
 class CollectivesSpec(_Strict):
-    ops: list[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]] = Field(
-        default_factory=lambda: ["all_reduce", "all_gather", "reduce_scatter"], min_length=1)
+    ops: list[CollectiveOp] = Field(default_factory=_default_ops, min_length=1)
     min_bytes: int = Field(default=8, ge=1)
     max_bytes: int = Field(default=256 * 1024**2, ge=1)
     factor: int = Field(default=2, ge=2)

@@ -20,7 +20,7 @@ from payload.job import Job
 ELEMENT = 4  # float32, nccl-tests' default "float"
 
 
-def _cases(op: str, n: int, rank: int, world: int, device: Any) -> list[tuple[bool, Callable[[], None], Any]]:
+def _cases(op: str, n: int, rank: int, world: int, device: Any) -> list[tuple[bool, Callable[[], object], Any]]:
     """(in_place, run once, expected-check) for one op with ``n`` elements in the whole array."""
     import torch
     import torch.distributed as dist
@@ -117,9 +117,9 @@ def nccl_tests_table(rows: list[dict[str, Any]]) -> str:
         for size, placed in by_size.items():
             cells = []
             for in_place in (False, True):
-                r = placed.get(in_place)
-                cells.append(f"{r['time_us']:7.1f} {r['algbw_gbps']:7.2f} {r['busbw_gbps']:7.2f} {r['wrong']:7d}"
-                             if r else f"{'N/A':>7} {'N/A':>7} {'N/A':>7} {'N/A':>7}")
+                found = placed.get(in_place)
+                cells.append(f"{found['time_us']:7.1f} {found['algbw_gbps']:7.2f} {found['busbw_gbps']:7.2f} "
+                             f"{found['wrong']:7d}" if found else f"{'N/A':>7} {'N/A':>7} {'N/A':>7} {'N/A':>7}")
             count = size // ELEMENT
             lines.append(f"{size:12d} {count:10d}  float  " + " ".join(cells))
         wrong = sum(r["wrong"] for r in rows if r["op"] == op)
