@@ -244,7 +244,7 @@ class CellRunner:
                   gpu=self.spec.gpu or "", count=self.spec.world_size,
                   phases=list(self.ctx.campaign.spec.payload.phases),
                   done_phases=done, profile=self.ctx.campaign.profile_config(self.spec),
-                  collectives=self.ctx.campaign.collectives_config())
+                  collectives=self.ctx.campaign.collectives_config(), env=dict(self.spec.env))
         with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
             shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload",
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from store import queries as q
 
-COLUMNS = ("campaign", "cell", "provider", "gpu", "count", "market", "hourly_usd", "step_time_ms",
+COLUMNS = ("campaign", "cell", "provider", "gpu", "count", "market", "env", "hourly_usd", "step_time_ms",
            "step_time_p10_ms", "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd", "status")
-TABLE_COLUMNS = ("rank", "campaign", "cell", "market", "hourly_usd", "step_time_ms", "step_time_p10_ms",
+TABLE_COLUMNS = ("rank", "campaign", "cell", "market", "env", "hourly_usd", "step_time_ms", "step_time_p10_ms",
                  "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd", "status")
 
 
@@ -22,7 +23,8 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None) -> list[dict[s
         for cell in q.cells(engine, camp.id):
             result = results.get(cell.id)
             row: dict[str, Any] = {"campaign": camp.name, "cell": cell.key, "provider": cell.provider,
-                                   "gpu": cell.gpu, "count": cell.count, "market": cell.market, "status": cell.state}
+                                   "gpu": cell.gpu, "count": cell.count, "market": cell.market, "status": cell.state,
+                                   "env": json.loads(cell.config_json).get("env", {})}
             for name in COLUMNS:
                 if name not in row:
                     row[name] = getattr(result, name, None) if result is not None else None

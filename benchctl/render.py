@@ -17,8 +17,10 @@ FORMATS = ("table", "json", "csv", "md")
 
 
 def _cell(value: Any) -> str:
-    if value is None:
+    if value is None or value == {}:
         return "-"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in sorted(value.items()))
     if isinstance(value, float):
         return f"{value:,.2f}" if abs(value) >= 100 else f"{value:.4g}"
     return str(value)
@@ -33,7 +35,7 @@ def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, tit
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: _cell(v) if isinstance(v, dict) else v for k, v in row.items()} for row in rows)
         return out.getvalue().rstrip("\n")
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
     if fmt == "md":

@@ -25,7 +25,9 @@ Market = Literal["spot", "on-demand"]
 ProviderName = Literal["local", "ssh", "runpod", "vastai", "aws", "skypilot"]
 PRICED_BY_USER = ("local", "ssh")
 """Providers whose price the campaign states (nobody bills it); the others bill their own."""
-_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 class _Strict(BaseModel):
@@ -137,6 +139,24 @@ class CellSpec(_Strict):
     image: str | None = Field(default=None, description="set in the matrix entry; defaults.image applies otherwise")
     max_attempts: int = Field(ge=1)
     price_usd_per_hour: float | None = Field(default=None, ge=0)
+    env: dict[str, str] = Field(default_factory=dict, description="environment for every rank, e.g. NCCL_ALGO")
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        env = {}
+        for name, setting in value.items():
+            if not isinstance(name, str) or not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if _SECRET_NAME.search(name):
+                raise ValueError(f"{name} looks like a secret; campaign env is stored in the database and job.json, "
+                                 "so keep secrets out of it")
+            if isinstance(setting, dict | list) or setting is None:
+                raise ValueError(f"{name}: give a plain value (a string or a number)")
+            env[name] = str(setting).lower() if isinstance(setting, bool) else str(setting)
+        return env
 
     @model_validator(mode="after")
     def _consistent(self) -> CellSpec:
@@ -162,6 +182,8 @@ class CellSpec(_Strict):
             value = getattr(self, name)
             if value is not None:
                 parts.append(f"{name}={value}")
+        if self.env:
+            parts.append("env=" + ",".join(f"{k}={v}" for k, v in sorted(self.env.items())))
         return ":".join(_KEY_UNSAFE.sub("_", part) for part in parts)
 
     @property

@@ -7,6 +7,7 @@ for GPUs, gloo on CPU. Each rank's output goes to ``artifacts/logs/<phase>-rank<
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def launch(job_path: Path, phase: str, world_size: int) -> None:
     logs = workdir / "artifacts" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     rendezvous = workdir / f".rendezvous-{phase}-{uuid.uuid4().hex}"
-    env = dict(os.environ)
+    env = {**os.environ, **Job.load(job_path).env}
     package_root = str(Path(payload.__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     if "OMP_NUM_THREADS" not in env:
@@ -77,6 +78,8 @@ def run_worker(job_path: str, phase: str, rank: int, world_size: int, rendezvous
 
     rank_functions = {"profile": profile_rank, "collectives": collectives_rank}
     job = Job.load(job_path)
+    seen = {name: os.environ.get(name) for name in job.env}
+    (Path(job_path).parent / "artifacts" / "logs" / f"{phase}-rank{rank}.env.json").write_text(json.dumps(seen))
     gpu = uses_gpu(job)
     if gpu:
         torch.cuda.set_device(rank)

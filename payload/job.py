@@ -61,6 +61,8 @@ class Job:
     done_phases: list[str] = field(default_factory=list)
     profile: ProfileConfig | None = None
     collectives: CollectivesConfig | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for every process the payload starts (the cell's knobs, e.g. NCCL_ALGO)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

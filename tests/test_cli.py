@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO, run_cli
 
-LEADERBOARD_KEYS = ["campaign", "cell", "provider", "gpu", "count", "market", "hourly_usd", "step_time_ms",
+LEADERBOARD_KEYS = ["campaign", "cell", "provider", "gpu", "count", "market", "env", "hourly_usd", "step_time_ms",
                     "step_time_p10_ms", "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd",
                     "status"]
 

@@ -438,3 +438,30 @@ def test_collectives_sizes_accept_units() -> None:
     config = campaign.collectives_config()
     assert (config.min_bytes, config.max_bytes, config.ops) == (8, 8 * 1024**3, ["all_reduce", "all_gather",
                                                                                  "reduce_scatter"])
+
+
+def test_env_is_a_matrix_axis_and_part_of_the_key() -> None:
+    text = (REPO / "campaigns" / "local-smoke.yaml").read_text().replace(
+        "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.00}",
+        "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.00,\n"
+        "     env: [{}, {NCCL_ALGO: Ring, NCCL_MIN_NCHANNELS: 4}, {GLOO_SOCKET_IFNAME: lo}]}")
+    cells = parse_campaign(text, "e.yaml").cells
+    assert [c.key for c in cells] == [
+        "local:cpux1:on-demand", "local:cpux2:on-demand",
+        "local:cpux2:on-demand:env=NCCL_ALGO=Ring,NCCL_MIN_NCHANNELS=4",
+        "local:cpux2:on-demand:env=GLOO_SOCKET_IFNAME=lo"]
+    assert cells[2].env == {"NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": "4"}
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ("{HF_TOKEN: abc}", "looks like a secret"),
+    ("{AWS_SECRET_ACCESS_KEY: x}", "looks like a secret"),
+    ("{'1BAD': x}", "is not an environment variable name"),
+    ("{NCCL_ALGO: [Ring]}", "give a plain value"),
+])
+def test_bad_env(env: str, message: str) -> None:
+    text = (REPO / "campaigns" / "local-smoke.yaml").read_text().replace(
+        "count: 2, price_usd_per_hour: 1.00}", f"count: 2, price_usd_per_hour: 1.00, env: {env}}}")
+    with pytest.raises(SpecError) as err:
+        parse_campaign(text, "e.yaml")
+    assert "matrix[1].env" in str(err.value) and message in str(err.value)

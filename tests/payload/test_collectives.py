@@ -39,7 +39,7 @@ def test_parse_bytes_and_sweep() -> None:
 @pytest.mark.parametrize("world", [1, 2])
 def test_sweep_on_gloo_is_correct_and_follows_the_formulas(tmp_path: Path, world: int) -> None:
     job = {"campaign": "t", "cell": "c", "attempt": 1, "token": "tok", "gpu": "cpu", "count": world,
-           "phases": ["collectives"], "done_phases": [],
+           "phases": ["collectives"], "done_phases": [], "env": {"NCCL_ALGO": "Ring", "BENCHCTL_KNOB": "7"},
            "collectives": {"ops": ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"],
                            "min_bytes": 8, "max_bytes": 65536, "factor": 16, "warmup_iters": 1, "iters": 3}}
     (tmp_path / "job.json").write_text(json.dumps(job))
@@ -63,3 +63,6 @@ def test_sweep_on_gloo_is_correct_and_follows_the_formulas(tmp_path: Path, world
     assert any(e["kind"] == "artifact" and e["name"] == "collectives.txt" for e in events)
     (end,) = [e for e in events if e["kind"] == "phase_end"]
     assert end["summary"]["wrong"] == 0
+    for rank in range(world):  # the cell's env knobs reach every rank
+        seen = json.loads((tmp_path / "artifacts" / "logs" / f"collectives-rank{rank}.env.json").read_text())
+        assert seen == {"NCCL_ALGO": "Ring", "BENCHCTL_KNOB": "7"}

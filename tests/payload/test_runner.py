@@ -90,7 +90,7 @@ def test_run_preflight_and_profile(tmp_path: Path, world: int) -> None:
     assert (announced["name"], announced["path"], announced["bytes"]) == (
         "preflight.json", "artifacts/preflight.json", preflight.stat().st_size)
     logs = workdir / "artifacts" / "logs"
-    assert sorted(p.name for p in logs.iterdir()) == [f"profile-rank{r}.log" for r in range(world)]
+    assert sorted(p.name for p in logs.glob("*.log")) == [f"profile-rank{r}.log" for r in range(world)]
     assert not list(workdir.glob(".rendezvous-*"))
 
 
