@@ -244,11 +244,15 @@ class CellRunner:
                   gpu=self.spec.gpu or "", count=self.spec.world_size,
                   phases=list(self.ctx.campaign.spec.payload.phases),
                   done_phases=done, profile=self.ctx.campaign.profile_config(self.spec),
-                  collectives=self.ctx.campaign.collectives_config(), env=dict(self.spec.env))
+                  collectives=self.ctx.campaign.collectives_config(), command=self.ctx.campaign.command_config(),
+                  env=dict(self.spec.env))
         with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
             shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload",
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             (Path(stage) / "job.json").write_text(job.to_json())
+            upload = self.ctx.campaign.command_upload()
+            if upload is not None and "command" in job.pending_phases():
+                shutil.copytree(upload, Path(stage) / "work", ignore=shutil.ignore_patterns("__pycache__"))
             transport.put(stage, attempt.remote_dir)
         self.transition(CellState.PREFLIGHT if "preflight" in job.pending_phases() else CellState.RUNNING)
         transport.start(f"{transport.python} -m payload run job.json > payload.log 2>&1; echo $? > exit_code",

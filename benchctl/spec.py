@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from benchctl.errors import SpecError
 from benchctl.yaml_source import Path_, format_path, line_of, load_yaml
 from payload.collective_math import parse_bytes
-from payload.job import PHASES, CollectivesConfig, ProfileConfig
+from payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
 from payload.presets import UnknownPreset, model_dims
 
 Market = Literal["spot", "on-demand"]
@@ -100,10 +100,17 @@ class CollectivesSpec(_Strict):
         return self
 
 
+class CommandSpec(_Strict):
+    run: str = Field(min_length=1, description="shell command run on the node (sh -c)")
+    upload: str | None = Field(default=None, description="local directory shipped as the command's work dir")
+    timeout_minutes: float = Field(default=60, gt=0)
+
+
 class PayloadSpec(_Strict):
     phases: list[str] = Field(default_factory=lambda: ["preflight", "profile"], min_length=1)
     profile: ProfileSpec = ProfileSpec()
     collectives: CollectivesSpec = CollectivesSpec()
+    command: CommandSpec | None = None
     timeout_minutes: float = Field(default=120, gt=0, description="an attempt's payload is stopped after this")
 
     @field_validator("phases")
@@ -115,6 +122,12 @@ class PayloadSpec(_Strict):
         if len(set(phases)) != len(phases):
             raise ValueError("a phase is listed twice; list each once")
         return phases
+
+    @model_validator(mode="after")
+    def _command_given(self) -> PayloadSpec:
+        if "command" in self.phases and self.command is None:
+            raise ValueError("the command phase needs payload.command with at least `run: <shell command>`")
+        return self
 
 
 class CampaignSpec(_Strict):
@@ -208,6 +221,15 @@ class Campaign(BaseModel):
         return CollectivesConfig(ops=list(c.ops), min_bytes=c.min_bytes, max_bytes=c.max_bytes, factor=c.factor,
                                  warmup_iters=c.warmup_iters, iters=c.iters)
 
+    def command_config(self) -> CommandConfig | None:
+        c = self.spec.payload.command
+        return CommandConfig(run=c.run, timeout_minutes=c.timeout_minutes) if c else None
+
+    def command_upload(self) -> Path | None:
+        """The command's upload directory, relative to the campaign file."""
+        c = self.spec.payload.command
+        return Path(self.source).parent / c.upload if c and c.upload else None
+
     def profile_config(self, cell: CellSpec) -> ProfileConfig:
         p, t = self.spec.payload.profile, self.spec.target
         return ProfileConfig(model=t.model, device_batch_size=p.device_batch_size, sequence_len=p.sequence_len,
@@ -243,7 +265,13 @@ def parse_campaign(text: str, file: str) -> Campaign:
                         "the profiled step time by the target's step count, so they must be the same model; "
                         "drop payload.profile.model")
     cells = _expand(spec, data["matrix"], file, lines)
-    return Campaign(spec=spec, cells=cells, source=file)
+    campaign = Campaign(spec=spec, cells=cells, source=str(Path(file).resolve()) if Path(file).exists() else file)
+    upload = campaign.command_upload()
+    if upload is not None and not upload.is_dir():
+        where: Path_ = ("payload", "command", "upload")
+        raise SpecError(file, line_of(lines, where), format_path(where),
+                        f"{upload} is not a directory; give a directory relative to the campaign file")
+    return campaign
 
 
 def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: dict[Path_, int]) -> list[CellSpec]:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PHASES = ("preflight", "collectives", "profile")
+PHASES = ("preflight", "collectives", "profile", "command")
 """Phases this payload implements, in the order they run."""
 
 EXIT_OK = 0
@@ -48,6 +48,14 @@ class CollectivesConfig:
 
 
 @dataclass(frozen=True)
+class CommandConfig:
+    """The user's own command (``sh -c``) and how long it may run."""
+
+    run: str
+    timeout_minutes: float = 60.0
+
+
+@dataclass(frozen=True)
 class Job:
     """One attempt's instructions to the payload."""
 
@@ -61,6 +69,7 @@ class Job:
     done_phases: list[str] = field(default_factory=list)
     profile: ProfileConfig | None = None
     collectives: CollectivesConfig | None = None
+    command: CommandConfig | None = None
     env: dict[str, str] = field(default_factory=dict)
     """Environment for every process the payload starts (the cell's knobs, e.g. NCCL_ALGO)."""
 
@@ -72,8 +81,10 @@ class Job:
         data = dict(raw)
         profile = data.pop("profile", None)
         collectives = data.pop("collectives", None)
+        command = data.pop("command", None)
         return cls(**data, profile=ProfileConfig(**profile) if profile else None,
-                   collectives=CollectivesConfig(**collectives) if collectives else None)
+                   collectives=CollectivesConfig(**collectives) if collectives else None,
+                   command=CommandConfig(**command) if command else None)
 
     @classmethod
     def load(cls, path: str | Path) -> Job:

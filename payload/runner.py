@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from payload.collectives import run_collectives
+from payload.command import run_command
 from payload.distributed import launch
 from payload.events import EventLog
 from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
@@ -36,6 +37,7 @@ def run_job(job_file: str | Path) -> int:
         "preflight": lambda j, _p, log: run_preflight(j, workdir, log),
         "collectives": run_collectives,
         "profile": _profile,
+        "command": run_command,
     }
     with EventLog(workdir / "events.jsonl") as log:
         for phase in job.pending_phases():
