@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import payload
@@ -28,8 +29,10 @@ def uses_gpu(job: Job) -> bool:
     return job.gpu.lower() != "cpu"
 
 
-def launch(job_path: Path, phase: str, world_size: int) -> None:
-    """Start every rank, wait for all; raise RanksFailed when one fails (the others are killed)."""
+def launch(job_path: Path, phase: str, world_size: int,
+           wrapper: Callable[[int], list[str]] | None = None) -> None:
+    """Start every rank, wait for all; raise RanksFailed when one fails (the others are killed).
+    ``wrapper(rank)`` is a command prefix a rank runs under (e.g. a profiler)."""
     workdir = job_path.parent
     logs = workdir / "artifacts" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -43,8 +46,9 @@ def launch(job_path: Path, phase: str, world_size: int) -> None:
     for rank in range(world_size):
         log_path = logs / f"{phase}-rank{rank}.log"
         with log_path.open("wb") as out:
-            cmd = [sys.executable, "-m", "payload", "worker", str(job_path), "--phase", phase,
-                   "--rank", str(rank), "--world-size", str(world_size), "--rendezvous", str(rendezvous)]
+            cmd = [*(wrapper(rank) if wrapper else []), sys.executable, "-m", "payload", "worker", str(job_path),
+                   "--phase", phase, "--rank", str(rank), "--world-size", str(world_size),
+                   "--rendezvous", str(rendezvous)]
             procs.append((rank, subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env), log_path))
     try:
         while any(p.poll() is None for _, p, _ in procs):

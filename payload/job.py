@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PHASES = ("preflight", "collectives", "profile", "command")
+PHASES = ("preflight", "p2p", "collectives", "profile", "command")
 """Phases this payload implements, in the order they run."""
 
 EXIT_OK = 0
@@ -33,6 +33,7 @@ class ProfileConfig:
     vocab_size: int | None = None
     seed: int = 0
     phase_timing: bool = True
+    nsys: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ event is always ``done`` with the exit code (unless the process is killed).
 
 from __future__ import annotations
 
+import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from payload.command import run_command
 from payload.distributed import launch
 from payload.events import EventLog
 from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
+from payload.p2p import run_p2p
 from payload.preflight import BadNode, run_preflight
 from payload.profile import summarize
 
@@ -24,8 +26,24 @@ PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 
 
 def _profile(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
-    launch(job_path, "profile", job.count)
-    return summarize(log.path)
+    nsys = shutil.which("nsys") if job.profile and job.profile.nsys else None
+    launch(job_path, "profile", job.count, wrapper=nsys_wrapper(nsys, job_path) if nsys else None)
+    summary = summarize(log.path)
+    if job.profile and job.profile.nsys and not nsys:
+        summary["nsys"] = "requested, but nsys is not on the node's PATH: profiled without it"
+    for report in sorted((job_path.parent / "artifacts").glob("nsys-profile-rank*.nsys-rep")):
+        log.emit("artifact", phase="profile", name=report.name, path=f"artifacts/{report.name}",
+                 bytes=report.stat().st_size)
+    return summary
+
+
+def nsys_wrapper(nsys: str, job_path: Path) -> Callable[[int], list[str]]:
+    """The command prefix that runs one rank under Nsight Systems, its report under artifacts/."""
+    def prefix(rank: int) -> list[str]:
+        output = job_path.parent / "artifacts" / f"nsys-profile-rank{rank}"
+        return [nsys, "profile", "--force-overwrite=true", "--trace=cuda,nvtx,osrt", "-o", str(output)]
+
+    return prefix
 
 
 def run_job(job_file: str | Path) -> int:
@@ -35,6 +53,7 @@ def run_job(job_file: str | Path) -> int:
     job = Job.load(job_path)
     phases: dict[str, PhaseFn] = {
         "preflight": lambda j, _p, log: run_preflight(j, workdir, log),
+        "p2p": run_p2p,
         "collectives": run_collectives,
         "profile": _profile,
         "command": run_command,
