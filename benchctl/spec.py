@@ -19,7 +19,7 @@ from benchctl.errors import SpecError
 from benchctl.yaml_source import Path_, format_path, line_of, load_yaml
 from payload.collective_math import parse_bytes
 from payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
-from payload.presets import UnknownPreset, model_dims
+from payload.presets import UnknownPreset, model_dims, target_steps
 
 Market = Literal["spot", "on-demand"]
 ProviderName = Literal["local", "ssh", "runpod", "vastai", "aws", "skypilot"]
@@ -31,7 +31,10 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGN
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """No unknown keys, no coercion between types (``count: "2"`` or ``count: true`` is an error),
+    no infinities or NaN."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def _check_preset(name: str) -> str:
@@ -258,6 +261,12 @@ def parse_campaign(text: str, file: str) -> Campaign:
         spec = CampaignSpec.model_validate(data)
     except ValidationError as exc:
         raise _spec_error(exc, file, lines, lambda loc: tuple(loc)) from None
+    target = spec.target
+    if target_steps(target.model, target.target_param_data_ratio, target.total_batch_size, target.vocab_size) < 1:
+        where_target: Path_ = ("target", "target_param_data_ratio")
+        raise SpecError(file, line_of(lines, where_target), format_path(where_target),
+                        "this target trains for less than one step (ratio × scaling params < total_batch_size); "
+                        "raise the ratio or lower total_batch_size")
     profiled = spec.payload.profile.model
     if profiled is not None and profiled != spec.target.model:
         path: Path_ = ("payload", "profile", "model")

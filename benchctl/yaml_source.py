@@ -33,20 +33,43 @@ def load_yaml(text: str, file: str) -> tuple[Any, dict[Path_, int]]:
     return _build(loader, root, (), lines, file), lines
 
 
+def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, file: str) -> Any:
+    """A scalar (or a collection used as a key), with construction errors as SpecError."""
+    try:
+        return loader.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError) as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(file, node.start_mark.line + 1, format_path(path),
+                        f"cannot read this value ({problem}); use a plain YAML value") from None
+
+
 def _build(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str) -> Any:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
+        try:
+            loader.flatten_mapping(node)  # resolve `<<: *anchor` merge keys
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", exc)
+            raise SpecError(file, node.start_mark.line + 1, format_path(path),
+                            f"bad merge key ({problem}); merge a mapping with `<<: *name`") from None
         result: dict[Any, Any] = {}
+        seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if key in result:
+            key = _construct(loader, key_node, path, file)
+            if not isinstance(key, str | int) or isinstance(key, bool):
+                raise SpecError(file, key_node.start_mark.line + 1, format_path(path),
+                                f"the key {key!r} is not a name; keys are words such as `count`")
+            if key in seen and seen[key] < 0:
+                result.pop(key)  # a merged key that the mapping itself overrides
+            elif key in result:
                 raise SpecError(file, key_node.start_mark.line + 1, format_path((*path, key)),
                                 f"duplicate key {key!r} (first at line {lines[(*path, key)]}); keep one")
             result[key] = _build(loader, value_node, (*path, key), lines, file)
+            seen[key] = -1 if key_node.start_mark.line < node.start_mark.line else key_node.start_mark.line
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, item, (*path, i), lines, file) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+    return _construct(loader, node, path, file)
 
 
 def format_path(path: Path_) -> str:

@@ -465,3 +465,38 @@ def test_bad_env(env: str, message: str) -> None:
     with pytest.raises(SpecError) as err:
         parse_campaign(text, "e.yaml")
     assert "matrix[1].env" in str(err.value) and message in str(err.value)
+
+
+MERGE_BASE = """name: m
+budget_usd: 5
+target: {model: nanochat-d2, vocab_size: 8192, target_param_data_ratio: 8.5, total_batch_size: 512}
+payload: {profile: {device_batch_size: 4, sequence_len: 64}}
+matrix:
+  - &one {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}
+  - {<<: *one, count: 2}
+"""
+
+
+def test_yaml_merge_keys_share_matrix_entries() -> None:
+    cells = parse_campaign(MERGE_BASE, "m.yaml").cells
+    assert [(c.key, c.price_usd_per_hour) for c in cells] == [("local:cpux1:on-demand", 0.5),
+                                                              ("local:cpux2:on-demand", 0.5)]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("count: 2}", "count: !!int abc}", "m.yaml:7 matrix[1].count: cannot read this value"),
+    ("count: 2}", "count: !custom 1}", "m.yaml:7 matrix[1].count: cannot read this value"),
+    ("count: 2}", "count: '2'}", "m.yaml:7 matrix[1].count: input should be a valid integer"),
+    ("count: 2}", "count: true}", "m.yaml:7 matrix[1].count: input should be a valid integer"),
+    ("budget_usd: 5", "budget_usd: .inf", "m.yaml:2 budget_usd: input should be a finite number"),
+    ("price_usd_per_hour: 0.5}", "price_usd_per_hour: .nan}",
+     "m.yaml:6 matrix[0].price_usd_per_hour: input should be a finite"),
+    ("name: m", "name: m\n? [a]: x", "m.yaml:2: cannot read this value"),
+    ("{<<: *one, count: 2}", "{<<: [1], count: 2}", "m.yaml:7 matrix[1]: bad merge key"),
+    ("target_param_data_ratio: 8.5", "target_param_data_ratio: 0.00001",
+     "m.yaml:3 target.target_param_data_ratio: this target trains for less than one step"),
+])
+def test_odd_yaml_and_values_are_clean_errors(old: str, new: str, expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_campaign(MERGE_BASE.replace(old, new), "m.yaml")
+    assert str(err.value).startswith(expected)
