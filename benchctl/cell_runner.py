@@ -7,6 +7,7 @@ provider is asked for the node; the node is terminated in every exit path of an 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import shutil
@@ -39,6 +40,7 @@ class RunContext:
     engine: Engine
     campaign: Campaign
     campaign_id: int
+    campaign_uid: str
     providers: Providers
     artifacts_dir: Path
     stop: threading.Event = field(default_factory=threading.Event)
@@ -49,7 +51,9 @@ class RunContext:
 
     @property
     def campaign_tag(self) -> str:
-        return f"bc-{self.campaign.spec.name}"
+        """Carried by every node of the campaign; the uid keeps two stores' same-named campaigns apart."""
+        name = self.campaign.spec.name
+        return f"bc-{name}-{self.campaign_uid}" if self.campaign_uid else f"bc-{name}"
 
 
 @dataclass(frozen=True)
@@ -201,8 +205,17 @@ class CellRunner:
             outcome = Outcome("error", str(exc))
             return outcome
         finally:
+            self._last_sync(attempt, node)
             self._terminate(node)
             q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind, outcome.detail or None)
+
+    def _last_sync(self, attempt: Attempt, node: Node) -> None:
+        """Read what the node still has before it goes: nothing measured is lost."""
+        transport = self._try_transport(node)
+        if transport is None:
+            return
+        with contextlib.suppress(ProviderError):
+            sync_events(self.ctx.engine, attempt, transport)
 
     def _terminate(self, node: Node) -> None:
         for delay in (0, 1, 5):

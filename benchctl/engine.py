@@ -1,7 +1,8 @@
 """The scheduler: run every unfinished cell of a campaign concurrently, then report.
 
-Before cells start, nodes that carry the campaign's tag but belong to no open attempt are
-terminated and reported (they would bill with nobody watching). A provider's
+``terminate_orphans`` (called before anything else by run and resume, complete campaigns too)
+terminates and reports nodes that carry the campaign's tag but belong to no open attempt: they
+would bill with nobody watching. A provider's
 ``max_parallel_nodes`` caps how many of its cells run at once. Ctrl-C sets the shared stop
 flag: cells stop launching, terminate their nodes and record ``cancelled``.
 """
@@ -22,7 +23,6 @@ from store import queries as q
 class RunSummary:
     ran: int
     states: dict[str, str]
-    orphans_terminated: list[str]
 
     @property
     def complete(self) -> bool:
@@ -55,7 +55,6 @@ def terminate_orphans(ctx: RunContext) -> list[str]:
 
 def run_campaign(ctx: RunContext, concurrency: int) -> RunSummary:
     todo = pending_cells(ctx)
-    orphans = terminate_orphans(ctx)
     if todo:
         limits: dict[str, threading.BoundedSemaphore] = {
             name: threading.BoundedSemaphore(limit)
@@ -66,13 +65,15 @@ def run_campaign(ctx: RunContext, concurrency: int) -> RunSummary:
             _wait(ctx, futures)
     in_file = {cell.key for cell in ctx.campaign.cells}
     states = {c.key: c.state for c in q.cells(ctx.engine, ctx.campaign_id) if c.key in in_file}
-    return RunSummary(ran=len(todo), states=states, orphans_terminated=orphans)
+    return RunSummary(ran=len(todo), states=states)
 
 
 def _run_one(ctx: RunContext, cell_id: int, limits: dict[str, threading.BoundedSemaphore]) -> None:
-    runner = CellRunner(ctx, cell_id)
-    limit = limits.get(runner.spec.provider)
+    key = str(cell_id)
     try:
+        runner = CellRunner(ctx, cell_id)
+        key = runner.key
+        limit = limits.get(runner.spec.provider)
         if limit is not None:
             while not limit.acquire(timeout=0.2):
                 if ctx.stop.is_set():
@@ -85,7 +86,7 @@ def _run_one(ctx: RunContext, cell_id: int, limits: dict[str, threading.BoundedS
                 limit.release()
     except Exception as exc:
         # A bug or a store failure: the attempt's own ``finally`` already terminated its node.
-        ctx.log(f"{runner.key}: controller error: {type(exc).__name__}: {exc}")
+        ctx.log(f"{key}: controller error: {type(exc).__name__}: {exc}")
         q.set_cell_state(ctx.engine, cell_id, CellState.FAILED.value, f"controller error: {exc}")
 
 
@@ -113,6 +114,6 @@ def _wait(ctx: RunContext, futures: list[Future[None]]) -> None:
         try:
             done.wait()
         except KeyboardInterrupt:
-            ctx.log("exiting now; `benchctl resume` or `benchctl down` cleans up what still runs")
+            ctx.log("exiting now; `benchctl resume` terminates what still runs")
             os._exit(130)
         raise

@@ -37,6 +37,7 @@ def sync_events(engine: Engine, attempt: Attempt, transport: Transport) -> list[
     current = next(a for a in q.attempts(engine, attempt.cell_id) if a.id == attempt.id)
     data = transport.read_from(f"{current.remote_dir}/events.jsonl", current.events_offset)
     events, consumed = parse_lines(data)
-    if consumed:
-        q.record_events(engine, attempt.id, events, current.events_offset + consumed)
-    return events
+    if consumed and q.record_events(engine, attempt.id, events, current.events_offset,
+                                    current.events_offset + consumed):
+        return events
+    return []

@@ -16,16 +16,17 @@ from store.models import Result
 
 
 def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result | None:
-    """None when the cell has no timed profile step recorded."""
-    by_step: dict[int, tuple[float, int]] = {}
-    for event in q.events(engine, cell_id, kind="sample", phase="profile"):
-        data = json.loads(event.data_json)
-        if not data.get("warmup"):
-            by_step[int(data["step"])] = (float(data["step_time_s"]), event.attempt_id)
-    if not by_step:
+    """From the timed steps of the last attempt that completed the profile phase (one node, one
+    price: steps from different nodes are never mixed). None when no attempt completed it."""
+    finished = [e.attempt_id for e in q.events(engine, cell_id, kind="phase_end", phase="profile")]
+    if not finished:
         return None
-    times = [t for t, _ in by_step.values()]
-    measuring = {a.id: a for a in q.attempts(engine, cell_id)}[max(by_step.values(), key=lambda v: v[1])[1]]
+    measuring = {a.id: a for a in q.attempts(engine, cell_id)}[finished[-1]]
+    times = [float(json.loads(e.data_json)["step_time_s"])
+             for e in q.events(engine, cell_id, kind="sample", phase="profile")
+             if e.attempt_id == measuring.id and not json.loads(e.data_json).get("warmup")]
+    if not times:
+        return None
     cell = q.cell(engine, cell_id)
     target = spec.target
     cost = cost_to_train(median(times), steps_for(target.model, target.target_param_data_ratio,

@@ -38,6 +38,9 @@ class LocalProvider(Provider):
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         node_dir = self.root / token
         (node_dir / "home").mkdir(parents=True, exist_ok=True)
+        # The record exists before any process does, so no crash leaves a process nobody can find.
+        _write_record(node_dir, {"node": None, "token": token, "campaign_tag": campaign_tag, "terminated": False,
+                                 "created_at": time.time()})
         leader = subprocess.Popen(["sleep", "infinity"], start_new_session=True, env=node_env(token),
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Until exec, the child still shows our environment: wait for the marker so that the node
@@ -50,7 +53,7 @@ class LocalProvider(Provider):
             time.sleep(0.005)
         node = Node(provider=self.name, node_id=token, token=token, campaign_tag=campaign_tag, offer=offer,
                     details={"leader_pid": leader.pid, "dir": str(node_dir)})
-        _write_record(node_dir, {"node": node.to_dict(), "terminated": False, "created_at": time.time()})
+        _write_record(node_dir, {**(_read_record(node_dir) or {}), "node": node.to_dict()})
         return node
 
     def status(self, node: Node) -> NodeState:
@@ -63,11 +66,11 @@ class LocalProvider(Provider):
         return LocalTransport(self.root / node.node_id / "home", node.token, node.details["leader_pid"])
 
     def terminate(self, node: Node) -> None:
+        kill_node_processes(node.token)  # whatever the record says: processes are what bills
         node_dir = self.root / node.node_id
         record = _read_record(node_dir)
         if record is None:
             return
-        kill_node_processes(node.token)
         record["terminated"] = True
         record["terminated_at"] = time.time()
         _write_record(node_dir, record)
@@ -76,8 +79,13 @@ class LocalProvider(Provider):
         nodes = []
         for path in sorted(self.root.glob("*/node.json")):
             record = _read_record(path.parent)
-            if record and not record["terminated"] and record["node"]["campaign_tag"] == campaign_tag:
+            if not record or record["terminated"] or record.get("campaign_tag", "") != campaign_tag:
+                continue
+            if record["node"] is not None:
                 nodes.append(Node.from_dict(record["node"]))
+            else:  # the launch never finished: kill what it started
+                kill_node_processes(record["token"])
+                _write_record(path.parent, {**record, "terminated": True, "terminated_at": time.time()})
         return nodes
 
     def preempt(self, node: Node) -> None:

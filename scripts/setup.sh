@@ -4,6 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -c 'import torch, benchctl' # fail here, loudly, if the install did not work
+.venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'

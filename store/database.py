@@ -17,6 +17,10 @@ class StoreError(Exception):
     """The database cannot be opened or used; the message says why and what to do."""
 
 
+class BadDatabaseURL(StoreError):
+    """The URL itself is wrong (not a reachability problem)."""
+
+
 def default_url(home: Path) -> str:
     return f"sqlite:///{home / 'benchctl.db'}"
 
@@ -53,7 +57,7 @@ def create_db_engine(url: str) -> Engine:
         else:
             engine = sa.create_engine(url, pool_pre_ping=True)
     except (ArgumentError, ModuleNotFoundError, ImportError) as exc:
-        raise StoreError(f"cannot use database URL {_redact(url)}: {exc}. "
+        raise BadDatabaseURL(f"cannot use database URL {_redact(url)}: {exc}. "
                          "Give an SQLAlchemy URL such as sqlite:///path/benchctl.db or "
                          "postgresql://user@host:5432/db (PostgreSQL needs benchctl[postgres])") from exc
     return engine
@@ -62,7 +66,10 @@ def create_db_engine(url: str) -> Engine:
 def open_store(url: str) -> Engine:
     """An engine on ``url`` with the schema migrated to the newest version."""
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder for {url}: {exc}. Check BENCHCTL_HOME or --db") from exc
     engine = create_db_engine(url)
     try:
         upgrade(engine)

@@ -128,9 +128,16 @@ def _v2_results_and_artifacts(op: Operations) -> None:
     op.create_index("ix_artifact_cell_id", "artifact", ["cell_id"])
 
 
+def _v3_campaign_uid(op: Operations) -> None:
+    # Campaigns made before v3 keep uid '' and with it their old node tag, so their live nodes
+    # are still found after the upgrade.
+    op.add_column("campaign", sa.Column("uid", sa.String, nullable=False, server_default=""))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial: campaign, cell, attempt, event", _v1_initial),
     Migration(2, "results and artifacts", _v2_results_and_artifacts),
+    Migration(3, "campaign uid (part of the node tag)", _v3_campaign_uid),
 )
 HEAD = MIGRATIONS[-1].version
 

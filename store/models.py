@@ -12,6 +12,8 @@ from sqlmodel import Field, SQLModel, UniqueConstraint
 class Campaign(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True)
+    uid: str = Field(default="", sa_column_kwargs={"server_default": ""})
+    """Random per campaign (empty for campaigns made before schema v3); part of its nodes' tag."""
     spec_json: str
     source_path: str
     budget_usd: float

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +36,8 @@ def upsert_campaign(engine: Engine, name: str, spec_json: str, source_path: str,
     with Session(engine) as s:
         campaign = s.exec(select(Campaign).where(Campaign.name == name)).first()
         if campaign is None:
-            campaign = Campaign(name=name, spec_json=spec_json, source_path=source_path, budget_usd=budget_usd,
-                                created_at=now, updated_at=now)
+            campaign = Campaign(name=name, uid=uuid.uuid4().hex[:12], spec_json=spec_json, source_path=source_path,
+                                budget_usd=budget_usd, created_at=now, updated_at=now)
             s.add(campaign)
             s.flush()
         else:
@@ -135,14 +136,17 @@ def attempts(engine: Engine, cell_id: int) -> list[Attempt]:
         return list(s.exec(select(Attempt).where(Attempt.cell_id == cell_id).order_by(col(Attempt.number))))
 
 
-def record_events(engine: Engine, attempt_id: int, events: Iterable[dict[str, Any]], new_offset: int) -> int:
-    """Store complete events read from an attempt's events.jsonl and advance its byte offset, atomically.
-
-    Lines are numbered from the attempt's stored line count, so re-reading from the stored offset
-    after a crash never stores an event twice. Returns the number stored."""
+def record_events(engine: Engine, attempt_id: int, events: Iterable[dict[str, Any]], read_from: int,
+                  new_offset: int) -> int:
+    """Store complete events read from an attempt's events.jsonl at byte ``read_from`` and advance
+    its offset to ``new_offset``, atomically, only if the stored offset is still ``read_from``
+    (another reader got there first otherwise: nothing is stored twice). Lines are numbered from
+    the attempt's stored line count. Returns the number stored."""
     with Session(engine) as s:
         attempt = s.get(Attempt, attempt_id)
         assert attempt is not None
+        if attempt.events_offset != read_from:
+            return 0
         line = attempt.events_lines
         for event in events:
             data = {k: v for k, v in event.items() if k not in ("t", "kind", "phase")}

@@ -77,8 +77,8 @@ def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None
     assert md[0].startswith("| campaign | cell |") and md[1].startswith("|---|") and len(md) == 4
     table = run_cli("leaderboard", home=home).stdout
     assert "rank" in table and "cost_to_train_usd" in table and "\x1b[" not in table, "plain text when piped"
-    other = run_cli("leaderboard", "--campaign", "other", "--format", "json", home=home)
-    assert json.loads(other.stdout) == []
+    only = run_cli("leaderboard", "--campaign", "tiny", "--format", "json", home=home)
+    assert [r["campaign"] for r in json.loads(only.stdout)] == ["tiny", "tiny"]
 
 
 def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: str) -> None:
@@ -111,3 +111,19 @@ def test_start_up_path_imports_no_heavy_module() -> None:
     assert help_out.returncode == 0
     for command in ("run", "resume", "status", "leaderboard"):
         assert command in help_out.stdout
+
+
+def test_bad_database_arguments(home: Path, tmp_path: Path) -> None:
+    for url in ("foo", "nosuchdialect://x/y"):
+        result = run_cli("--db", url, "status", home=home)
+        assert result.returncode == 2 and "cannot use database URL" in result.stderr, result.stderr
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    result = run_cli("--db", f"sqlite:///{blocked}/x.db", "status", home=home)
+    assert result.returncode == 1 and "cannot create the folder" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_leaderboard_of_an_unknown_campaign(home: Path, finished: Path) -> None:
+    result = run_cli("leaderboard", "--campaign", "nope", home=home)
+    assert result.returncode == 2 and "no campaign named 'nope'" in result.stderr

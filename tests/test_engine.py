@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from provisioners.base import Node, NodeState
 from provisioners.local import LocalProvider
 from provisioners.local_processes import node_processes
@@ -123,14 +125,15 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
     _no_live_nodes(home)
 
 
-def test_ctrl_c_terminates_nodes_and_resume_finishes(home: Path, write_campaign) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campaign, sig: signal.Signals) -> None:
     path = write_campaign(steps=150)
     proc = _start(home, "run", str(path), "--poll-interval", "0.1")
     _wait_for(lambda: _running_profile_node(home))
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "benchctl resume" in err
+    assert err.rstrip().endswith("interrupted: `benchctl resume` continues where this stopped")
     assert "Traceback" not in err
     _no_live_nodes(home)
     engine = _store(home)
@@ -143,15 +146,23 @@ def test_ctrl_c_terminates_nodes_and_resume_finishes(home: Path, write_campaign)
     assert {c.state for c in q.cells(engine, campaign.id or 0)} == {"done"}
 
 
-def test_orphan_node_with_campaign_tag_is_terminated(home: Path, write_campaign) -> None:
+def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, write_campaign) -> None:
+    from provisioners.base import OfferRequest
+
+    path = write_campaign(matrix=ONE_CELL)
+    assert run_cli("run", str(path), home=home).returncode == 0
+    (campaign,) = q.campaigns(_store(home))
+    assert len(campaign.uid) == 12
     provider = LocalProvider(home / "nodes")
-    (offer,) = provider.offers(__import__("provisioners.base", fromlist=["OfferRequest"]).OfferRequest(
-        gpu="cpu", count=1, market="on-demand", price_usd_per_hour=1.0))
-    orphan = provider.launch(offer, "bc-orphan", "bc-tiny")
-    result = run_cli("run", str(write_campaign(matrix=ONE_CELL)), home=home)
+    (offer,) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand", price_usd_per_hour=1.0))
+    orphan = provider.launch(offer, "bc-orphan", f"bc-tiny-{campaign.uid}")
+    teammates = provider.launch(offer, "bc-teammate", "bc-tiny-0123456789ab")  # same name, another store
+    result = run_cli("run", str(path), home=home)  # complete: reconciles all the same
     assert result.returncode == 0, result.stderr
-    assert "bc-orphan" in result.stderr
+    assert "bc-orphan" in result.stderr and "bc-teammate" not in result.stderr
     assert provider.status(orphan) is NodeState.TERMINATED
+    assert provider.status(teammates) is NodeState.RUNNING
+    provider.terminate(teammates)
 
 
 def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> None:
@@ -197,3 +208,28 @@ def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
                    for a in q.attempts(engine, c.id or 0))
     assert len(spans) == 2
     assert spans[0][1] <= spans[1][0], "the second local node started before the first was terminated"
+
+
+def test_resume_goes_through_every_campaign(home: Path, write_campaign) -> None:
+    no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
+    for name in ("first", "second"):
+        assert run_cli("run", str(write_campaign(name=name, matrix=no_offer)), home=home).returncode == 1
+    resumed = run_cli("resume", home=home)
+    assert resumed.returncode == 1
+    assert "campaign first is not complete" in resumed.stderr and "campaign second is not complete" in resumed.stderr
+
+
+def test_changed_payload_is_refused_and_changed_target_recomputes(home: Path, write_campaign) -> None:
+    path = write_campaign(matrix=ONE_CELL)
+    assert run_cli("run", str(path), home=home).returncode == 0
+    before = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)[0]
+    path.write_text(path.read_text().replace("steps: 3", "steps: 4"))
+    refused = run_cli("run", str(path), home=home)
+    assert refused.returncode == 2 and "different payload section" in refused.stderr
+    path.write_text(path.read_text().replace("steps: 4", "steps: 3").replace("ratio: 8.5", "ratio: 17"))
+    again = run_cli("run", str(path), home=home)
+    assert again.returncode == 0, again.stderr
+    after = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)[0]
+    assert after["step_time_ms"] == before["step_time_ms"]
+    assert after["target_steps"] == 2 * before["target_steps"]
+    assert after["cost_to_train_usd"] == pytest.approx(2 * before["cost_to_train_usd"], rel=1e-3)

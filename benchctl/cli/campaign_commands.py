@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from benchctl.cli.state import CliState, pass_state, progress
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from benchctl.spec import Campaign
+    from store.models import Campaign as CampaignRow
 
 _run_options = [
     click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
@@ -40,13 +45,44 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float) -> N
     campaign = load_campaign(file)
     Providers(home()).check(cell.provider for cell in campaign.cells)
     engine = state.engine()
+    previous = q.campaigns(engine, campaign.spec.name)
+    if previous:
+        _check_same_measurement(engine, previous[0], campaign)
     campaign_id, added = q.upsert_campaign(
         engine, campaign.spec.name, campaign.model_dump_json(), file, campaign.spec.budget_usd,
         [q.NewCell(key=c.key, provider=c.provider, gpu=c.gpu or str(c.instance_type), count=c.world_size,
                    market=c.market, config_json=c.model_dump_json()) for c in campaign.cells])
     if added:
         progress(f"campaign {campaign.spec.name}: {len(added)} new cell(s)")
-    _execute(state, campaign, campaign_id, concurrency, poll_interval)
+    _recompute_results(engine, campaign_id, campaign)
+    (row,) = q.campaigns(engine, campaign.spec.name)
+    _execute(state, campaign, row, concurrency, poll_interval)
+
+
+def _check_same_measurement(engine: Engine, row: CampaignRow, campaign: Campaign) -> None:
+    """Refuse to continue a campaign whose payload changed: its cells would hold incomparable numbers."""
+    from benchctl.errors import UsageError
+    from benchctl.spec import Campaign as CampaignModel
+    from store import queries as q
+
+    old = _stored_campaign(row, CampaignModel)
+    measured = any(q.attempts(engine, c.id or 0) for c in q.cells(engine, row.id or 0))
+    if measured and old.spec.payload != campaign.spec.payload:
+        raise UsageError(f"campaign {row.name!r} was measured with a different payload section; its cells would "
+                         "mix numbers from two workloads. Give the campaign a new name to measure again, or restore "
+                         f"the payload section it ran with (stored in the database; `benchctl status {row.name}`)")
+
+
+def _recompute_results(engine: Engine, campaign_id: int, campaign: Campaign) -> None:
+    """Results of done cells follow the file's target (the steps a cost is multiplied by)."""
+    from benchctl.results import compute_result
+    from store import queries as q
+
+    for cell in q.cells(engine, campaign_id):
+        if cell.state == "done" and cell.id is not None:
+            result = compute_result(engine, cell.id, campaign.spec)
+            if result is not None:
+                q.save_result(engine, result)
 
 
 @click.command()
@@ -55,7 +91,7 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float) -> N
 @pass_state
 def resume(state: CliState, name: str | None, concurrency: int, poll_interval: float) -> None:
     """Continue every unfinished cell (of campaign NAME, or of every campaign)."""
-    from benchctl.errors import CampaignNotFound
+    from benchctl.errors import BenchctlError, CampaignNotFound
     from benchctl.spec import Campaign
     from store import queries as q
 
@@ -71,28 +107,67 @@ def resume(state: CliState, name: str | None, concurrency: int, poll_interval: f
         click.echo("nothing to resume: every campaign is complete" if campaigns else "nothing to resume: the store "
                    "holds no campaign; start one with `benchctl run FILE`")
         return
+    failures = []
     for row in unfinished:
-        assert row.id is not None
-        _execute(state, Campaign.model_validate_json(row.spec_json), row.id, concurrency, poll_interval)
+        try:
+            _execute(state, _stored_campaign(row, Campaign), row, concurrency, poll_interval)
+        except BenchctlError as exc:  # go on: the other campaigns' nodes need reconciling too
+            if exc.exit_code == 130:
+                raise
+            failures.append(str(exc))
+    if failures:
+        raise BenchctlError("\n".join(failures))
 
 
-def _execute(state: CliState, campaign: Campaign, campaign_id: int, concurrency: int, poll_interval: float) -> None:
+def _stored_campaign(row: CampaignRow, model: Any) -> Campaign:
+    from pydantic import ValidationError
+
+    from benchctl.errors import UsageError
+
+    try:
+        campaign: Campaign = model.model_validate_json(row.spec_json)
+    except ValidationError as exc:
+        raise UsageError(f"the stored definition of campaign {row.name!r} cannot be read by this benchctl "
+                         f"({exc.error_count()} problems): run it again from its file with `benchctl run FILE`"
+                         ) from None
+    return campaign
+
+
+@contextmanager
+def _termination_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a kill, a closed terminal) stop the campaign the way Ctrl-C does."""
+    def interrupt(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency: int, poll_interval: float) -> None:
     from benchctl.cell_runner import RunContext
     from benchctl.cli.report_commands import print_leaderboard
-    from benchctl.engine import pending_cells, run_campaign
+    from benchctl.engine import pending_cells, run_campaign, terminate_orphans
     from benchctl.errors import BenchctlError
     from benchctl.providers import Providers
     from benchctl.settings import home
 
     engine = state.engine()
     name = campaign.spec.name
-    ctx = RunContext(engine=engine, campaign=campaign, campaign_id=campaign_id, providers=Providers(home()),
-                     artifacts_dir=home() / "artifacts" / name, poll_interval_s=poll_interval, log=progress)
+    assert row.id is not None
+    ctx = RunContext(engine=engine, campaign=campaign, campaign_id=row.id, campaign_uid=row.uid,
+                     providers=Providers(home()), artifacts_dir=home() / "artifacts" / name,
+                     poll_interval_s=poll_interval, log=progress)
+    terminate_orphans(ctx)
     if not pending_cells(ctx):
         click.echo(f"campaign {name} is complete: all {len(campaign.cells)} cells are done; nothing to run")
         print_leaderboard(engine, name, "table")
         return
-    summary = run_campaign(ctx, concurrency)
+    with _termination_as_interrupt():
+        summary = run_campaign(ctx, concurrency)
     print_leaderboard(engine, name, "table")
     if not summary.complete:
         unfinished = ", ".join(f"{k} ({s})" for k, s in summary.states.items() if s != "done")

@@ -48,10 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted: `benchctl resume` continues where this stopped", err=True)
         sys.exit(130)
     except BenchctlError as exc:

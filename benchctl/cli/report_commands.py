@@ -53,7 +53,13 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
 @pass_state
 def leaderboard(state: CliState, campaign: str | None, fmt: str) -> None:
     """Cost-to-train per cell, cheapest first."""
-    print_leaderboard(state.engine(), campaign, fmt)
+    from benchctl.errors import CampaignNotFound
+    from store import queries as q
+
+    engine = state.engine()
+    if campaign is not None and not q.campaigns(engine, campaign):
+        raise CampaignNotFound(f"no campaign named {campaign!r} in the store; `benchctl status` lists them")
+    print_leaderboard(engine, campaign, fmt)
 
 
 def print_leaderboard(engine: Engine, campaign: str | None, fmt: str) -> None:

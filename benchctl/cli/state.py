@@ -20,13 +20,15 @@ class CliState:
     def engine(self) -> Engine:
         """The store, migrated to the newest schema (opened once per command)."""
         if self._engine is None:
-            from benchctl.errors import StoreFailure
+            from benchctl.errors import StoreFailure, UsageError
             from benchctl.settings import database_url
-            from store.database import StoreError, open_store
+            from store.database import BadDatabaseURL, StoreError, open_store
             from store.migrations import SchemaTooNew
 
             try:
                 self._engine = open_store(database_url(self.db))
+            except BadDatabaseURL as exc:
+                raise UsageError(str(exc)) from exc
             except (StoreError, SchemaTooNew) as exc:
                 raise StoreFailure(str(exc)) from exc
         return self._engine

@@ -22,7 +22,7 @@ def provider(tmp_path: Path) -> Iterator[LocalProvider]:
     # never leave a process behind, whatever the test did
     for path in (tmp_path / "nodes").glob("*/node.json"):
         record = local._read_record(path.parent)
-        if record is not None:
+        if record is not None and record["node"] is not None:
             prov.terminate(Node.from_dict(record["node"]))
 
 
@@ -197,3 +197,21 @@ def test_node_round_trip(provider: LocalProvider) -> None:
     rebuilt = Node.from_dict(raw)
     assert LocalProvider(provider.root).status(rebuilt) is NodeState.RUNNING
     assert LocalProvider(provider.root).transport(rebuilt).run("echo ok").out == "ok\n"
+
+
+def test_a_launch_cut_short_leaves_nothing_running(provider: LocalProvider) -> None:
+    import json
+    import subprocess
+
+    from provisioners.local_processes import node_env
+
+    node_dir = provider.root / "tok-cut"
+    node_dir.mkdir(parents=True)
+    # what a controller that died between starting the leader and recording the node leaves behind
+    (node_dir / "node.json").write_text(json.dumps({"node": None, "token": "tok-cut", "campaign_tag": "camp",
+                                                    "terminated": False, "created_at": 0}))
+    leader = subprocess.Popen(["sleep", "60"], env=node_env("tok-cut"), start_new_session=True)
+    assert _wait_for(lambda: node_processes("tok-cut"))
+    assert provider.owned("camp") == []
+    assert node_processes("tok-cut") == []
+    leader.wait(timeout=5)

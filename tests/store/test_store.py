@@ -98,6 +98,7 @@ def test_upgrade_from_v1_keeps_data_and_adds_v2_tables(db_url: str) -> None:
             assert current_version(conn) == HEAD
         (row,) = q.campaigns(engine)
         assert (row.id, row.name, row.budget_usd) == (1, "old", 50.0)
+        assert row.uid == "", "a campaign made before v3 keeps its old node tag"
         (c,) = q.cells(engine, 1)
         assert (c.key, c.state, c.market) == ("local/cpu/1", "running", "spot")
         (a,) = q.attempts(engine, 1)
@@ -195,11 +196,14 @@ def test_record_events_numbers_lines_and_advances_offset(engine: Engine) -> None
     stored = q.record_events(engine, attempt_id, [
         {"t": 1.0, "kind": "phase_start", "phase": "preflight"},
         {"t": 2.0, "kind": "sample", "phase": "preflight", "name": "python", "status": "pass"},
-    ], new_offset=100)
+    ], read_from=0, new_offset=100)
     assert stored == 2
     (a,) = q.attempts(engine, cell_id)
     assert (a.events_offset, a.events_lines) == (100, 2)
-    assert q.record_events(engine, attempt_id, [{"t": 3.0, "kind": "done", "exit_code": 0}], new_offset=130) == 1
+    # a second reader that read from an offset already consumed stores nothing
+    assert q.record_events(engine, attempt_id, [{"t": 1.0, "kind": "phase_start"}], read_from=0, new_offset=100) == 0
+    assert q.record_events(engine, attempt_id, [{"t": 3.0, "kind": "done", "exit_code": 0}], read_from=100,
+                           new_offset=130) == 1
     (a,) = q.attempts(engine, cell_id)
     assert (a.events_offset, a.events_lines) == (130, 3)
     evs = q.events(engine, cell_id)
@@ -213,7 +217,7 @@ def test_record_events_numbers_lines_and_advances_offset(engine: Engine) -> None
     # atomic: a batch that fails part-way stores nothing and leaves the offset where it was
     with pytest.raises(ValueError):
         q.record_events(engine, attempt_id, [{"t": 4.0, "kind": "sample"}, {"t": "not-a-time", "kind": "x"}],
-                        new_offset=999)
+                        read_from=130, new_offset=999)
     (a,) = q.attempts(engine, cell_id)
     assert (a.events_offset, a.events_lines) == (130, 3)
     assert len(q.events(engine, cell_id)) == 3
@@ -284,3 +288,11 @@ def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persisted in the file
     finally:
         raw.close()
+
+
+def test_new_campaigns_get_distinct_uids(engine: Engine) -> None:
+    first, _ = q.upsert_campaign(engine, "a", "{}", "/a.yaml", 1.0, [])
+    _second, _ = q.upsert_campaign(engine, "b", "{}", "/b.yaml", 1.0, [])
+    again, _ = q.upsert_campaign(engine, "a", "{}", "/a.yaml", 1.0, [])
+    uids = {c.name: c.uid for c in q.campaigns(engine)}
+    assert first == again and len(uids["a"]) == 12 and uids["a"] != uids["b"]
