@@ -127,3 +127,34 @@ def test_bad_database_arguments(home: Path, tmp_path: Path) -> None:
 def test_leaderboard_of_an_unknown_campaign(home: Path, finished: Path) -> None:
     result = run_cli("leaderboard", "--campaign", "nope", home=home)
     assert result.returncode == 2 and "no campaign named 'nope'" in result.stderr
+
+
+def test_the_quick_start_campaign_runs_end_to_end(home: Path) -> None:
+    from store import queries as q
+    from store.database import open_store
+
+    result = run_cli("run", str(REPO / "campaigns" / "local-smoke.yaml"), home=home)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)
+    assert [(r["cell"], r["status"]) for r in sorted(rows, key=lambda r: r["cell"])] == [
+        ("local:cpux1:on-demand", "done"), ("local:cpux2:on-demand", "done")]
+    engine = open_store(f"sqlite:///{home / 'benchctl.db'}")
+    (campaign,) = q.campaigns(engine)
+    for cell in q.cells(engine, campaign.id or 0):
+        collectives = q.events(engine, cell.id or 0, kind="sample", phase="collectives")
+        # 6 sizes (8 B … 256 KiB, ×8) × (all_reduce in place + all_gather and reduce_scatter both ways)
+        assert len(collectives) == 6 * 5
+        assert all(json.loads(e.data_json)["wrong"] == 0 for e in collectives)
+        profile = q.events(engine, cell.id or 0, kind="sample", phase="profile")
+        assert len(profile) == 10
+        artifacts = {a.name for a in q_artifacts(engine, cell.id or 0)}
+        assert {"preflight.json", "collectives.txt"} <= artifacts
+
+
+def q_artifacts(engine, cell_id: int):  # type: ignore[no-untyped-def]
+    from sqlmodel import Session, select
+
+    from store.models import Artifact
+
+    with Session(engine) as s:
+        return list(s.exec(select(Artifact).where(Artifact.cell_id == cell_id)))
