@@ -1,0 +1,208 @@
+"""Parsers of captured command outputs (pure: no torch). Each takes the file's text and returns
+plain data; none raises on odd input: what cannot be read is left out.
+
+Files (under ``artifacts/facts/``): nvidia-smi-query.csv, nvidia-smi-topo-m.txt,
+nvidia-smi-nvlink-s.txt, dev-shm.txt, nproc.txt, lscpu.txt, numactl-H.txt, env.txt,
+nccl-debug.log, torch.json.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    index: int
+    name: str
+    driver: str
+    memory_mib: int | None
+    power_limit_w: float | None
+    ecc_uncorrected: int | None
+
+
+def _number(text: str) -> float | None:
+    match = re.search(r"-?\d+(\.\d+)?", text)
+    return float(match.group()) if match else None
+
+
+def parse_query_csv(text: str) -> list[GpuRow]:
+    """``nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,power.limit,
+    ecc.errors.uncorrected.volatile.total,clocks.max.sm --format=csv``."""
+    rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
+    if not rows:
+        return []
+    header = [h.split(" [")[0].strip() for h in rows[0]]
+    gpus = []
+    for raw in rows[1:]:
+        if len(raw) != len(header):
+            continue
+        cell = dict(zip(header, (v.strip() for v in raw), strict=True))
+        memory, power, ecc = (_number(cell.get(k, "")) for k in ("memory.total", "power.limit",
+                                                                  "ecc.errors.uncorrected.volatile.total"))
+        index = _number(cell.get("index", ""))
+        if index is None:
+            continue
+        gpus.append(GpuRow(int(index), cell.get("name", ""), cell.get("driver_version", ""),
+                           int(memory) if memory is not None else None, power,
+                           int(ecc) if ecc is not None else None))
+    return gpus
+
+
+@dataclass(frozen=True)
+class Topology:
+    gpus: list[str]
+    links: dict[tuple[int, int], str]  # (i, j) -> X | NV# | PIX | PXB | PHB | NODE | SYS
+    numa: dict[int, int | None] = field(default_factory=dict)  # GPU index -> NUMA node
+
+
+def parse_topo(text: str) -> Topology:
+    """``nvidia-smi topo -m``: tab-separated matrix, then a legend."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    header_line = next((line for line in lines if re.search(r"\tGPU\d+", line) or line.lstrip().startswith("GPU0")),
+                       None)
+    if header_line is None:
+        return Topology([], {})
+    header = [h.strip() for h in header_line.split("\t")]
+    if header and header[0] == "":
+        header = header[1:]
+    gpus = [h for h in header if re.fullmatch(r"GPU\d+", h)]
+    links: dict[tuple[int, int], str] = {}
+    numa: dict[int, int | None] = {}
+    for line in lines:
+        cells = [c.strip() for c in line.split("\t")]
+        if not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        row = int(cells[0][3:])
+        values = dict(zip(header, cells[1:], strict=False))
+        for name in gpus:
+            if name in values:
+                links[(row, int(name[3:]))] = values[name]
+        affinity = values.get("NUMA Affinity", "")
+        numa[row] = int(affinity) if re.fullmatch(r"\d+", affinity) else None
+    return Topology(gpus, links, numa)
+
+
+def classify_topology(topo: Topology) -> str:
+    """``nvswitch_mesh`` (every pair NV#), ``nvlink_pairs`` (each GPU has exactly one NV peer),
+    ``partial_nvlink``, ``pcie_only``, ``single_gpu`` or ``unknown``."""
+    n = len(topo.gpus)
+    if n == 0:
+        return "unknown"
+    if n == 1:
+        return "single_gpu"
+    pairs = [(i, j) for (i, j), v in topo.links.items() if i != j]
+    nv = {(i, j) for i, j in pairs if topo.links[(i, j)].startswith("NV")}
+    if not nv:
+        return "pcie_only"
+    if len(nv) == len(pairs):
+        return "nvswitch_mesh"
+    peers = {i: sum(1 for a, _ in nv if a == i) for i in range(n)}
+    return "nvlink_pairs" if set(peers.values()) == {1} else "partial_nvlink"
+
+
+def nvlink_width(topo: Topology) -> int | None:
+    """The smallest NV# link count between NVLink peers (NV18 on a healthy H100 SXM)."""
+    widths = [int(v[2:]) for (i, j), v in topo.links.items() if i != j and re.fullmatch(r"NV\d+", v)]
+    return min(widths) if widths else None
+
+
+@dataclass(frozen=True)
+class NvLinkGpu:
+    index: int
+    active_gbps: list[float]
+    inactive: list[int]
+
+
+def parse_nvlink_status(text: str) -> list[NvLinkGpu]:
+    """``nvidia-smi nvlink -s``: ``GPU n: …`` then ``Link k: 26.562 GB/s`` or ``Link k: <inactive>``."""
+    gpus: list[NvLinkGpu] = []
+    current: int | None = None
+    active: list[float] = []
+    inactive: list[int] = []
+    for line in text.splitlines():
+        gpu = re.match(r"\s*GPU (\d+):", line)
+        if gpu:
+            if current is not None:
+                gpus.append(NvLinkGpu(current, active, inactive))
+            current, active, inactive = int(gpu.group(1)), [], []
+            continue
+        link = re.match(r"\s*Link (\d+):\s*(.*)", line)
+        if link and current is not None:
+            if "inactive" in link.group(2).lower():
+                inactive.append(int(link.group(1)))
+            elif (value := _number(link.group(2))) is not None:
+                active.append(value)
+    if current is not None:
+        gpus.append(NvLinkGpu(current, active, inactive))
+    return gpus
+
+
+def parse_df_kb(text: str) -> int | None:
+    """``df -k /dev/shm`` → size in KiB."""
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 2 and fields[1].isdigit():
+            return int(fields[1])
+    return None
+
+
+def parse_int(text: str) -> int | None:
+    value = text.strip()
+    return int(value) if value.isdigit() else None
+
+
+def parse_lscpu(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if ":" in line:
+            key, value = line.split(":", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_numa_nodes(text: str) -> int | None:
+    """``numactl -H`` → number of NUMA nodes (``available: 2 nodes (0-1)``)."""
+    match = re.search(r"available:\s*(\d+)\s+nodes?", text)
+    return int(match.group(1)) if match else None
+
+
+def parse_env(text: str) -> dict[str, str]:
+    env = {}
+    for line in text.splitlines():
+        if "=" in line and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", line):
+            name, value = line.split("=", 1)
+            env[name] = value
+    return env
+
+
+def parse_torch(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+TRANSPORT_PATTERNS = {
+    "nvlink_p2p": re.compile(r"via P2P/(CUMEM|IPC|direct)|via P2P/", re.IGNORECASE),
+    "shm": re.compile(r"via SHM", re.IGNORECASE),
+    "net_ib": re.compile(r"NET/IB", re.IGNORECASE),
+    "net_socket": re.compile(r"NET/Socket", re.IGNORECASE),
+    "gdrdma": re.compile(r"GDRDMA", re.IGNORECASE),
+}
+
+
+def triage_nccl_log(text: str) -> dict[str, Any]:
+    """What an ``NCCL_DEBUG=INFO`` log says about transports: counts of channel lines per
+    transport, the NCCL version, and the IB devices NCCL chose."""
+    found = {name: len(pattern.findall(text)) for name, pattern in TRANSPORT_PATTERNS.items()}
+    version = re.search(r"NCCL version ([\d.]+\S*)", text)
+    ib = re.search(r"NET/IB : Using (.*)", text)
+    return {"transports": {k: v for k, v in found.items() if v}, "version": version.group(1) if version else None,
+            "ib_devices": ib.group(1).strip() if ib else None}

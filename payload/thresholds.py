@@ -1,0 +1,48 @@
+"""Every preflight threshold in one table, with its source. A campaign overrides any of them with
+``payload.preflight.thresholds: {name: value}`` (pure)."""
+
+from __future__ import annotations
+
+THRESHOLDS: dict[str, tuple[float, str]] = {
+    "budget_s": (90, "default time budget of the whole preflight; a check still running then fails"),
+    "shm_min_mb": (1024, "NCCL's SHM transport lives in /dev/shm; containers default to 64 MB, far too small"),
+    "cpus_per_gpu_min": (8, "NCCL proxy threads and input pipelines need cores; REFERENCE.md: too few vCPUs "
+                            "starve the proxy threads"),
+    "gemm_min_fraction": (0.8, "warn below 80% of the GPU model's expected bf16 matmul TFLOP/s"),
+    "hbm_min_fraction": (0.8, "warn below 80% of the GPU model's expected device-to-device copy GB/s"),
+    "allreduce_min_fraction": (0.8, "REFERENCE.md: more than 20% below the expected busbw means something is wrong"),
+}
+
+EXPECTED_GEMM_TFLOPS = {
+    # achievable dense bf16 matmul (8192³), about 70% of the published peak
+    "H100_SXM": 690.0, "H100_NVL": 580.0, "H100_PCIE": 520.0, "H200": 690.0, "GH200": 690.0,
+    "A100_SXM": 250.0, "A100_PCIE": 230.0, "L40S": 250.0, "B200": 1500.0,
+}
+EXPECTED_HBM_GBPS = {
+    # device-to-device copy, bytes read + written, about 80% of the published HBM bandwidth
+    "H100_SXM": 2680.0, "H100_NVL": 3120.0, "H100_PCIE": 1600.0, "H200": 3840.0, "GH200": 3200.0,
+    "A100_SXM": 1630.0, "A100_PCIE": 1550.0, "L40S": 690.0, "B200": 6400.0,
+}
+EXPECTED_ALLREDUCE_BUSBW = {
+    # REFERENCE.md, all_reduce busbw at large sizes (lower end of the published range)
+    ("H100_SXM", 8): 460.0, ("H200", 8): 460.0, ("A100_SXM", 8): 230.0, ("H100_PCIE", 8): 35.0,
+    ("H100_NVL", 4): 200.0, ("H200", 4): 337.7,
+}
+EXPECTED_TOPOLOGY = {
+    "H100_SXM": "nvswitch_mesh", "H200": "nvswitch_mesh", "A100_SXM": "nvswitch_mesh", "B200": "nvswitch_mesh",
+    "H100_NVL": "nvlink_pairs", "H100_PCIE": "pcie_only", "A100_PCIE": "pcie_only", "L40S": "pcie_only",
+}
+MIN_DRIVER_FOR_CUDA_MAJOR = {
+    # NVIDIA's CUDA toolkit release notes: minimum driver for minor-version compatibility (Linux)
+    11: "450.80.02", 12: "525.60.13", 13: "580.65.06",
+}
+
+
+def resolve(overrides: dict[str, float] | None = None) -> dict[str, float]:
+    """The thresholds in force; an unknown name in ``overrides`` raises ValueError."""
+    values = {name: value for name, (value, _) in THRESHOLDS.items()}
+    for name, value in (overrides or {}).items():
+        if name not in values:
+            raise ValueError(f"unknown preflight threshold {name!r}; known: {', '.join(sorted(values))}")
+        values[name] = float(value)
+    return values
