@@ -172,9 +172,11 @@ def check_topology(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
 
 def check_numa(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     nodes = nf.parse_numa_nodes(facts.text("numactl-H.txt") or "")
+    if nodes is None:  # numactl is often not installed; lscpu says it too
+        nodes = nf.parse_int(nf.parse_lscpu(facts.text("lscpu.txt") or "").get("NUMA node(s)", ""))
     if not expect.wants_gpu:
         if nodes is None:
-            return _missing("numa", "numactl-H.txt")
+            return _missing("numa", "numactl-H.txt and lscpu.txt")
         status = "warn" if nodes > 1 and expect.count > 1 else "pass"
         return _result("numa", status, {"numa_nodes": nodes}, "one NUMA node",
                        "CPU ranks span NUMA nodes: their traffic crosses sockets" if status == "warn" else "")

@@ -30,9 +30,10 @@ def uses_gpu(job: Job) -> bool:
 
 
 def launch(job_path: Path, phase: str, world_size: int,
-           wrapper: Callable[[int], list[str]] | None = None) -> None:
-    """Start every rank, wait for all; raise RanksFailed when one fails (the others are killed).
-    ``wrapper(rank)`` is a command prefix a rank runs under (e.g. a profiler)."""
+           wrapper: Callable[[int], list[str]] | None = None, timeout_s: float | None = None) -> None:
+    """Start every rank, wait for all; raise RanksFailed when one fails (the others are killed) or
+    when ``timeout_s`` passes ("timed out"). ``wrapper(rank)`` is a command prefix a rank runs
+    under (e.g. a profiler)."""
     workdir = job_path.parent
     logs = workdir / "artifacts" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -50,8 +51,11 @@ def launch(job_path: Path, phase: str, world_size: int,
                    "--phase", phase, "--rank", str(rank), "--world-size", str(world_size),
                    "--rendezvous", str(rendezvous)]
             procs.append((rank, subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env), log_path))
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else None
     try:
         while any(p.poll() is None for _, p, _ in procs):
+            if deadline is not None and time.monotonic() > deadline:
+                raise RanksFailed(f"{phase} timed out after {timeout_s:.0f} s")
             failed = [(r, p, log) for r, p, log in procs if p.returncode not in (None, 0)]
             if failed:
                 raise RanksFailed(_failure_message(phase, *failed[0]))
@@ -78,9 +82,10 @@ def run_worker(job_path: str, phase: str, rank: int, world_size: int, rendezvous
     import torch.distributed as dist
 
     from payload.collectives import collectives_rank
+    from payload.probes import allreduce_rank
     from payload.profile import profile_rank
 
-    rank_functions = {"profile": profile_rank, "collectives": collectives_rank}
+    rank_functions = {"profile": profile_rank, "collectives": collectives_rank, "preflight_allreduce": allreduce_rank}
     job = Job.load(job_path)
     seen = {name: os.environ.get(name) for name in job.env}
     (Path(job_path).parent / "artifacts" / "logs" / f"{phase}-rank{rank}.env.json").write_text(json.dumps(seen))

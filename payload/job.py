@@ -71,6 +71,7 @@ class Job:
     profile: ProfileConfig | None = None
     collectives: CollectivesConfig | None = None
     command: CommandConfig | None = None
+    preflight_thresholds: dict[str, float] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     """Environment for every process the payload starts (the cell's knobs, e.g. NCCL_ALGO)."""
 

@@ -1,83 +1,130 @@
-"""The preflight phase (minimal): facts about the node and a verdict on whether it can run the cell.
+"""The preflight phase: capture the node's facts, take the live measurements, judge, act.
 
-Each check is emitted as a ``sample`` event ``{phase: "preflight", name, status: pass|warn|fail|skip,
-observed, expected, hint, elapsed_s}`` and the facts are written to ``artifacts/preflight.json``.
-A failing check makes the node bad (runner exit code 3). The full suite of checks is a later issue.
+Within a time budget (``budget_s``, default 90 s): the facts snapshot (``payload.facts_capture``)
+goes to ``artifacts/facts/``; the probes (``payload.probes``) add ``probes.json`` and, on GPUs,
+``nccl-debug.log``; the checks (``payload.checks``) judge the snapshot. Each check is emitted as a
+``sample`` event; ``artifacts/preflight.json`` holds ``{verdict, checks, elapsed_s}``. A probe
+still running when the budget is spent makes its check ``fail`` ("timed out"). Verdict ``fail``
+raises BadNode (runner exit code 3).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import platform
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from payload.checks import Expect, Facts, judge, verdict
 from payload.events import EventLog
+from payload.facts_capture import capture, faults
 from payload.job import Job
+from payload.thresholds import resolve
 
-Check = dict[str, Any]
+PROBE_OF_CHECK = {"cuda_init": "cuda_init", "gemm": "gemm_tflops", "hbm": "hbm_gbps", "nccl_allreduce": "allreduce"}
 
 
 class BadNode(RuntimeError):
     """Preflight decided this node cannot run the cell."""
 
 
-def _check(name: str, status: str, observed: Any, expected: Any, hint: str = "") -> Check:
-    return {"name": name, "status": status, "observed": observed, "expected": expected, "hint": hint}
+def _with_deadline(fn: Callable[[], Any], deadline: float) -> tuple[bool, Any]:
+    """(finished, value): run ``fn`` in a thread and stop waiting at ``deadline``."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except Exception as exc:  # reported as the probe's error
+            box["value"] = {"error": f"{type(exc).__name__}: {exc}"}
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    return not thread.is_alive(), box.get("value")
 
 
-def check_python(job: Job) -> Check:
-    ok = tuple(map(int, platform.python_version_tuple()[:2])) >= (3, 10)
-    return _check("python", "pass" if ok else "fail", platform.python_version(), ">= 3.10",
-                  "" if ok else "use an image with Python 3.10 or newer")
+def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float) -> tuple[dict[str, Any], list[str]]:
+    """Live measurements; returns (probes, names of probes that ran out of time)."""
+    from payload import probes as live
+
+    injected = faults()
+    probes: dict[str, Any] = {}
+    timed_out: list[str] = []
+    wants_gpu = job.gpu.lower() != "cpu"
+    steps: list[tuple[str, Callable[[], Any]]] = []
+    if wants_gpu or injected.get("cuda_init"):
+        steps.append(("cuda_init", lambda: live.cuda_init(job.count, injected)))
+    if wants_gpu:
+        steps += [("gemm_tflops", lambda: live.gemm_tflops(job.count)), ("hbm_gbps", lambda: live.hbm_gbps(job.count))]
+    for name, fn in steps:
+        finished, value = _with_deadline(fn, deadline)
+        if not finished:
+            timed_out.append(name)
+            break
+        probes[name] = value
+        if name == "cuda_init" and value.get("error"):
+            break  # nothing else can run on a GPU that does not initialise
+    if wants_gpu and not timed_out and not probes.get("cuda_init", {}).get("error"):
+        timed_out += _allreduce(job, job_path, facts_dir, deadline, probes)
+    (facts_dir / "probes.json").write_text(json.dumps(probes, indent=2))
+    return probes, timed_out
 
 
-def check_torch(job: Job) -> Check:
-    import torch
+def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probes: dict[str, Any]) -> list[str]:
+    import os
 
-    return _check("torch", "pass", {"torch": torch.__version__, "cuda": torch.version.cuda}, "importable")
+    from payload.distributed import RanksFailed, launch
 
-
-def check_devices(job: Job) -> Check:
-    import torch
-
-    if job.gpu.lower() == "cpu":
-        return _check("gpu_inventory", "skip", "cpu cell", "no GPU needed")
-    if not torch.cuda.is_available():
-        return _check("gpu_inventory", "fail", "CUDA not available", f"{job.count}× {job.gpu}",
-                      "the node has no usable GPU: replace it")
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    ok = len(names) >= job.count
-    return _check("gpu_inventory", "pass" if ok else "fail", names, f"{job.count}× {job.gpu}",
-                  "" if ok else "fewer GPUs than the cell asked for: replace the node")
-
-
-def check_cpu(job: Job) -> Check:
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    ok = usable >= job.count
-    return _check("cpu", "pass" if ok else "warn", {"usable_cpus": usable, "cpu_count": os.cpu_count()},
-                  f">= {job.count} (one per rank)", "" if ok else "ranks will share CPUs: step times will suffer")
-
-
-CHECKS: list[Callable[[Job], Check]] = [check_python, check_torch, check_devices, check_cpu]
+    log = facts_dir / "nccl-debug.log"
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(log)}
+    previous = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        launch(job_path, "preflight_allreduce", job.count, timeout_s=max(0.0, deadline - time.monotonic()))
+    except RanksFailed as exc:
+        if "timed out" in str(exc):
+            return ["allreduce"]
+        probes["allreduce"] = {"wrong": -1, "error": str(exc)}
+        return []
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    result = facts_dir / "allreduce.json"
+    if result.is_file():
+        probes["allreduce"] = json.loads(result.read_text())
+    return []
 
 
-def run_preflight(job: Job, workdir: Path, log: EventLog) -> dict[str, Any]:
-    results = []
-    for check in CHECKS:
-        start = time.perf_counter()
-        result = check(job)
-        result["elapsed_s"] = round(time.perf_counter() - start, 6)
-        log.emit("sample", phase="preflight", **result)
-        results.append(result)
-    artifact = workdir / "artifacts" / "preflight.json"
-    artifact.write_text(json.dumps(results, indent=2, default=str))
-    log.emit("artifact", phase="preflight", name="preflight.json", path="artifacts/preflight.json",
-             bytes=artifact.stat().st_size)
-    failed = [r["name"] for r in results if r["status"] == "fail"]
-    if failed:
-        raise BadNode("preflight failed: " + ", ".join(failed))
-    return {"checks": len(results), "warn": sum(r["status"] == "warn" for r in results)}
+def run_preflight(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
+    started = time.monotonic()
+    thresholds = resolve(job.preflight_thresholds)
+    deadline = started + thresholds["budget_s"]
+    workdir = job_path.parent
+    facts_dir = workdir / "artifacts" / "facts"
+    capture(facts_dir, deadline)
+    _, timed_out = run_probes(job, job_path, facts_dir, deadline)
+    checks = judge(Facts(facts_dir), Expect(job.gpu, job.count), thresholds)
+    for check in checks:
+        if PROBE_OF_CHECK.get(check["name"]) in timed_out:
+            check.update(status="fail", hint=f"timed out: the preflight budget of {thresholds['budget_s']:.0f} s "
+                                             "ran out during this check")
+        check["elapsed_s"] = round(time.monotonic() - started, 3)
+        log.emit("sample", phase="preflight", **check)
+    result = {"verdict": verdict(checks), "checks": checks, "elapsed_s": round(time.monotonic() - started, 3)}
+    report = workdir / "artifacts" / "preflight.json"
+    report.write_text(json.dumps(result, indent=2, default=str))
+    for path in [report, *sorted(facts_dir.iterdir())]:
+        relative = path.relative_to(workdir).as_posix()
+        log.emit("artifact", phase="preflight", name=path.name, path=relative, bytes=path.stat().st_size)
+    if result["verdict"] == "fail":
+        failed = [c["name"] for c in checks if c["status"] == "fail"]
+        raise BadNode("preflight failed: " + "; ".join(f"{c['name']}: {c['hint']}" for c in checks
+                                                       if c["name"] in failed))
+    return {"verdict": result["verdict"], "warn": [c["name"] for c in checks if c["status"] == "warn"],
+            "elapsed_s": result["elapsed_s"]}

@@ -52,7 +52,7 @@ def run_job(job_file: str | Path) -> int:
     (workdir / "artifacts").mkdir(exist_ok=True)
     job = Job.load(job_path)
     phases: dict[str, PhaseFn] = {
-        "preflight": lambda j, _p, log: run_preflight(j, workdir, log),
+        "preflight": run_preflight,
         "p2p": run_p2p,
         "collectives": run_collectives,
         "profile": _profile,

@@ -84,7 +84,7 @@ matrix:
 def test_command_phase_needs_a_command(home: Path, tmp_path: Path) -> None:
     campaign = tmp_path / "c.yaml"
     campaign.write_text((REPO / "campaigns" / "local-smoke.yaml").read_text().replace(
-        "phases: [preflight, profile]", "phases: [command]"))
+        "phases: [preflight, collectives, profile]", "phases: [command]"))
     result = run_cli("run", str(campaign), home=home)
     assert result.returncode == 2 and "needs payload.command" in result.stderr
     missing = campaign.read_text().replace("phases: [command]", "phases: [command]\n  command: {run: x, upload: nope}")

@@ -61,8 +61,8 @@ def test_run_preflight_and_profile(tmp_path: Path, world: int) -> None:
         ("phase_start", "preflight"), ("phase_end", "preflight"), ("phase_start", "profile"), ("phase_end", "profile")]
 
     checks = {e["name"]: e["status"] for e in events if e["kind"] == "sample" and e.get("phase") == "preflight"}
-    assert checks["gpu_inventory"] == "skip"
-    assert checks["python"] == checks["torch"] == "pass"
+    assert checks["gpu_inventory"] == checks["cuda_init"] == "skip"  # a CPU cell needs no GPU
+    assert checks["shm"] == checks["nccl_env"] == checks["cpu"] == "pass"
     assert "fail" not in checks.values()
 
     samples = _profile_samples(events)
@@ -85,10 +85,13 @@ def test_run_preflight_and_profile(tmp_path: Path, world: int) -> None:
 
     preflight = workdir / "artifacts" / "preflight.json"
     assert preflight.is_file()
-    assert {c["name"] for c in json.loads(preflight.read_text())} == {"python", "torch", "gpu_inventory", "cpu"}
-    (announced,) = [e for e in events if e["kind"] == "artifact"]
-    assert (announced["name"], announced["path"], announced["bytes"]) == (
-        "preflight.json", "artifacts/preflight.json", preflight.stat().st_size)
+    report = json.loads(preflight.read_text())
+    assert report["verdict"] == "pass" and [c["name"] for c in report["checks"]] == list(checks)
+    announced = {e["name"]: e for e in events if e["kind"] == "artifact"}
+    assert (announced["preflight.json"]["path"], announced["preflight.json"]["bytes"]) == (
+        "artifacts/preflight.json", preflight.stat().st_size)
+    for fact in ("env.txt", "dev-shm.txt", "nproc.txt", "torch.json", "probes.json"):
+        assert announced[fact]["path"] == f"artifacts/facts/{fact}"
     logs = workdir / "artifacts" / "logs"
     assert sorted(p.name for p in logs.glob("*.log")) == [f"profile-rank{r}.log" for r in range(world)]
     assert not list(workdir.glob(".rendezvous-*"))
@@ -117,14 +120,13 @@ def test_unknown_phase_is_an_error(tmp_path: Path) -> None:
 def test_missing_gpus_make_a_bad_node(tmp_path: Path) -> None:
     code, events, output = run_payload(tmp_path / "a", _job(gpu="H100_SXM", count=8))
     assert code == 3, output
-    (inventory,) = [e for e in events if e["kind"] == "sample" and e.get("name") == "gpu_inventory"]
-    assert inventory["phase"] == "preflight"
-    assert inventory["status"] == "fail"
-    assert inventory["hint"]
+    checks = {e["name"]: e for e in events if e["kind"] == "sample" and e.get("phase") == "preflight"}
+    assert checks["cuda_init"]["status"] == "fail"  # this torch has no CUDA at all
+    assert checks["gpu_inventory"]["status"] == "skip" and "nvidia-smi-query.csv" in checks["gpu_inventory"]["hint"]
     (error,) = [e for e in events if e["kind"] == "error"]
     assert error["bad_node"] is True
     assert error["phase"] == "preflight"
-    assert "gpu_inventory" in error["message"]
+    assert "cuda_init" in error["message"]
     assert events[-1]["kind"] == "done" and events[-1]["exit_code"] == 3
     assert not [e for e in events if e.get("phase") == "profile"]
     assert (tmp_path / "a" / "artifacts" / "preflight.json").is_file()
