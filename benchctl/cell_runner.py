@@ -87,8 +87,7 @@ class CellRunner:
     def run(self) -> CellState:
         if self.state() is CellState.DONE:
             return CellState.DONE
-        bad_hosts: set[str] = {a.host for a in q.attempts(self.ctx.engine, self.cell_id)
-                               if a.outcome == "bad_node" and a.host}
+        bad_hosts: set[str] = set()  # hosts this run found bad; the store has the campaign's (see _request)
         for attempt in q.attempts(self.ctx.engine, self.cell_id):
             if attempt.open:
                 outcome = self._reconcile(attempt)
@@ -105,7 +104,9 @@ class CellRunner:
                 return CellState.FAILED
             tries += 1
             self.transition(CellState.PROVISIONING)
-            offers = [o for o in self.provider.offers(self._request()) if o.host not in bad_hosts]
+            request = self._request()
+            excluded = bad_hosts | set(request.exclude_hosts)
+            offers = [o for o in self.provider.offers(request) if o.host not in excluded]
             if not offers:
                 self.transition(CellState.FAILED, f"{self.spec.provider} has no offer for this cell now "
                                 "(hosts that failed preflight are excluded); try again later or change the cell")
@@ -149,9 +150,11 @@ class CellRunner:
 
     def _request(self) -> OfferRequest:
         s = self.spec
+        bad = q.bad_hosts(self.ctx.engine, self.ctx.campaign_id)
         return OfferRequest(gpu=s.gpu or "", count=s.world_size, market=s.market, region=s.region,
                             instance_type=s.instance_type, min_vcpus=s.min_vcpus,
-                            price_usd_per_hour=s.price_usd_per_hour)
+                            price_usd_per_hour=s.price_usd_per_hour, exclude_hosts=tuple(sorted(bad)),
+                            extra={"faults": s.faults.model_dump()} if s.faults else {})
 
     def _set_remote_dir(self, attempt: Attempt) -> Attempt:
         from sqlmodel import Session
@@ -200,6 +203,8 @@ class CellRunner:
             if outcome.kind == "done":
                 self.transition(CellState.COLLECTING)
                 self._collect(attempt, transport)
+            elif outcome.kind == "bad_node":
+                self._collect(attempt, transport)  # the verdict and the facts are the evidence
             return outcome
         except ProviderError as exc:
             outcome = Outcome("error", str(exc))
@@ -258,6 +263,7 @@ class CellRunner:
                   phases=list(self.ctx.campaign.spec.payload.phases),
                   done_phases=done, profile=self.ctx.campaign.profile_config(self.spec),
                   collectives=self.ctx.campaign.collectives_config(), command=self.ctx.campaign.command_config(),
+                  preflight_thresholds=dict(self.ctx.campaign.spec.payload.preflight.thresholds),
                   env=dict(self.spec.env))
         with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
             shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload",

@@ -20,6 +20,7 @@ from benchctl.yaml_source import Path_, format_path, line_of, load_yaml
 from payload.collective_math import parse_bytes
 from payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
 from payload.presets import UnknownPreset, model_dims, target_steps
+from payload.thresholds import resolve as resolve_thresholds
 
 Market = Literal["spot", "on-demand"]
 ProviderName = Literal["local", "ssh", "runpod", "vastai", "aws", "skypilot"]
@@ -104,6 +105,16 @@ class CollectivesSpec(_Strict):
         return self
 
 
+class PreflightSpec(_Strict):
+    thresholds: dict[str, float] = Field(default_factory=dict, description="overrides of payload/thresholds.py")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known(cls, value: dict[str, float]) -> dict[str, float]:
+        resolve_thresholds(value)
+        return value
+
+
 class CommandSpec(_Strict):
     run: str = Field(min_length=1, description="shell command run on the node (sh -c)")
     upload: str | None = Field(default=None, description="local directory shipped as the command's work dir")
@@ -115,6 +126,7 @@ class PayloadSpec(_Strict):
     profile: ProfileSpec = ProfileSpec()
     collectives: CollectivesSpec = CollectivesSpec()
     command: CommandSpec | None = None
+    preflight: PreflightSpec = PreflightSpec()
     timeout_minutes: float = Field(default=120, gt=0, description="an attempt's payload is stopped after this")
 
     @field_validator("phases")
@@ -143,6 +155,16 @@ class CampaignSpec(_Strict):
     matrix: list[dict[str, Any]] = Field(min_length=1)
 
 
+class LocalFaults(_Strict):
+    """Faults the local provider injects into the first ``hosts`` of its virtual hosts."""
+
+    cuda_init: Literal["error"] | None = None
+    numa: Literal["split"] | None = None
+    shm_mb: int | None = Field(default=None, ge=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    hosts: int = Field(default=1, ge=1)
+
+
 class CellSpec(_Strict):
     """One cell: one node configuration to rent and measure."""
 
@@ -157,6 +179,7 @@ class CellSpec(_Strict):
     max_attempts: int = Field(ge=1)
     price_usd_per_hour: float | None = Field(default=None, ge=0)
     env: dict[str, str] = Field(default_factory=dict, description="environment for every rank, e.g. NCCL_ALGO")
+    faults: LocalFaults | None = Field(default=None, description="local provider only: faults to inject")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -183,6 +206,8 @@ class CellSpec(_Strict):
         if self.provider in PRICED_BY_USER and self.price_usd_per_hour is None:
             raise ValueError(f"{self.provider} cells need price_usd_per_hour (nobody bills them, so the "
                              "campaign states the price used for cost-to-train)")
+        if self.faults is not None and self.provider != "local":
+            raise ValueError("faults are injected by the local provider only; remove them from this cell")
         if self.provider not in PRICED_BY_USER and self.price_usd_per_hour is not None:
             raise ValueError(f"price_usd_per_hour is for local and ssh cells; {self.provider} bills its own "
                              "price: remove it")

@@ -54,6 +54,7 @@ class Offer:
     hourly_usd: float
     market: str
     host: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class Node:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Node:
         data = dict(raw)
-        return cls(**{**data, "offer": Offer(**data["offer"])})
+        return cls(**{**data, "offer": Offer(**data["offer"])})  # older records lack offer details: default
 
 
 @dataclass(frozen=True)

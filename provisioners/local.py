@@ -22,18 +22,34 @@ from provisioners.local_transport import LocalTransport
 
 
 class LocalProvider(Provider):
+    """This machine, offered as ``hosts`` virtual hosts (``local-0`` …) so that a host marked bad
+    by preflight can be avoided like a real one. ``request.extra["faults"]`` (the cell's
+    ``faults``) is injected into the first ``faults.hosts`` hosts (default 1): ``cuda_init: error``,
+    ``numa: split``, ``shm_mb: N`` (read by the payload from ``BENCHCTL_FAULTS``) and ``env`` (set
+    for real in the node's environment)."""
+
     name = "local"
     max_parallel_nodes = 1  # local nodes share this machine's CPUs and GPUs
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, hosts: int = 4) -> None:
         self.root = root
+        self.hosts = hosts
 
     def offers(self, request: OfferRequest) -> list[Offer]:
         if request.gpu.lower() != "cpu" and _visible_gpus() < request.count:
             return []
-        return [Offer(provider=self.name, offer_id="localhost", gpu=request.gpu, count=request.count,
-                      vcpus=os.cpu_count() or 1, region="local", hourly_usd=request.price_usd_per_hour or 0.0,
-                      market=request.market, host="localhost")]
+        faults = dict(request.extra.get("faults") or {})
+        faulty = int(faults.pop("hosts", 1)) if faults else 0
+        offers = []
+        for index in range(self.hosts):
+            host = f"local-{index}"
+            if host in request.exclude_hosts:
+                continue
+            offers.append(Offer(provider=self.name, offer_id=host, gpu=request.gpu, count=request.count,
+                                vcpus=os.cpu_count() or 1, region="local", hourly_usd=request.price_usd_per_hour or 0.0,
+                                market=request.market, host=host,
+                                details={"faults": faults} if index < faulty else {}))
+        return offers
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         node_dir = self.root / token
@@ -41,7 +57,11 @@ class LocalProvider(Provider):
         # The record exists before any process does, so no crash leaves a process nobody can find.
         _write_record(node_dir, {"node": None, "token": token, "campaign_tag": campaign_tag, "terminated": False,
                                  "created_at": time.time()})
-        leader = subprocess.Popen(["sleep", "infinity"], start_new_session=True, env=node_env(token),
+        faults = offer.details.get("faults") or {}
+        env = {**node_env(token), **faults.get("env", {})}
+        if faults:
+            env["BENCHCTL_FAULTS"] = json.dumps(faults)
+        leader = subprocess.Popen(["sleep", "infinity"], start_new_session=True, env=env,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Until exec, the child still shows our environment: wait for the marker so that the node
         # never reads as gone right after launch.
@@ -63,7 +83,9 @@ class LocalProvider(Provider):
         return NodeState.RUNNING if process_alive(node.details["leader_pid"], node.token) else NodeState.PREEMPTED
 
     def transport(self, node: Node) -> Transport:
-        return LocalTransport(self.root / node.node_id / "home", node.token, node.details["leader_pid"])
+        faults = node.offer.details.get("faults") or {}
+        env = {**faults.get("env", {}), **({"BENCHCTL_FAULTS": json.dumps(faults)} if faults else {})}
+        return LocalTransport(self.root / node.node_id / "home", node.token, node.details["leader_pid"], env)
 
     def terminate(self, node: Node) -> None:
         kill_node_processes(node.token)  # whatever the record says: processes are what bills

@@ -18,10 +18,12 @@ class LocalTransport(Transport):
 
     python = sys.executable
 
-    def __init__(self, home: Path, token: str, leader_pid: int) -> None:
+    def __init__(self, home: Path, token: str, leader_pid: int, env: dict[str, str] | None = None) -> None:
         self.home = home
         self.token = token
         self.leader_pid = leader_pid
+        self.env = env or {}
+        """Extra environment of every command (the node's injected faults)."""
 
     def _path(self, remote: str) -> Path:
         path = (self.home / remote).resolve()
@@ -34,7 +36,8 @@ class LocalTransport(Transport):
             raise ProviderError(f"the local node {self.token} is gone; it cannot run commands")
         try:
             proc = subprocess.run(["sh", "-c", cmd], cwd=self.home, capture_output=True, text=True, timeout=timeout,
-                                  start_new_session=True, env=node_env(self.token), stdin=subprocess.DEVNULL)
+                                  start_new_session=True, env={**node_env(self.token), **self.env},
+                                  stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as exc:
             raise ProviderError(f"command timed out after {timeout:.0f}s on the local node: {cmd}") from exc
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)

@@ -131,6 +131,27 @@ def attempt_cost(attempt: Attempt, until: float) -> float:
     return max(0.0, until - attempt.launched_at) / 3600.0 * attempt.hourly_usd
 
 
+def bad_hosts(engine: Engine, campaign_id: int) -> set[str]:
+    """Hosts (provider machine ids or addresses) where preflight failed, in any cell of the campaign."""
+    with Session(engine) as s:
+        rows = s.exec(select(Attempt.host).join(Cell, col(Attempt.cell_id) == col(Cell.id))
+                      .where(Cell.campaign_id == campaign_id).where(Attempt.outcome == "bad_node"))
+        return {host for host in rows if host}
+
+
+def spent_by_outcome(engine: Engine, campaign_id: int, now: float | None = None) -> dict[str, float]:
+    """Money spent per attempt outcome (``open`` for attempts still running)."""
+    now = now if now is not None else time.time()
+    totals: dict[str, float] = {}
+    with Session(engine) as s:
+        rows = s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
+                      .where(Cell.campaign_id == campaign_id))
+        for a in rows:
+            key = "open" if a.open else (a.outcome or "unknown")
+            totals[key] = totals.get(key, 0.0) + (attempt_cost(a, now) if a.open else (a.cost_usd or 0.0))
+    return totals
+
+
 def attempts(engine: Engine, cell_id: int) -> list[Attempt]:
     with Session(engine) as s:
         return list(s.exec(select(Attempt).where(Attempt.cell_id == cell_id).order_by(col(Attempt.number))))

@@ -1,0 +1,114 @@
+"""Preflight checks on captured snapshots of real node kinds (tests/fixtures/preflight, real formats)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from payload import node_facts as nf
+from payload.checks import Expect, Facts, judge, verdict
+from payload.thresholds import resolve
+from tests.conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "preflight"
+
+
+def _judge(scenario: str, gpu: str, count: int, **overrides: float) -> dict[str, dict]:  # type: ignore[type-arg]
+    checks = judge(Facts(FIXTURES / scenario), Expect(gpu, count), resolve(overrides))
+    return {c["name"]: c for c in checks}
+
+
+def _statuses(checks: dict[str, dict]) -> dict[str, str]:  # type: ignore[type-arg]
+    return {name: c["status"] for name, c in checks.items() if c["status"] not in ("pass", "skip")}
+
+
+LIVE_ONLY = {"gemm", "hbm", "nccl_allreduce"}  # no probes.json in these snapshots
+
+
+@pytest.mark.parametrize(("scenario", "gpu", "count", "verdict_", "problems"), [
+    ("h100-sxm-healthy", "H100_SXM", 8, "pass", {}),
+    ("h100-sxm-numa-split", "H100_SXM", 8, "warn", {"numa": "warn"}),
+    ("h100-pcie", "H100_PCIE", 8, "warn", {"numa": "warn"}),
+    ("h100-nvl-pairs", "H100_NVL", 8, "fail", {"numa": "warn", "nccl_env": "fail"}),
+    ("h100-sxm-nvlink-down", "H100_SXM", 8, "fail", {"nvlink": "fail"}),
+    ("h100-sxm-7-of-8", "H100_SXM", 8, "fail", {"gpu_inventory": "fail", "cuda_init": "fail"}),
+    ("h100-single", "H100_SXM", 1, "warn", {"shm": "warn"}),
+    ("cpu-only", "cpu", 1, "pass", {}),
+])
+def test_verdicts(scenario: str, gpu: str, count: int, verdict_: str, problems: dict[str, str]) -> None:
+    checks = _judge(scenario, gpu, count)
+    assert _statuses(checks) == problems
+    assert verdict(list(checks.values())) == verdict_
+    assert all(checks[name]["status"] == "skip" for name in LIVE_ONLY)
+    assert all(c["hint"] for c in checks.values() if c["status"] in ("warn", "fail"))
+
+
+def test_topology_classes_and_nvlink_widths() -> None:
+    expected = {"h100-sxm-healthy": ("nvswitch_mesh", 18), "h100-pcie": ("pcie_only", None),
+                "h100-nvl-pairs": ("nvlink_pairs", 12), "h100-sxm-nvlink-down": ("nvswitch_mesh", 16),
+                "h100-single": ("single_gpu", None)}
+    for scenario, (kind, width) in expected.items():
+        topo = nf.parse_topo((FIXTURES / scenario / "nvidia-smi-topo-m.txt").read_text())
+        assert (nf.classify_topology(topo), nf.nvlink_width(topo)) == (kind, width), scenario
+
+
+def test_a_pcie_node_sold_as_sxm_fails() -> None:
+    checks = _judge("h100-pcie", "H100_SXM", 8)
+    assert checks["gpu_inventory"]["status"] == "fail" and "H100_PCIE" in checks["gpu_inventory"]["hint"]
+    assert checks["topology"]["status"] == "fail" and "pcie_only" in checks["topology"]["hint"]
+
+
+def test_numa_split_hint_carries_the_measured_cost() -> None:
+    hint = _judge("h100-sxm-numa-split", "H100_SXM", 8)["numa"]["hint"]
+    assert "1,295 ms" in hint and "702 ms" in hint and "[0, 1]" in hint
+
+
+def test_nvlink_reports_bandwidth_and_the_dead_lanes() -> None:
+    nvlink = _judge("h100-sxm-nvlink-down", "H100_SXM", 8)["nvlink"]
+    assert nvlink["observed"]["inactive_links"] == {"3": [5, 11]}
+    assert nvlink["observed"]["gbps_per_gpu"]["0"] == pytest.approx(18 * 26.562, abs=0.1)
+
+
+def test_nccl_env_names_the_cost() -> None:
+    env = _judge("h100-nvl-pairs", "H100_NVL", 8)["nccl_env"]
+    assert env["observed"]["NCCL_SHM_DISABLE"] == "1" and "3.2×" in env["hint"]
+
+
+def test_cpu_only_node_for_a_gpu_cell() -> None:
+    checks = _judge("cpu-only", "H100_SXM", 8)
+    assert checks["cuda_init"]["status"] == "fail"  # torch.json: cuda_available false
+    assert checks["gpu_inventory"]["status"] == "skip" and "not captured" in checks["gpu_inventory"]["hint"]
+
+
+def test_thresholds_can_be_overridden() -> None:
+    assert _judge("h100-sxm-numa-split", "H100_SXM", 8, cpus_per_gpu_min=32)["cpu"]["status"] == "warn"
+    with pytest.raises(ValueError, match="unknown preflight threshold"):
+        resolve({"shm_min": 1})
+
+
+def test_live_measurements_in_a_snapshot_are_judged(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    snapshot = tmp_path / "snap"
+    shutil.copytree(FIXTURES / "h100-sxm-healthy", snapshot)
+    (snapshot / "probes.json").write_text(json.dumps({
+        "cuda_init": {"ok_devices": 8}, "gemm_tflops": [700.0] * 7 + [300.0], "hbm_gbps": [2900.0] * 8,
+        "allreduce": {"bytes": 1 << 30, "busbw_gbps": 300.0, "wrong": 0}}))
+    checks = {c["name"]: c for c in judge(Facts(snapshot), Expect("H100_SXM", 8), resolve())}
+    assert checks["gemm"]["status"] == "warn" and "[7]" in checks["gemm"]["hint"]
+    assert checks["hbm"]["status"] == "pass"
+    allreduce = checks["nccl_allreduce"]
+    assert allreduce["status"] == "fail"  # 300 < 0.8 × 460
+    assert "nvlink_p2p" in allreduce["hint"] and "NCCL_P2P_DISABLE" in allreduce["hint"]
+
+
+def test_a_missing_or_garbled_file_never_crashes(tmp_path: Path) -> None:
+    for name in ("nvidia-smi-query.csv", "nvidia-smi-topo-m.txt", "nvidia-smi-nvlink-s.txt", "dev-shm.txt",
+                 "nproc.txt", "lscpu.txt", "numactl-H.txt", "env.txt", "torch.json", "probes.json"):
+        (tmp_path / name).write_text("\x00garbage\n,,,\n{not json")
+    checks = judge(Facts(tmp_path), Expect("H100_SXM", 8), resolve())
+    assert len(checks) == 13 and {c["status"] for c in checks} <= {"pass", "warn", "fail", "skip"}
+    empty = judge(Facts(tmp_path / "nothing"), Expect("H100_SXM", 8), resolve())
+    assert all(c["status"] == "skip" for c in empty)
