@@ -154,7 +154,7 @@ class CellRunner:
         return OfferRequest(gpu=s.gpu or "", count=s.world_size, market=s.market, region=s.region,
                             instance_type=s.instance_type, min_vcpus=s.min_vcpus,
                             price_usd_per_hour=s.price_usd_per_hour, exclude_hosts=tuple(sorted(bad)),
-                            extra={"faults": s.faults.model_dump()} if s.faults else {})
+                            extra={"faults": s.faults.model_dump(exclude_none=True)} if s.faults else {})
 
     def _set_remote_dir(self, attempt: Attempt) -> Attempt:
         from sqlmodel import Session

@@ -21,6 +21,8 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, dict):
         return ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "-"
     if isinstance(value, float):
         return f"{value:,.2f}" if abs(value) >= 100 else f"{value:.4g}"
     return str(value)
@@ -35,7 +37,7 @@ def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, tit
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        writer.writerows({k: _cell(v) if isinstance(v, dict) else v for k, v in row.items()} for row in rows)
+        writer.writerows({k: _cell(v) if isinstance(v, dict | list) else v for k, v in row.items()} for row in rows)
         return out.getvalue().rstrip("\n")
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
     if fmt == "md":

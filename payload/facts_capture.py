@@ -82,7 +82,7 @@ def torch_facts() -> dict[str, Any]:
 
 
 def _inject(directory: Path, injected: dict[str, Any]) -> None:
-    if "shm_mb" in injected:
+    if injected.get("shm_mb") is not None:
         kb = int(injected["shm_mb"]) * 1024
         (directory / "dev-shm.txt").write_text(
             "Filesystem     1K-blocks  Used Available Use% Mounted on\n"

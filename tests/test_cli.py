@@ -15,7 +15,7 @@ from tests.conftest import REPO, run_cli
 
 LEADERBOARD_KEYS = ["campaign", "cell", "provider", "gpu", "count", "market", "env", "hourly_usd", "step_time_ms",
                     "step_time_p10_ms", "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd",
-                    "status"]
+                    "flags", "status"]
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import click
 from benchctl import __version__
 from benchctl.cli.campaign_commands import resume, run
 from benchctl.cli.payload_commands import comm_volume_command
+from benchctl.cli.preflight_commands import preflight_command
 from benchctl.cli.report_commands import leaderboard, status
 from benchctl.cli.state import CliState
 
@@ -33,7 +34,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     ctx.obj = CliState(db=db, debug=debug)
 
 
-for command in (run, resume, status, leaderboard, comm_volume_command):
+for command in (run, resume, status, leaderboard, comm_volume_command, preflight_command):
     cli.add_command(command)
 
 

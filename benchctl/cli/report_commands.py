@@ -32,10 +32,12 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
     for camp in campaigns:
         assert camp.id is not None
         spent = q.spent_usd(engine, camp.id)
+        by_outcome = q.spent_by_outcome(engine, camp.id)
         cells = [{"key": c.key, "state": c.state, "attempts": len(q.attempts(engine, c.id or 0)),
                   "reason": c.reason} for c in q.cells(engine, camp.id)]
         report.append({"name": camp.name, "budget_usd": camp.budget_usd, "spent_usd": spent,
-                       "remaining_usd": camp.budget_usd - spent, "cells": cells})
+                       "remaining_usd": camp.budget_usd - spent, "spent_by_outcome_usd": by_outcome,
+                       "bad_node_spent_usd": by_outcome.get("bad_node", 0.0), "cells": cells})
     if fmt == "json":
         click.echo(render([], [], "json", payload={"campaigns": report}))
         return
@@ -43,7 +45,8 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
         click.echo("no campaigns yet: start one with `benchctl run FILE`")
     for camp_report in report:
         click.echo(f"campaign {camp_report['name']}: spent ${camp_report['spent_usd']:.4f} of "
-                   f"${camp_report['budget_usd']:.2f}")
+                   f"${camp_report['budget_usd']:.2f} (${camp_report['bad_node_spent_usd']:.4f} on nodes that "
+                   "failed preflight)")
         click.echo(render(camp_report["cells"], ["key", "state", "attempts", "reason"], "table"))
 
 
