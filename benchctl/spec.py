@@ -158,7 +158,7 @@ class CampaignSpec(_Strict):
 class LocalFaults(_Strict):
     """Faults the local provider injects into the first ``hosts`` of its virtual hosts."""
 
-    cuda_init: Literal["error"] | None = None
+    cuda_init: Literal["error", "hang"] | None = None
     numa: Literal["split"] | None = None
     shm_mb: int | None = Field(default=None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)

@@ -21,6 +21,8 @@ ALLREDUCE_BYTES = 1024**3
 def cuda_init(count: int, injected: dict[str, Any]) -> dict[str, Any]:
     if injected.get("cuda_init") == "error":
         return {"error": "RuntimeError: CUDA unknown error (injected by the local provider)", "ok_devices": 0}
+    if injected.get("cuda_init") == "hang":  # a driver that never answers
+        time.sleep(24 * 3600)
     import torch
 
     ok = 0

@@ -154,7 +154,7 @@ def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, wri
     (campaign,) = q.campaigns(_store(home))
     assert len(campaign.uid) == 12
     provider = LocalProvider(home / "nodes")
-    (offer,) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand", price_usd_per_hour=1.0))
+    offer = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand", price_usd_per_hour=1.0))[0]
     orphan = provider.launch(offer, "bc-orphan", f"bc-tiny-{campaign.uid}")
     teammates = provider.launch(offer, "bc-teammate", "bc-tiny-0123456789ab")  # same name, another store
     result = run_cli("run", str(path), home=home)  # complete: reconciles all the same

@@ -501,3 +501,14 @@ def test_odd_yaml_and_values_are_clean_errors(old: str, new: str, expected: str)
     with pytest.raises(SpecError) as err:
         parse_campaign(MERGE_BASE.replace(old, new), "m.yaml")
     assert str(err.value).startswith(expected)
+
+
+def test_preflight_thresholds_are_checked() -> None:
+    base = (REPO / "campaigns" / "local-smoke.yaml").read_text()
+    good = base.replace("payload:\n", "payload:\n  preflight: {thresholds: {budget_s: 30, shm_min_mb: 512}}\n")
+    assert parse_campaign(good, "p.yaml").spec.payload.preflight.thresholds == {"budget_s": 30, "shm_min_mb": 512}
+    bad = base.replace("payload:\n", "payload:\n  preflight: {thresholds: {shm_min: 512}}\n")
+    with pytest.raises(SpecError) as err:
+        parse_campaign(bad, "p.yaml")
+    message = str(err.value)
+    assert "payload.preflight.thresholds" in message and "unknown preflight threshold 'shm_min'" in message

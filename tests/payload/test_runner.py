@@ -150,3 +150,17 @@ def test_loss_falls_on_repeated_batch(tmp_path: Path, world: int) -> None:
     losses = [s["loss"] for s in _profile_samples(events)]
     assert len(losses) == 8
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_a_hung_probe_fails_preflight_at_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("BENCHCTL_FAULTS", json.dumps({"cuda_init": "hang"}))
+    job = _job(phases=["preflight"])
+    job["preflight_thresholds"] = {"budget_s": 3}
+    started = time.monotonic()
+    code, events, output = run_payload(tmp_path / "a", job)
+    assert code == 3, output
+    assert time.monotonic() - started < 30
+    (check,) = [e for e in events if e["kind"] == "sample" and e.get("name") == "cuda_init"]
+    assert check["status"] == "fail" and check["hint"].startswith("timed out")

@@ -27,7 +27,7 @@ def provider(tmp_path: Path) -> Iterator[LocalProvider]:
 
 
 def _offer(provider: LocalProvider, count: int = 1) -> Offer:
-    (offer,) = provider.offers(OfferRequest(gpu="cpu", count=count, market="on-demand", price_usd_per_hour=0.5))
+    offer = provider.offers(OfferRequest(gpu="cpu", count=count, market="on-demand", price_usd_per_hour=0.5))[0]
     return offer
 
 
@@ -42,13 +42,22 @@ def _wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
 
 def test_cpu_offer(provider: LocalProvider) -> None:
     offers = provider.offers(OfferRequest(gpu="cpu", count=2, market="spot", price_usd_per_hour=1.25))
-    assert len(offers) == 1
+    assert [o.host for o in offers] == ["local-0", "local-1", "local-2", "local-3"]  # virtual hosts
+    assert all(o.details == {} for o in offers)
     offer = offers[0]
     assert (offer.provider, offer.gpu, offer.count, offer.market, offer.hourly_usd, offer.region) == (
         "local", "cpu", 2, "spot", 1.25, "local")
     assert offer.vcpus == (os.cpu_count() or 1)
     free = provider.offers(OfferRequest(gpu="CPU", count=1, market="on-demand"))
-    assert [o.hourly_usd for o in free] == [0.0]
+    assert {o.hourly_usd for o in free} == {0.0}
+
+
+def test_bad_hosts_are_excluded_and_faults_go_to_the_first_hosts(provider: LocalProvider) -> None:
+    request = OfferRequest(gpu="cpu", count=1, market="spot", price_usd_per_hour=1.0, exclude_hosts=("local-0",),
+                           extra={"faults": {"shm_mb": 64, "hosts": 2}})
+    offers = provider.offers(request)
+    assert [(o.host, o.details) for o in offers] == [
+        ("local-1", {"faults": {"shm_mb": 64}}), ("local-2", {}), ("local-3", {})]
 
 
 def test_gpu_offer_without_gpus_is_empty(provider: LocalProvider) -> None:
