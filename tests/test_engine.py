@@ -184,7 +184,7 @@ def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> 
     assert LocalProvider(home / "nodes").owned("bc-tiny") == []
     spent = q.spent_usd(engine, campaign.id or 0)
     costs = [a.cost_usd for c in q.cells(engine, campaign.id or 0) for a in q.attempts(engine, c.id or 0)]
-    assert spent == sum(c or 0 for c in costs) and spent > 0
+    assert spent == pytest.approx(sum(c or 0 for c in costs)) and spent > 0
 
 
 def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaign) -> None:

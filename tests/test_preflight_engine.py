@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from store import queries as q
 from store.database import open_store
 from tests.conftest import run_cli
@@ -48,8 +50,8 @@ def test_bad_nodes_are_replaced_remembered_and_accounted(home: Path, write_campa
 
     status = json.loads(run_cli("status", "--format", "json", home=home).stdout)["campaigns"][0]
     bad = [a.cost_usd or 0.0 for c in cells.values() for a in q.attempts(engine, c.id or 0) if a.outcome == "bad_node"]
-    assert status["bad_node_spent_usd"] == sum(bad) > 0
-    assert status["spent_by_outcome_usd"]["done"] + status["bad_node_spent_usd"] == status["spent_usd"]
+    assert sum(bad) > 0 and status["bad_node_spent_usd"] == pytest.approx(sum(bad))
+    assert status["spent_by_outcome_usd"]["done"] + status["bad_node_spent_usd"] == pytest.approx(status["spent_usd"])
 
     rows = {r["cell"]: r for r in json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)}
     assert rows["local:cpux2:on-demand:env=KNOB=numa"]["flags"] == ["numa_split"]
