@@ -250,13 +250,16 @@ def check_cpu(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     if nproc is None:
         return _missing("cpu", "nproc.txt")
     lscpu = nf.parse_lscpu(facts.text("lscpu.txt") or "")
-    per = nproc / max(1, expect.count)
+    quota = nf.parse_cpu_max(facts.text("cgroup-cpu.max") or "")
+    usable = min(float(nproc), quota) if quota is not None else float(nproc)
+    per = usable / max(1, expect.count)
     wanted = th["cpus_per_gpu_min"] if expect.wants_gpu else 1
-    observed = {"vcpus": nproc, "per_rank": round(per, 1), "sockets": lscpu.get("Socket(s)"),
-                "model": lscpu.get("Model name")}
+    observed = {"vcpus": nproc, "cgroup_cpu_limit": quota, "per_rank": round(per, 1),
+                "sockets": lscpu.get("Socket(s)"), "model": lscpu.get("Model name")}
     if per < wanted:
         return _result("cpu", "warn", observed, f">= {wanted:.0f} per rank",
-                       "too few vCPUs per rank: NCCL proxy threads and data loading will starve (flag few_cpus)")
+                       "too few vCPUs per rank (counting the cgroup CPU limit): NCCL proxy threads and data loading "
+                       "will starve (flag few_cpus)")
     return _result("cpu", "pass", observed, f">= {wanted:.0f} per rank")
 
 
@@ -267,10 +270,15 @@ def check_ecc(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     if rows is None:
         return _missing("ecc", "nvidia-smi-query.csv")
     errors = {str(r.index): r.ecc_uncorrected for r in rows if r.ecc_uncorrected}
-    if errors:
-        return _result("ecc", "fail", {"uncorrected": errors}, "0 uncorrected ECC errors",
-                       "uncorrected memory errors: this GPU corrupts data; replace the node")
-    return _result("ecc", "pass", {"uncorrected": 0}, "0 uncorrected ECC errors")
+    remapped = nf.parse_remapped_rows(facts.text("nvidia-smi-remapped-rows.csv") or "")
+    bad_rows = {r.bus_id: {"uncorrectable": r.uncorrectable, "pending": r.pending, "failure": r.failure}
+                for r in remapped if r.uncorrectable or r.pending or r.failure}
+    expected = "0 uncorrected ECC errors, no remapped-row uncorrectable/pending/failure"
+    if errors or bad_rows:
+        return _result("ecc", "fail", {"uncorrected": errors, "remapped_rows": bad_rows}, expected,
+                       "uncorrected memory errors or rows remapped after them (a pending remap needs a GPU reset, "
+                       "a failed one a new GPU): replace the node")
+    return _result("ecc", "pass", {"uncorrected": 0, "remapped_rows_read": bool(remapped)}, expected)
 
 
 def _per_gpu_check(name: str, key: str, table: dict[str, float], fraction: str, unit: str) -> Callable[..., Check]:

@@ -27,6 +27,10 @@ COMMANDS: dict[str, list[str]] = {
     "nproc.txt": ["nproc"],
     "lscpu.txt": ["lscpu"],
     "numactl-H.txt": ["numactl", "-H"],
+    "nvidia-smi-remapped-rows.csv": ["nvidia-smi", "--query-remapped-rows=gpu_bus_id,remapped_rows.correctable,"
+                                     "remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure",
+                                     "--format=csv"],
+    "cgroup-cpu.max": ["cat", "/sys/fs/cgroup/cpu.max"],
 }
 SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 

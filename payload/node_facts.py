@@ -143,6 +143,36 @@ def parse_nvlink_status(text: str) -> list[NvLinkGpu]:
     return gpus
 
 
+@dataclass(frozen=True)
+class RemappedRows:
+    bus_id: str
+    uncorrectable: int
+    pending: bool
+    failure: bool
+
+
+def parse_remapped_rows(text: str) -> list[RemappedRows]:
+    """``nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.correctable,
+    remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv``."""
+    rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
+    out = []
+    for raw in rows[1:]:
+        if len(raw) != 5:
+            continue
+        uncorrectable = _number(raw[2])
+        out.append(RemappedRows(raw[0].strip(), int(uncorrectable or 0), raw[3].strip().lower() == "yes",
+                                raw[4].strip().lower() == "yes"))
+    return out
+
+
+def parse_cpu_max(text: str) -> float | None:
+    """cgroup v2 ``cpu.max`` (``max 100000`` or ``800000 100000``) → CPUs allowed, None when unlimited."""
+    fields = text.split()
+    if len(fields) != 2 or not fields[1].isdigit() or not fields[0].isdigit():
+        return None
+    return int(fields[0]) / int(fields[1])
+
+
 def parse_df_kb(text: str) -> int | None:
     """``df -k /dev/shm`` → size in KiB."""
     for line in text.splitlines()[1:]:

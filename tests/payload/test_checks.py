@@ -112,3 +112,22 @@ def test_a_missing_or_garbled_file_never_crashes(tmp_path: Path) -> None:
     assert len(checks) == 13 and {c["status"] for c in checks} <= {"pass", "warn", "fail", "skip"}
     empty = judge(Facts(tmp_path / "nothing"), Expect("H100_SXM", 8), resolve())
     assert all(c["status"] == "skip" for c in empty)
+
+
+def test_remapped_rows_and_the_cgroup_cpu_limit(tmp_path: Path) -> None:
+    import shutil
+
+    snapshot = tmp_path / "snap"
+    shutil.copytree(FIXTURES / "h100-sxm-healthy", snapshot)
+    assert _judge("h100-sxm-healthy", "H100_SXM", 8)["ecc"]["observed"]["remapped_rows_read"] is True
+    rows = (snapshot / "nvidia-smi-remapped-rows.csv").read_text().splitlines()
+    rows[3] = rows[3].replace(", 0, No, No", ", 1, Yes, No")
+    (snapshot / "nvidia-smi-remapped-rows.csv").write_text("\n".join(rows) + "\n")
+    (snapshot / "cgroup-cpu.max").write_text("3200000 100000\n")  # 32 CPUs for 8 GPUs
+    checks = {c["name"]: c for c in judge(Facts(snapshot), Expect("H100_SXM", 8), resolve())}
+    assert checks["ecc"]["status"] == "fail"
+    assert list(checks["ecc"]["observed"]["remapped_rows"].values()) == [
+        {"uncorrectable": 1, "pending": True, "failure": False}]
+    assert checks["cpu"]["status"] == "warn" and checks["cpu"]["observed"]["per_rank"] == 4.0
+    single = _judge("h100-single", "H100_SXM", 1)["cpu"]
+    assert single["observed"]["cgroup_cpu_limit"] == 16.0 and single["status"] == "pass"
