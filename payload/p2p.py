@@ -8,13 +8,12 @@ reason, on a CPU cell or a node with fewer than two GPUs. One ``sample`` per (sr
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from payload.events import EventLog
 from payload.job import Job
+from payload.probes import cuda_timed
 
 COPY_BYTES = 256 * 1024**2
 LATENCY_BYTES = 4
@@ -27,18 +26,6 @@ def skip_reason(job: Job, visible_gpus: int) -> str | None:
     if visible_gpus < 2:
         return f"{visible_gpus} GPU visible; a pair needs two"
     return None
-
-
-def _timed(copy: Callable[[], None], iters: int) -> float:
-    import torch
-
-    copy()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        copy()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iters
 
 
 def run_p2p(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
@@ -68,8 +55,8 @@ def run_p2p(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
                 ("peer", lambda a=big_src, b=big_dst: b.copy_(a), lambda a=small_src, b=small_dst: b.copy_(a)),
                 ("host", staged, lambda a=small_src, b=small_dst, h=host: staged(a, b, h)),
             ):
-                seconds = _timed(bulk, ITERS)
-                latency = _timed(tiny, ITERS * 10)
+                seconds = cuda_timed(bulk, ITERS)
+                latency = cuda_timed(tiny, ITERS * 10)
                 row = {"src": src, "dst": dst, "mode": mode, "peer_access": peer, "bytes": COPY_BYTES,
                        "bandwidth_gbps": COPY_BYTES / seconds / 1e9, "latency_us": latency * 1e6}
                 rows.append(row)

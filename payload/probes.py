@@ -36,7 +36,8 @@ def cuda_init(count: int, injected: dict[str, Any]) -> dict[str, Any]:
     return {"ok_devices": ok}
 
 
-def _timed(fn: Any, iters: int) -> float:
+def cuda_timed(fn: Any, iters: int) -> float:
+    """Seconds per call of ``fn`` on the GPU: one warm-up call, then ``iters`` between synchronizes."""
     import torch
 
     fn()
@@ -56,7 +57,7 @@ def gemm_tflops(count: int) -> list[float]:
         a = torch.randn(GEMM_N, GEMM_N, device=f"cuda:{index}", dtype=torch.bfloat16)
         b = torch.randn_like(a)
         with torch.cuda.device(index):
-            seconds = _timed(lambda a=a, b=b: a @ b, 10)
+            seconds = cuda_timed(lambda a=a, b=b: a @ b, 10)
         result.append(2 * GEMM_N**3 / seconds / 1e12)
     return result
 
@@ -69,7 +70,7 @@ def hbm_gbps(count: int) -> list[float]:
         src = torch.empty(HBM_BYTES, dtype=torch.uint8, device=f"cuda:{index}")
         dst = torch.empty_like(src)
         with torch.cuda.device(index):
-            seconds = _timed(lambda s=src, d=dst: d.copy_(s), 10)
+            seconds = cuda_timed(lambda s=src, d=dst: d.copy_(s), 10)
         result.append(2 * HBM_BYTES / seconds / 1e9)  # bytes read + written
     return result
 
