@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from benchctl.errors import ProviderUnavailable
-from provisioners.base import Provider
+from benchctl.spec import CellSpec
+from provisioners.base import OfferRequest, Provider
 
 AVAILABLE = ("local",)
 """Providers this version can drive. The others parse in campaign files but cannot run yet."""
@@ -37,3 +38,11 @@ class Providers:
         """Raise before anything is written when a campaign names a provider that cannot run."""
         for name in sorted(set(names)):
             self.get(name)
+
+
+def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = ()) -> OfferRequest:
+    """What a cell asks its provider for."""
+    return OfferRequest(gpu=cell.gpu or "", count=cell.world_size, market=cell.market, region=cell.region,
+                        instance_type=cell.instance_type, min_vcpus=cell.min_vcpus,
+                        price_usd_per_hour=cell.price_usd_per_hour, exclude_hosts=tuple(sorted(exclude_hosts)),
+                        label=label, extra={"faults": cell.faults.model_dump(exclude_none=True)} if cell.faults else {})

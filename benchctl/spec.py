@@ -149,6 +149,9 @@ class PayloadSpec(_Strict):
 class CampaignSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
     budget_usd: float = Field(gt=0)
+    max_idle_minutes: float = Field(default=15, gt=0, description="dead-man switch: a payload whose controller "
+                                    "stopped sending heartbeats this long stops itself (and its node, where the "
+                                    "provider allows)")
     target: Target
     defaults: Defaults = Defaults()
     payload: PayloadSpec = PayloadSpec()
@@ -163,6 +166,11 @@ class LocalFaults(_Strict):
     shm_mb: int | None = Field(default=None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)
     hosts: int = Field(default=1, ge=1)
+    preempt_after_s: float | None = Field(default=None, gt=0, description="preempt the node this long after launch")
+    preempt_at_step: int | None = Field(default=None, ge=0,
+                                        description="preempt the node once it recorded this many timed profile steps")
+    preemptions: int = Field(default=1, ge=1, description="how many launches of the cell are preempted")
+    seed: int | None = Field(default=None, description="draw each preempt_after_s uniformly in ×[0.5, 1.5]")
 
 
 class CellSpec(_Strict):

@@ -18,6 +18,8 @@ PHASES = ("preflight", "p2p", "collectives", "profile", "command")
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_BAD_NODE = 3
+EXIT_IDLE = 4
+"""The dead-man switch stopped the payload: the controller's heartbeat went stale."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,15 @@ class Job:
     preflight_thresholds: dict[str, float] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     """Environment for every process the payload starts (the cell's knobs, e.g. NCCL_ALGO)."""
+    profile_steps_done: int = 0
+    """Timed profile steps earlier attempts already recorded: this one measures only the rest,
+    numbering its samples' ``timed_index`` from here."""
+    max_idle_minutes: float | None = None
+    """Dead-man switch: the payload stops itself when ``heartbeat`` (touched by the controller)
+    is older than this (None: never)."""
+    idle_shutdown: str | None = None
+    """Shell command run after the dead-man switch stopped the payload (e.g. power the node off
+    where the provider terminates a node that shuts down)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

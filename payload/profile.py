@@ -3,7 +3,10 @@
 One optimizer step = ``total_batch_size`` tokens (gradient accumulation derived from device batch,
 sequence length and world size). Rank 0 emits one ``sample`` event per step:
 ``{phase: "profile", step, warmup, step_time_s, fwd_bwd_s, opt_phase1_s, opt_phase2_s,
-opt_phase3_s, tokens, tokens_per_s, loss, mfu}``. The step is bracketed by a barrier (and a CUDA
+opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index}``.
+``timed_index`` numbers the timed (non-warmup) steps across the cell's attempts: a node that
+replaces a preempted one warms up, then measures only the steps not yet recorded
+(``job.profile_steps_done`` on), so no index repeats. The step is bracketed by a barrier (and a CUDA
 synchronize on GPU), so it is the slowest rank's step. Inside it, phase boundaries are CUDA events
 on GPU and ``perf_counter`` on CPU, with no extra synchronisation. ``phase_timing: false`` records
 only the step time (to measure what the phase timing costs). MFU (GPU only) is against the GPU's
@@ -76,6 +79,9 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     cfg = job.profile
     if cfg is None:
         raise ValueError("job.json has no profile section")
+    remaining = max(0, cfg.steps - job.profile_steps_done)
+    if remaining == 0:
+        return  # earlier attempts recorded every timed step
     accum = grad_accum_steps(cfg, world_size)
     on_gpu = job.gpu.lower() != "cpu"
     device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
@@ -96,7 +102,7 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
             torch.cuda.synchronize(device)
         dist.barrier()
 
-    for step in range(cfg.warmup_steps + cfg.steps):
+    for step in range(cfg.warmup_steps + remaining):
         sync()
         start = time.perf_counter()
         clock.mark()
@@ -117,7 +123,10 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
         elapsed = time.perf_counter() - start
         phases = dict(zip(PHASES, clock.durations(), strict=False))
         if events is not None:
-            events.emit("sample", phase="profile", step=step, warmup=step < cfg.warmup_steps, step_time_s=elapsed,
+            warmup = step < cfg.warmup_steps
+            events.emit("sample", phase="profile", step=step, warmup=warmup,
+                        timed_index=None if warmup else job.profile_steps_done + step - cfg.warmup_steps,
+                        step_time_s=elapsed,
                         **phases, loss=float(total_loss), tokens=cfg.total_batch_size,
                         tokens_per_s=cfg.total_batch_size / elapsed,
                         mfu=flops_per_step / elapsed / (peak * world_size) if peak else None)

@@ -1,6 +1,7 @@
 """``python -m payload run job.json``: run the job's pending phases, writing events.jsonl beside it.
 
-Exit codes: 0 every phase done, 3 preflight says the node is bad, 1 any other error. The last
+Exit codes: 0 every phase done, 3 preflight says the node is bad, 4 the dead-man switch stopped it
+(``payload.deadman``), 1 any other error. The last
 event is always ``done`` with the exit code (unless the process is killed).
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from payload.collectives import run_collectives
 from payload.command import run_command
+from payload.deadman import start_deadman
 from payload.distributed import launch
 from payload.events import EventLog
 from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
@@ -59,6 +61,8 @@ def run_job(job_file: str | Path) -> int:
         "command": run_command,
     }
     with EventLog(workdir / "events.jsonl") as log:
+        if job.max_idle_minutes is not None:
+            start_deadman(workdir, job.max_idle_minutes, log, job.idle_shutdown)
         for phase in job.pending_phases():
             if phase not in PHASES:
                 log.emit("error", phase=phase, message=f"unknown phase {phase!r}; known: {', '.join(PHASES)}")

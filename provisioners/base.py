@@ -38,6 +38,8 @@ class OfferRequest:
     min_vcpus: int | None = None
     price_usd_per_hour: float | None = None
     exclude_hosts: tuple[str, ...] = ()
+    label: str = ""
+    """The cell's key: a provider may show it in node names, or count launches per cell."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -140,3 +142,12 @@ class Provider(ABC):
     @abstractmethod
     def owned(self, campaign_tag: str) -> list[Node]:
         """Every live node at this provider that carries ``campaign_tag``."""
+
+    def ended_at(self, node: Node) -> float | None:
+        """When a node that is gone stopped billing, where the provider says (unix time); None if unknown."""
+        return None
+
+    def idle_shutdown_command(self, node: Node) -> str | None:
+        """A command the payload runs on the node after the dead-man switch stopped it, so the node
+        stops billing without us (None: the provider offers no such way)."""
+        return None

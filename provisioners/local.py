@@ -9,11 +9,16 @@ a vanished spot node does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
+import shlex
 import shutil
 import subprocess
+import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError, Transport
@@ -25,8 +30,11 @@ class LocalProvider(Provider):
     """This machine, offered as ``hosts`` virtual hosts (``local-0`` …) so that a host marked bad
     by preflight can be avoided like a real one. ``request.extra["faults"]`` (the cell's
     ``faults``) is injected into the first ``faults.hosts`` hosts (default 1): ``cuda_init: error``,
-    ``numa: split``, ``shm_mb: N`` (read by the payload from ``BENCHCTL_FAULTS``) and ``env`` (set
-    for real in the node's environment)."""
+    ``numa: split``, ``shm_mb: N`` (read by the payload from ``BENCHCTL_FAULTS``), ``env`` (set
+    for real in the node's environment), and preemption: ``preempt_after_s`` / ``preempt_at_step``
+    kill the node (``local_leader``) in the first ``preemptions`` launches of the cell (counted
+    under ``<root>/preemptions/``, so the count survives a controller crash); with ``seed`` each
+    delay is drawn in ×[0.5, 1.5] of ``preempt_after_s``."""
 
     name = "local"
     max_parallel_nodes = 1  # local nodes share this machine's CPUs and GPUs
@@ -48,7 +56,7 @@ class LocalProvider(Provider):
             offers.append(Offer(provider=self.name, offer_id=host, gpu=request.gpu, count=request.count,
                                 vcpus=os.cpu_count() or 1, region="local", hourly_usd=request.price_usd_per_hour or 0.0,
                                 market=request.market, host=host,
-                                details={"faults": faults} if index < faulty else {}))
+                                details={"faults": faults, "cell": request.label} if index < faulty else {}))
         return offers
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
@@ -56,12 +64,16 @@ class LocalProvider(Provider):
         (node_dir / "home").mkdir(parents=True, exist_ok=True)
         # The record exists before any process does, so no crash leaves a process nobody can find.
         _write_record(node_dir, {"node": None, "token": token, "campaign_tag": campaign_tag, "terminated": False,
-                                 "created_at": time.time()})
+                                 "created_at": time.time(), "offer": asdict(offer)})
         faults = offer.details.get("faults") or {}
         env = {**node_env(token), **faults.get("env", {})}
         if faults:
             env["BENCHCTL_FAULTS"] = json.dumps(faults)
-        leader = subprocess.Popen(["sleep", "infinity"], start_new_session=True, env=env,
+        command = ["sleep", "infinity"]
+        preemption = self._preemption(faults, campaign_tag, str(offer.details.get("cell", "")))
+        if preemption:
+            command = [sys.executable, "-m", "provisioners.local_leader", str(node_dir), token, *preemption]
+        leader = subprocess.Popen(command, start_new_session=True, env=env,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Until exec, the child still shows our environment: wait for the marker so that the node
         # never reads as gone right after launch.
@@ -76,11 +88,45 @@ class LocalProvider(Provider):
         _write_record(node_dir, {**(_read_record(node_dir) or {}), "node": node.to_dict()})
         return node
 
+    def _preemption(self, faults: dict, campaign_tag: str, cell: str) -> list[str]:
+        """The leader's arguments when this launch is to be preempted; counts it."""
+        after, at_step = faults.get("preempt_after_s"), faults.get("preempt_at_step")
+        if after is None and at_step is None:
+            return []
+        counter = self.root / "preemptions" / f"{campaign_tag}--{cell}"
+        counter.parent.mkdir(parents=True, exist_ok=True)
+        done = int(counter.read_text()) if counter.exists() else 0
+        if done >= int(faults.get("preemptions", 1)):
+            return []
+        counter.write_text(str(done + 1))
+        args = []
+        if after is not None:
+            if faults.get("seed") is not None:
+                after *= random.Random(f"{faults['seed']}/{cell}/{done}").uniform(0.5, 1.5)
+            args += ["--after-s", f"{after:.3f}"]
+        if at_step is not None:
+            args += ["--at-step", str(at_step)]
+        return args
+
     def status(self, node: Node) -> NodeState:
         record = _read_record(self.root / node.node_id)
         if record is None or record["terminated"]:
             return NodeState.TERMINATED
+        if node.details.get("leader_pid") is None:
+            return NodeState.STARTING  # a launch that never finished (see ``owned``)
         return NodeState.RUNNING if process_alive(node.details["leader_pid"], node.token) else NodeState.PREEMPTED
+
+    def ended_at(self, node: Node) -> float | None:
+        node_dir = self.root / node.node_id
+        ends = [float(t) for t in [(_read_record(node_dir) or {}).get("terminated_at")] if t]
+        with contextlib.suppress(OSError, ValueError):
+            ends.append(float((node_dir / "ended_at").read_text()))
+        return min(ends, default=None)
+
+    def idle_shutdown_command(self, node: Node) -> str | None:
+        """The node "powers off": it records when, and its leader dies (the node reads as gone)."""
+        node_dir = shlex.quote(str(self.root / node.node_id))
+        return f"date +%s.%N > {node_dir}/ended_at; kill -9 {int(node.details['leader_pid'])}"
 
     def transport(self, node: Node) -> Transport:
         faults = node.offer.details.get("faults") or {}
@@ -105,9 +151,10 @@ class LocalProvider(Provider):
                 continue
             if record["node"] is not None:
                 nodes.append(Node.from_dict(record["node"]))
-            else:  # the launch never finished: kill what it started
-                kill_node_processes(record["token"])
-                _write_record(path.parent, {**record, "terminated": True, "terminated_at": time.time()})
+            elif "offer" in record:  # a launch in progress, or one a crash cut short: its processes bill too
+                nodes.append(Node(provider=self.name, node_id=record["token"], token=record["token"],
+                                  campaign_tag=campaign_tag, offer=Offer(**record["offer"]),
+                                  details={"leader_pid": None, "dir": str(path.parent)}))
         return nodes
 
     def preempt(self, node: Node) -> None:

@@ -134,10 +134,17 @@ def _v3_campaign_uid(op: Operations) -> None:
     op.add_column("campaign", sa.Column("uid", sa.String, nullable=False, server_default=""))
 
 
+def _v4_cell_lease(op: Operations) -> None:
+    # Which controller runs the cell, until when: a second controller skips leased cells.
+    op.add_column("cell", sa.Column("lease_owner", sa.String, nullable=True))
+    op.add_column("cell", sa.Column("lease_expires_at", sa.Float, nullable=True))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial: campaign, cell, attempt, event", _v1_initial),
     Migration(2, "results and artifacts", _v2_results_and_artifacts),
     Migration(3, "campaign uid (part of the node tag)", _v3_campaign_uid),
+    Migration(4, "cell lease (two controllers, one database)", _v4_cell_lease),
 )
 HEAD = MIGRATIONS[-1].version
 

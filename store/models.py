@@ -35,6 +35,9 @@ class Cell(SQLModel, table=True):
     reason: str | None = None
     created_at: float
     updated_at: float
+    lease_owner: str | None = None
+    """The controller running this cell (``host/pid/start``), while ``lease_expires_at`` is ahead."""
+    lease_expires_at: float | None = None
 
 
 class Attempt(SQLModel, table=True):

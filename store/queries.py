@@ -90,11 +90,13 @@ def set_cell_state(engine: Engine, cell_id: int, state: str, reason: str | None 
 
 def new_attempt(engine: Engine, cell_id: int, token: str, provider: str, market: str, remote_dir: str,
                 hourly_usd: float, host: str) -> Attempt:
-    """The Attempt row, committed before the provider is asked for the node; ``launched_at`` = now."""
+    """The Attempt row, committed before the provider is asked for the node; ``launched_at`` = now.
+    ``{number}`` in ``remote_dir`` becomes the attempt's number (1, 2, … per cell)."""
     with Session(engine) as s:
         number = (s.exec(select(func.count()).select_from(Attempt).where(Attempt.cell_id == cell_id)).one()) + 1
         attempt = Attempt(cell_id=cell_id, number=number, token=token, provider=provider, market=market,
-                          remote_dir=remote_dir, hourly_usd=hourly_usd, host=host, launched_at=time.time())
+                          remote_dir=remote_dir.replace("{number}", str(number)), hourly_usd=hourly_usd, host=host,
+                          launched_at=time.time())
         s.add(attempt)
         s.commit()
         s.refresh(attempt)
@@ -143,13 +145,17 @@ def spent_by_outcome(engine: Engine, campaign_id: int, now: float | None = None)
     """Money spent per attempt outcome (``open`` for attempts still running)."""
     now = now if now is not None else time.time()
     totals: dict[str, float] = {}
-    with Session(engine) as s:
-        rows = s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
-                      .where(Cell.campaign_id == campaign_id))
-        for a in rows:
-            key = "open" if a.open else (a.outcome or "unknown")
-            totals[key] = totals.get(key, 0.0) + (attempt_cost(a, now) if a.open else (a.cost_usd or 0.0))
+    for a in campaign_attempts(engine, campaign_id):
+        key = "open" if a.open else (a.outcome or "unknown")
+        totals[key] = totals.get(key, 0.0) + (attempt_cost(a, now) if a.open else (a.cost_usd or 0.0))
     return totals
+
+
+def campaign_attempts(engine: Engine, campaign_id: int) -> list[Attempt]:
+    """Every attempt of every cell of the campaign."""
+    with Session(engine) as s:
+        return list(s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
+                           .where(Cell.campaign_id == campaign_id).order_by(col(Attempt.id))))
 
 
 def attempts(engine: Engine, cell_id: int) -> list[Attempt]:
@@ -217,8 +223,4 @@ def add_artifact(engine: Engine, artifact: Artifact) -> None:
 
 def spent_usd(engine: Engine, campaign_id: int, now: float | None = None) -> float:
     """Money spent: closed attempts' cost plus open attempts' running cost up to ``now``."""
-    now = now if now is not None else time.time()
-    with Session(engine) as s:
-        rows = s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
-                      .where(Cell.campaign_id == campaign_id))
-        return sum(attempt_cost(a, now) if a.open else (a.cost_usd or 0.0) for a in rows)
+    return sum(spent_by_outcome(engine, campaign_id, now).values())

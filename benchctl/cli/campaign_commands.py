@@ -22,6 +22,9 @@ _run_options = [
                  help="Cells run at the same time."),
     click.option("--poll-interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
                  help="Seconds between reads of a running payload's events."),
+    click.option("--status-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+                 help="Seconds between asks of the provider for each node's state (preemption), heartbeats to "
+                      "the payload and budget checks."),
 ]
 
 
@@ -34,8 +37,14 @@ def _with_run_options(fn: Callable[..., None]) -> Callable[..., None]:
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=str))
 @_with_run_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before a campaign whose worst-case spend is above "
+              "--confirm-above.")
+@click.option("--confirm-above", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              envvar="BENCHCTL_CONFIRM_ABOVE_USD", metavar="USD",
+              help="Ask for confirmation when the worst-case spend is above this [env BENCHCTL_CONFIRM_ABOVE_USD].")
 @pass_state
-def run(state: CliState, file: str, concurrency: int, poll_interval: float) -> None:
+def run(state: CliState, file: str, concurrency: int, poll_interval: float, status_interval: float, yes: bool,
+        confirm_above: float) -> None:
     """Run (or continue) the campaign in FILE; print its leaderboard."""
     from benchctl.providers import Providers
     from benchctl.settings import home
@@ -43,11 +52,21 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float) -> N
     from store import queries as q
 
     campaign = load_campaign(file)
-    Providers(home()).check(cell.provider for cell in campaign.cells)
+    providers = Providers(home())
+    providers.check(cell.provider for cell in campaign.cells)
     engine = state.engine()
     previous = q.campaigns(engine, campaign.spec.name)
     if previous:
         _check_same_measurement(engine, previous[0], campaign)
+    _confirm_spend(engine, campaign, previous[0] if previous else None, providers, yes, confirm_above)
+    row = register_campaign(engine, campaign, file)
+    _execute(state, campaign, row, concurrency, poll_interval, status_interval)
+
+
+def register_campaign(engine: Engine, campaign: Campaign, file: str) -> CampaignRow:
+    """Store the campaign and its new cells (``run``'s first write); results follow the file's target."""
+    from store import queries as q
+
     campaign_id, added = q.upsert_campaign(
         engine, campaign.spec.name, campaign.model_dump_json(), file, campaign.spec.budget_usd,
         [q.NewCell(key=c.key, provider=c.provider, gpu=c.gpu or str(c.instance_type), count=c.world_size,
@@ -56,7 +75,34 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float) -> N
         progress(f"campaign {campaign.spec.name}: {len(added)} new cell(s)")
     _recompute_results(engine, campaign_id, campaign)
     (row,) = q.campaigns(engine, campaign.spec.name)
-    _execute(state, campaign, row, concurrency, poll_interval)
+    return row
+
+
+def _confirm_spend(engine: Engine, campaign: Campaign, previous: CampaignRow | None, providers: Any, yes: bool,
+                   confirm_above: float) -> None:
+    """Print the worst-case spend of what is left to run; above ``confirm_above`` ask (or refuse
+    without a terminal) unless ``--yes``. Runs before anything is written."""
+    import sys
+
+    from benchctl.budget import worst_case_spend
+    from benchctl.errors import UsageError
+    from store import queries as q
+
+    done, spent = set(), 0.0
+    if previous is not None and previous.id is not None:
+        done = {c.key for c in q.cells(engine, previous.id) if c.state == "done"}
+        spent = q.spent_usd(engine, previous.id)
+    worst = worst_case_spend(campaign, [c for c in campaign.cells if c.key not in done], providers, spent)
+    progress(f"campaign {campaign.spec.name}: worst-case spend ${worst:.2f} "
+             f"(budget_usd ${campaign.spec.budget_usd:.2f})")
+    if worst <= confirm_above or yes:
+        return
+    question = f"worst-case spend ${worst:.2f} is above ${confirm_above:.2f}"
+    if not sys.stdin.isatty():
+        raise UsageError(f"{question}: pass --yes to run it without a terminal (or raise --confirm-above); "
+                         "nothing was launched")
+    if not click.confirm(f"{question}. Run it?", default=False, err=True):
+        raise UsageError("not run: nothing was launched")
 
 
 def _check_same_measurement(engine: Engine, row: CampaignRow, campaign: Campaign) -> None:
@@ -65,7 +111,7 @@ def _check_same_measurement(engine: Engine, row: CampaignRow, campaign: Campaign
     from benchctl.spec import Campaign as CampaignModel
     from store import queries as q
 
-    old = _stored_campaign(row, CampaignModel)
+    old = stored_campaign(row, CampaignModel)
     measured = any(q.attempts(engine, c.id or 0) for c in q.cells(engine, row.id or 0))
     if measured and old.spec.payload != campaign.spec.payload:
         raise UsageError(f"campaign {row.name!r} was measured with a different payload section; its cells would "
@@ -89,7 +135,7 @@ def _recompute_results(engine: Engine, campaign_id: int, campaign: Campaign) -> 
 @click.argument("name", required=False)
 @_with_run_options
 @pass_state
-def resume(state: CliState, name: str | None, concurrency: int, poll_interval: float) -> None:
+def resume(state: CliState, name: str | None, concurrency: int, poll_interval: float, status_interval: float) -> None:
     """Continue every unfinished cell (of campaign NAME, or of every campaign)."""
     from benchctl.errors import BenchctlError, CampaignNotFound
     from benchctl.spec import Campaign
@@ -110,7 +156,7 @@ def resume(state: CliState, name: str | None, concurrency: int, poll_interval: f
     failures = []
     for row in unfinished:
         try:
-            _execute(state, _stored_campaign(row, Campaign), row, concurrency, poll_interval)
+            _execute(state, stored_campaign(row, Campaign), row, concurrency, poll_interval, status_interval)
         except BenchctlError as exc:  # go on: the other campaigns' nodes need reconciling too
             if exc.exit_code == 130:
                 raise
@@ -119,7 +165,7 @@ def resume(state: CliState, name: str | None, concurrency: int, poll_interval: f
         raise BenchctlError("\n".join(failures))
 
 
-def _stored_campaign(row: CampaignRow, model: Any) -> Campaign:
+def stored_campaign(row: CampaignRow, model: Any) -> Campaign:
     from pydantic import ValidationError
 
     from benchctl.errors import UsageError
@@ -147,29 +193,39 @@ def _termination_as_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency: int, poll_interval: float) -> None:
-    from benchctl.cell_runner import RunContext
+def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency: int, poll_interval: float,
+             status_interval: float) -> None:
+    from benchctl.budget import Budget, attempt_worst_case_s
     from benchctl.cli.report_commands import print_leaderboard
     from benchctl.engine import pending_cells, run_campaign, terminate_orphans
     from benchctl.errors import BenchctlError
+    from benchctl.lease import Leases
     from benchctl.providers import Providers
-    from benchctl.settings import home
+    from benchctl.run_context import RunContext
+    from benchctl.settings import home, lease_ttl_s
 
     engine = state.engine()
     name = campaign.spec.name
     assert row.id is not None
+    leases = Leases(engine, lease_ttl_s())
     ctx = RunContext(engine=engine, campaign=campaign, campaign_id=row.id, campaign_uid=row.uid,
-                     providers=Providers(home()), artifacts_dir=home() / "artifacts" / name,
-                     poll_interval_s=poll_interval, log=progress)
+                     providers=Providers(home()), artifacts_dir=home() / "artifacts" / name, leases=leases,
+                     budget=Budget(engine, row.id, campaign.spec.budget_usd, attempt_worst_case_s(campaign.spec)),
+                     poll_interval_s=poll_interval, status_interval_s=status_interval, log=progress)
     terminate_orphans(ctx)
     if not pending_cells(ctx):
         click.echo(f"campaign {name} is complete: all {len(campaign.cells)} cells are done; nothing to run")
         print_leaderboard(engine, name, "table")
         return
-    with _termination_as_interrupt():
-        summary = run_campaign(ctx, concurrency)
+    try:
+        with _termination_as_interrupt():
+            summary = run_campaign(ctx, concurrency)
+    finally:
+        leases.close()
     print_leaderboard(engine, name, "table")
     if not summary.complete:
-        unfinished = ", ".join(f"{k} ({s})" for k, s in summary.states.items() if s != "done")
+        held = summary.held_elsewhere
+        unfinished = ", ".join(f"{k} ({s}{'; run by controller ' + held[k] if k in held else ''})"
+                               for k, s in summary.states.items() if s != "done")
         raise BenchctlError(f"campaign {name} is not complete: {unfinished}. `benchctl status {name}` shows why; "
                             f"`benchctl resume {name}` tries again")

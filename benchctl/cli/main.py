@@ -10,6 +10,7 @@ import click
 
 from benchctl import __version__
 from benchctl.cli.campaign_commands import resume, run
+from benchctl.cli.down_commands import down
 from benchctl.cli.payload_commands import comm_volume_command
 from benchctl.cli.preflight_commands import preflight_command
 from benchctl.cli.report_commands import leaderboard, status
@@ -29,12 +30,13 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
       benchctl run campaigns/local-smoke.yaml   run (or continue) a campaign
       benchctl resume                           continue every unfinished campaign
       benchctl status                           cells, attempts and spend
+      benchctl down NAME                        terminate every node of a campaign
       benchctl leaderboard                      cost-to-train per provider and configuration
     """
     ctx.obj = CliState(db=db, debug=debug)
 
 
-for command in (run, resume, status, leaderboard, comm_volume_command, preflight_command):
+for command in (run, resume, down, status, leaderboard, comm_volume_command, preflight_command):
     cli.add_command(command)
 
 

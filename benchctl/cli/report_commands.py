@@ -45,8 +45,8 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
         click.echo("no campaigns yet: start one with `benchctl run FILE`")
     for camp_report in report:
         click.echo(f"campaign {camp_report['name']}: spent ${camp_report['spent_usd']:.4f} of "
-                   f"${camp_report['budget_usd']:.2f} (${camp_report['bad_node_spent_usd']:.4f} on nodes that "
-                   "failed preflight)")
+                   f"${camp_report['budget_usd']:.2f}, ${camp_report['remaining_usd']:.4f} remaining "
+                   f"(${camp_report['bad_node_spent_usd']:.4f} on nodes that failed preflight)")
         click.echo(render(camp_report["cells"], ["key", "state", "attempts", "reason"], "table"))
 
 

@@ -1,0 +1,201 @@
+"""One attempt on one node: ship the payload, watch it, collect, and always terminate and close.
+
+``drive`` ends in ``finally`` with a last read of the node's events, ``terminate`` and the
+attempt closed at the time the provider says the node stopped billing (else now), whatever
+happened: no exit path leaves a billing node the store thinks is closed, or the reverse.
+While the payload runs, every ``status_interval_s`` the driver asks the provider for the node's
+state (a preempted node ends the attempt), touches the payload's heartbeat (its dead-man switch)
+and checks the campaign's spend against its budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import payload
+from benchctl.cell_states import CellState
+from benchctl.event_sync import sync_events
+from benchctl.results import timed_samples
+from benchctl.run_context import Outcome, RunContext
+from benchctl.spec import CellSpec
+from payload.deadman import HEARTBEAT
+from payload.job import EXIT_BAD_NODE, EXIT_OK, Job
+from provisioners.base import Node, NodeState, Provider, ProviderError, Transport
+from store import queries as q
+from store.models import Artifact, Attempt
+
+
+@dataclass
+class AttemptDriver:
+    ctx: RunContext
+    cell_id: int
+    key: str
+    spec: CellSpec
+    provider: Provider
+    transition: Callable[[CellState], None]
+    halted: Callable[[], Outcome | None]
+    """Why the attempt must stop now (Ctrl-C, lost lease), or None."""
+
+    def drive(self, attempt: Attempt, node: Node, reattach: bool) -> Outcome:
+        outcome = Outcome("error", "controller error")
+        try:
+            transport = self.provider.transport(node)
+            if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:
+                reattach = False  # the controller stopped before the payload was started
+            if not reattach:
+                not_ready = self._wait_ready(node)
+                if not_ready is not None:
+                    outcome = not_ready
+                    return outcome
+                self._start_payload(attempt, node, transport)
+            outcome = self._watch(attempt, node, transport)
+            if outcome.kind == "done":
+                self.transition(CellState.COLLECTING)
+                self._collect(attempt, transport)
+            elif outcome.kind == "bad_node":
+                self._collect(attempt, transport)  # the verdict and the facts are the evidence
+            return outcome
+        except ProviderError as exc:
+            outcome = Outcome("error", str(exc))
+            return outcome
+        finally:
+            self.last_sync(attempt, node)
+            self.terminate(node)
+            q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind, outcome.detail or None,
+                            terminated_at=self.provider.ended_at(node))
+
+    def last_sync(self, attempt: Attempt, node: Node) -> None:
+        """Read what the node still has before it goes: nothing measured is lost."""
+        with contextlib.suppress(ProviderError):
+            sync_events(self.ctx.engine, attempt, self.provider.transport(node))
+
+    def terminate(self, node: Node) -> None:
+        for delay in (0, 1, 5):
+            time.sleep(delay)
+            try:
+                self.provider.terminate(node)
+                return
+            except ProviderError as exc:
+                self.ctx.log(f"{self.key}: terminate {node.node_id} failed ({exc}); retrying")
+        self.ctx.log(f"{self.key}: could not terminate {node.node_id}: run `benchctl down` or terminate it "
+                     "at the provider")
+
+    def _wait_ready(self, node: Node) -> Outcome | None:
+        """None once the node runs; else why it never will."""
+        deadline = time.monotonic() + self.ctx.ready_timeout_s
+        while time.monotonic() < deadline:
+            if (halt := self.halted()) is not None:
+                return halt
+            state = self.provider.status(node)
+            if state is NodeState.RUNNING:
+                return None
+            if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+                return Outcome("preempted", f"the provider reports the node {state.value} before it was ready")
+            if self.ctx.budget.exceeded():
+                return Outcome("budget", "the campaign's spend reached budget_usd")
+            self.ctx.stop.wait(self.ctx.poll_interval_s)
+        return Outcome("error", f"the node was not ready after {self.ctx.ready_timeout_s:.0f} s")
+
+    def _job(self, attempt: Attempt, node: Node) -> Job:
+        campaign = self.ctx.campaign
+        done = self._done_phases()
+        return Job(campaign=campaign.spec.name, cell=self.key, attempt=attempt.number, token=attempt.token,
+                   gpu=self.spec.gpu or "", count=self.spec.world_size, phases=list(campaign.spec.payload.phases),
+                   done_phases=done, profile=campaign.profile_config(self.spec),
+                   collectives=campaign.collectives_config(), command=campaign.command_config(),
+                   preflight_thresholds=dict(campaign.spec.payload.preflight.thresholds), env=dict(self.spec.env),
+                   profile_steps_done=0 if "profile" in done else len(timed_samples(self.ctx.engine, self.cell_id)),
+                   max_idle_minutes=campaign.spec.max_idle_minutes,
+                   idle_shutdown=self.provider.idle_shutdown_command(node))
+
+    def _done_phases(self) -> list[str]:
+        """Workload phases finished by earlier attempts. Preflight is never carried over: it judges
+        the node, and every new node must prove itself healthy."""
+        ended = {e.phase for e in q.events(self.ctx.engine, self.cell_id, kind="phase_end") if e.phase}
+        return sorted(ended - {"preflight"})
+
+    def _start_payload(self, attempt: Attempt, node: Node, transport: Transport) -> None:
+        job = self._job(attempt, node)
+        with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
+            shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload",
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            (Path(stage) / "job.json").write_text(job.to_json())
+            (Path(stage) / HEARTBEAT).touch()
+            upload = self.ctx.campaign.command_upload()
+            if upload is not None and "command" in job.pending_phases():
+                shutil.copytree(upload, Path(stage) / "work", ignore=shutil.ignore_patterns("__pycache__"))
+            transport.put(stage, attempt.remote_dir)
+        if job.profile_steps_done:
+            self.ctx.log(f"{self.key}: attempt {attempt.number} measures the profile's remaining "
+                         f"{max(0, job.profile.steps - job.profile_steps_done) if job.profile else 0} timed steps")
+        self.transition(CellState.PREFLIGHT if "preflight" in job.pending_phases() else CellState.RUNNING)
+        transport.start(f"{transport.python} -m payload run job.json > payload.log 2>&1; echo $? > exit_code",
+                        cwd=attempt.remote_dir)
+
+    def _watch(self, attempt: Attempt, node: Node, transport: Transport) -> Outcome:
+        last_status = float("-inf")
+        timeout = time.monotonic() + self.ctx.campaign.spec.payload.timeout_minutes * 60
+        while True:
+            for event in sync_events(self.ctx.engine, attempt, transport):
+                if event.get("kind") == "phase_start" and event.get("phase") != "preflight" \
+                        and q.cell(self.ctx.engine, self.cell_id).state == CellState.PREFLIGHT.value:
+                    self.transition(CellState.RUNNING)
+            exit_code = transport.read_from(f"{attempt.remote_dir}/exit_code", 0).strip()
+            if exit_code:
+                sync_events(self.ctx.engine, attempt, transport)
+                return self._exit_outcome(int(exit_code), attempt, transport)
+            if (halt := self.halted()) is not None:
+                return halt
+            if time.monotonic() - last_status >= self.ctx.status_interval_s:
+                last_status = time.monotonic()
+                state = self.provider.status(node)
+                if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+                    return Outcome("preempted", f"the provider reports the node {state.value}")
+                with contextlib.suppress(ProviderError):
+                    transport.run(f"touch {shlex.quote(attempt.remote_dir)}/{HEARTBEAT}", timeout=30)
+                if self.ctx.budget.exceeded():
+                    return Outcome("budget", "the campaign's spend reached budget_usd while this attempt ran")
+            if time.monotonic() > timeout:
+                return Outcome("error", f"payload ran past payload.timeout_minutes "
+                               f"({self.ctx.campaign.spec.payload.timeout_minutes})")
+            self.ctx.stop.wait(self.ctx.poll_interval_s)
+
+    def _exit_outcome(self, code: int, attempt: Attempt, transport: Transport) -> Outcome:
+        if code == EXIT_OK:
+            return Outcome("done")
+        errors = [json.loads(e.data_json).get("message", "") for e in q.events(self.ctx.engine, self.cell_id, "error")
+                  if e.attempt_id == attempt.id]
+        detail = errors[-1] if errors else _tail(transport.read_from(f"{attempt.remote_dir}/payload.log", 0))
+        return Outcome("bad_node" if code == EXIT_BAD_NODE else "error", f"payload exit {code}: {detail}")
+
+    def _collect(self, attempt: Attempt, transport: Transport) -> None:
+        local = self.ctx.artifacts_dir / self.key / str(attempt.number)
+        local.mkdir(parents=True, exist_ok=True)
+        for name in ("artifacts", "events.jsonl", "payload.log"):
+            transport.get(f"{attempt.remote_dir}/{name}", str(local))
+        for event in q.events(self.ctx.engine, self.cell_id, "artifact"):
+            if event.attempt_id != attempt.id:
+                continue
+            data = json.loads(event.data_json)
+            path = local / data["path"]
+            q.add_artifact(self.ctx.engine, Artifact(attempt_id=_id(attempt), cell_id=self.cell_id, name=data["name"],
+                                                     remote_path=f"{attempt.remote_dir}/{data['path']}",
+                                                     local_path=str(path) if path.exists() else None,
+                                                     bytes=path.stat().st_size if path.exists() else None))
+
+
+def _id(attempt: Attempt) -> int:
+    assert attempt.id is not None
+    return attempt.id
+
+
+def _tail(data: bytes, lines: int = 3) -> str:
+    return " | ".join(data.decode(errors="replace").strip().splitlines()[-lines:])
