@@ -4,8 +4,9 @@
 attempt closed at the time the provider says the node stopped billing (else now), whatever
 happened: no exit path leaves a billing node the store thinks is closed, or the reverse.
 While the payload runs, every ``status_interval_s`` the driver asks the provider for the node's
-state (a preempted node ends the attempt), touches the payload's heartbeat (its dead-man switch)
-and checks the campaign's spend against its budget.
+state (a preempted node ends the attempt) and checks the campaign's spend against its budget; it
+touches the payload's heartbeat (its dead-man switch) as often, or four times per
+``max_idle_minutes`` if that is more often.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ class AttemptDriver:
                         cwd=attempt.remote_dir)
 
     def _watch(self, attempt: Attempt, node: Node, transport: Transport) -> Outcome:
-        last_status = float("-inf")
+        last_status = last_beat = float("-inf")
+        beat_every = min(self.ctx.status_interval_s, self.ctx.campaign.spec.max_idle_minutes * 60 / 4)
         timeout = time.monotonic() + self.ctx.campaign.spec.payload.timeout_minutes * 60
         while True:
             for event in sync_events(self.ctx.engine, attempt, transport):
@@ -159,10 +161,12 @@ class AttemptDriver:
                 state = self.provider.status(node)
                 if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
                     return Outcome("preempted", f"the provider reports the node {state.value}")
-                with contextlib.suppress(ProviderError):
-                    transport.run(f"touch {shlex.quote(attempt.remote_dir)}/{HEARTBEAT}", timeout=30)
                 if self.ctx.budget.exceeded():
                     return Outcome("budget", "the campaign's spend reached budget_usd while this attempt ran")
+            if time.monotonic() - last_beat >= beat_every:
+                last_beat = time.monotonic()
+                with contextlib.suppress(ProviderError):
+                    transport.run(f"touch {shlex.quote(attempt.remote_dir)}/{HEARTBEAT}", timeout=30)
             if time.monotonic() > timeout:
                 return Outcome("error", f"payload ran past payload.timeout_minutes "
                                f"({self.ctx.campaign.spec.payload.timeout_minutes})")

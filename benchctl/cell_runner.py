@@ -76,6 +76,9 @@ class CellRunner:
                 return CellState.FAILED
             tries += 1
             self.transition(CellState.PROVISIONING)
+            if (halt := self.halted()) is not None:  # the transition re-checked the lease
+                self._settle(halt, None, bad_hosts)
+                return self.state()
             request = self._request()
             excluded = bad_hosts | set(request.exclude_hosts)
             offers = [o for o in self.provider.offers(request) if o.host not in excluded]

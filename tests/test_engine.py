@@ -7,86 +7,29 @@ fault from outside, as it would happen for real.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from provisioners.base import Node, NodeState
 from provisioners.local import LocalProvider
-from provisioners.local_processes import node_processes
 from store import queries as q
-from store.database import open_store
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
+from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
 ONE_CELL = "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 2.0}\n"
 
 
-def _start(home: Path, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "BENCHCTL_HOME": str(home)}
-    env.pop("BENCHCTL_DB", None)
-    return subprocess.Popen([sys.executable, "-m", "benchctl", *args], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def _wait_for(predicate: Callable[[], object], timeout: float = 60.0) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
-
-
-def _store(home: Path):  # type: ignore[no-untyped-def]
-    return open_store(f"sqlite:///{home / 'benchctl.db'}")
-
-
-def _only_cell(home: Path):  # type: ignore[no-untyped-def]
-    engine = _store(home)
-    (campaign,) = q.campaigns(engine)
-    assert campaign.id is not None
-    (cell,) = q.cells(engine, campaign.id)
-    return engine, cell
-
-
-def _running_profile_node(home: Path) -> Node | None:
-    """The node of the open attempt once its profile phase has recorded a sample."""
-    if not (home / "benchctl.db").exists():
-        return None
-    engine = _store(home)
-    for campaign in q.campaigns(engine):
-        for cell in q.cells(engine, campaign.id or 0):
-            samples = q.events(engine, cell.id or 0, kind="sample", phase="profile")
-            for attempt in q.attempts(engine, cell.id or 0):
-                if attempt.open and attempt.node_json and any(e.attempt_id == attempt.id for e in samples):
-                    return Node.from_dict(json.loads(attempt.node_json))
-    return None
-
-
-def _no_live_nodes(home: Path) -> None:
-    provider = LocalProvider(home / "nodes")
-    for record in (home / "nodes").glob("*/node.json"):
-        node = Node.from_dict(json.loads(record.read_text())["node"])
-        assert node_processes(node.token) == [], f"node {node.node_id} still has processes"
-        assert provider.status(node) is not NodeState.RUNNING
-
-
 def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL, steps=150)
-    proc = _start(home, "run", str(path), "--poll-interval", "0.1")
-    node = _wait_for(lambda: _running_profile_node(home))
+    proc = start(home, "run", str(path), "--poll-interval", "0.1")
+    node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
     LocalProvider(home / "nodes").preempt(node)  # the node vanishes without our terminate
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
-    engine, cell = _only_cell(home)
+    engine, cell = only_cell(home)
     assert cell.state == "done"
     first, second = q.attempts(engine, cell.id or 0)
     assert (first.outcome, second.outcome) == ("preempted", "done")
@@ -99,13 +42,13 @@ def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_
     (result, _, _), = q.results(engine)
     assert result.timed_steps == 150
     assert "preempted" in err
-    _no_live_nodes(home)
+    no_live_nodes(home)
 
 
 def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL, steps=120)
-    proc = _start(home, "run", str(path), "--poll-interval", "0.1")
-    node = _wait_for(lambda: _running_profile_node(home))
+    proc = start(home, "run", str(path), "--poll-interval", "0.1")
+    node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
     proc.kill()  # SIGKILL: no cleanup at all, the node keeps "billing"
     proc.wait()
@@ -114,7 +57,7 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
     resumed = run_cli("resume", "--poll-interval", "0.1", home=home)
     assert resumed.returncode == 0, resumed.stderr
     assert "re-attaching" in resumed.stderr
-    engine, cell = _only_cell(home)
+    engine, cell = only_cell(home)
     assert cell.state == "done"
     (attempt,) = q.attempts(engine, cell.id or 0)  # the same node finished the job
     assert attempt.outcome == "done" and not attempt.open
@@ -122,21 +65,21 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
     steps = [json.loads(e.data_json)["step"] for e in samples]
     assert steps == list(range(121)), "every step recorded exactly once"
     assert provider.status(node) is NodeState.TERMINATED
-    _no_live_nodes(home)
+    no_live_nodes(home)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campaign, sig: signal.Signals) -> None:
     path = write_campaign(steps=150)
-    proc = _start(home, "run", str(path), "--poll-interval", "0.1")
-    _wait_for(lambda: _running_profile_node(home))
+    proc = start(home, "run", str(path), "--poll-interval", "0.1")
+    wait_for(lambda: running_profile_node(home))
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.rstrip().endswith("interrupted: `benchctl resume` continues where this stopped")
     assert "Traceback" not in err
-    _no_live_nodes(home)
-    engine = _store(home)
+    no_live_nodes(home)
+    engine = home_store(home)
     (campaign,) = q.campaigns(engine)
     states = {c.state for c in q.cells(engine, campaign.id or 0)}
     assert "cancelled" in states
@@ -151,7 +94,7 @@ def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, wri
 
     path = write_campaign(matrix=ONE_CELL)
     assert run_cli("run", str(path), home=home).returncode == 0
-    (campaign,) = q.campaigns(_store(home))
+    (campaign,) = q.campaigns(home_store(home))
     assert len(campaign.uid) == 12
     provider = LocalProvider(home / "nodes")
     offer = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand", price_usd_per_hour=1.0))[0]
@@ -178,8 +121,8 @@ def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> Non
 def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> None:
     result = run_cli("run", str(write_campaign()), home=home)
     assert result.returncode == 0, result.stderr
-    _no_live_nodes(home)
-    engine = _store(home)
+    no_live_nodes(home)
+    engine = home_store(home)
     (campaign,) = q.campaigns(engine)
     assert LocalProvider(home / "nodes").owned("bc-tiny") == []
     spent = q.spent_usd(engine, campaign.id or 0)
@@ -202,7 +145,7 @@ def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaig
 def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
     result = run_cli("run", str(write_campaign()), "--concurrency", "4", home=home)
     assert result.returncode == 0, result.stderr
-    engine = _store(home)
+    engine = home_store(home)
     (campaign,) = q.campaigns(engine)
     spans = sorted((a.launched_at or 0, a.terminated_at or 0) for c in q.cells(engine, campaign.id or 0)
                    for a in q.attempts(engine, c.id or 0))

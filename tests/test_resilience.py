@@ -1,0 +1,160 @@
+"""Preemption injected by the local provider, the budget, the dead-man switch and `benchctl down`,
+all through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from sqlmodel import Session
+
+from provisioners.base import Node, NodeState
+from provisioners.local import LocalProvider
+from store import queries as q
+from store.models import Attempt
+from tests.conftest import TINY_CAMPAIGN, run_cli
+from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
+
+PREEMPTED_CELLS = """\
+  - {provider: local, gpu: cpu, count: 1, market: spot, price_usd_per_hour: 0.5, faults: {preempt_at_step: 4, preemptions: 2}}
+  - {provider: local, gpu: cpu, count: 2, market: spot, price_usd_per_hour: 1.0, faults: {preempt_after_s: 3, seed: 3}}
+"""
+
+
+def _timed_indexes(engine, cell_id: int) -> list[int]:  # type: ignore[no-untyped-def]
+    samples = [json.loads(e.data_json) for e in q.events(engine, cell_id, kind="sample", phase="profile")]
+    return sorted(s["timed_index"] for s in samples if not s["warmup"])
+
+
+def test_injected_preemptions_lose_no_sample_and_measure_each_step_once(home: Path, write_campaign) -> None:
+    steps = 120
+    path = write_campaign(matrix=PREEMPTED_CELLS, steps=steps, max_attempts=4)
+    result = run_cli("run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5", home=home, timeout=300)
+    assert result.returncode == 0, result.stderr
+    engine = home_store(home)
+    (campaign,) = q.campaigns(engine)
+    nodes = home / "nodes"
+    for cell in q.cells(engine, campaign.id or 0):
+        assert cell.state == "done", (cell.key, cell.reason)
+        attempts = q.attempts(engine, cell.id or 0)
+        outcomes = [a.outcome for a in attempts]
+        assert outcomes[-1] == "done" and "preempted" in outcomes, (cell.key, outcomes)
+        assert _timed_indexes(engine, cell.id or 0) == list(range(steps)), "each timed step exactly once"
+        result_row = next(r for r, c, _ in q.results(engine) if c.id == cell.id)
+        assert result_row.timed_steps == steps
+        for attempt in attempts:
+            remote = nodes / attempt.token / "home" / attempt.remote_dir
+            on_node = [json.loads(x) for x in (remote / "events.jsonl").read_text().splitlines()]
+            stored = [e for e in q.events(engine, cell.id or 0) if e.attempt_id == attempt.id]
+            assert len(stored) == len(on_node), "every event the node wrote before it vanished is in the store"
+            assert attempt.cost_usd is not None and attempt.terminated_at is not None
+            if attempt.outcome == "preempted":
+                ended = float((nodes / attempt.token / "ended_at").read_text())
+                assert attempt.terminated_at == ended, "billed until the provider's end, not until we noticed"
+        later = [json.loads((nodes / a.token / "home" / a.remote_dir / "job.json").read_text())
+                 for a in attempts[1:]]
+        assert all(job["profile_steps_done"] > 0 or "profile" in job["done_phases"] for job in later), \
+            "a new node is told how many timed steps are already recorded"
+    no_live_nodes(home)
+
+
+def test_launch_over_budget_ends_the_cell_with_reason_budget(home: Path, write_campaign) -> None:
+    path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 400}\n")
+    result = run_cli("run", str(path), "--yes", home=home)
+    assert result.returncode == 1
+    engine, cell = only_cell(home)
+    assert cell.state == "failed" and cell.reason is not None and cell.reason.startswith("budget:"), cell.reason
+    assert "budget_usd $5.00" in cell.reason
+    assert q.attempts(engine, cell.id or 0) == [], "nothing was launched"
+
+
+def test_run_asks_before_a_large_worst_case_and_refuses_without_a_terminal(home: Path, tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(TINY_CAMPAIGN.format(name="big", steps=3, max_attempts=2,
+                                         matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1}\n")
+                    .replace("budget_usd: 5", "budget_usd: 500"))
+    refused = run_cli("run", str(path), "--confirm-above", "1", home=home)
+    assert refused.returncode == 2
+    assert "worst-case spend $4.83 is above $1.00: pass --yes" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not (home / "benchctl.db").exists() or q.campaigns(home_store(home)) == [], "nothing was written"
+
+
+def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_campaign) -> None:
+    path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0}\n", steps=400)
+    proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.3")
+    node = wait_for(lambda: running_profile_node(home))
+    assert isinstance(node, Node)
+    engine, cell = only_cell(home)
+    with Session(engine) as s:  # money another controller spent on this campaign meanwhile
+        s.add(Attempt(cell_id=cell.id or 0, number=99, token="elsewhere", provider="local", market="on-demand",
+                      remote_dir="-", hourly_usd=5.0, open=False, outcome="done", launched_at=time.time() - 3600,
+                      terminated_at=time.time(), cost_usd=5.0))
+        s.commit()
+    stopped_at = time.time()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    engine, cell = only_cell(home)
+    assert cell.state == "failed" and (cell.reason or "").startswith("budget:"), cell.reason
+    ours = [a for a in q.attempts(engine, cell.id or 0) if a.token != "elsewhere"]
+    assert len(ours) == 1 and ours[0].outcome == "budget"
+    assert (ours[0].terminated_at or 0) - stopped_at < 3, "stopped within a status poll or so"
+    assert LocalProvider(home / "nodes").status(node) is NodeState.TERMINATED
+    no_live_nodes(home)
+
+
+def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(home: Path, tmp_path: Path) -> None:
+    path = tmp_path / "idle.yaml"
+    path.write_text(TINY_CAMPAIGN.format(name="idle", steps=2000, max_attempts=2,
+                                         matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1}\n")
+                    .replace("budget_usd: 5", "budget_usd: 5\nmax_idle_minutes: 0.05"))
+    proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
+    node = wait_for(lambda: running_profile_node(home))
+    assert isinstance(node, Node)
+    proc.send_signal(signal.SIGKILL)  # the laptop closes: no more heartbeats
+    proc.wait()
+    provider = LocalProvider(home / "nodes")
+    wait_for(lambda: provider.status(node) is NodeState.PREEMPTED, timeout=30)  # it powered itself off
+    ended = float((home / "nodes" / node.token / "ended_at").read_text())
+    time.sleep(1)
+    resumed = run_cli("resume", "--poll-interval", "0.1", home=home, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    engine, cell = only_cell(home)
+    first = q.attempts(engine, cell.id or 0)[0]
+    assert first.outcome == "preempted" and first.terminated_at == ended
+    stopped = [json.loads(e.data_json) for e in q.events(engine, cell.id or 0, kind="error")]
+    assert any(e.get("idle") for e in stopped), "the payload said why it stopped"
+    assert _timed_indexes(engine, cell.id or 0) == list(range(2000))
+    no_live_nodes(home)
+
+
+def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign) -> None:
+    path = write_campaign(steps=300)
+    proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
+    node = wait_for(lambda: running_profile_node(home))
+    assert isinstance(node, Node)
+    down = run_cli("down", "tiny", home=home)
+    assert down.returncode == 0, down.stderr
+    assert "terminated 1 node(s)" in down.stdout and "cancelled 2 cell(s)" in down.stdout
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "lost the cell's lease" in err
+    engine = home_store(home)
+    (campaign,) = q.campaigns(engine)
+    cells = q.cells(engine, campaign.id or 0)
+    assert {c.state for c in cells} == {"cancelled"}
+    attempts = q.campaign_attempts(engine, campaign.id or 0)
+    assert [a.outcome for a in attempts] == ["down"], "the controller launched nothing after down"
+    no_live_nodes(home)
+    assert run_cli("resume", "--poll-interval", "0.1", home=home, timeout=300).returncode == 0
+    assert {c.state for c in q.cells(engine, campaign.id or 0)} == {"done"}
+    no_live_nodes(home)
+
+
+def test_down_needs_a_name_or_all(home: Path) -> None:
+    result = run_cli("down", home=home)
+    assert result.returncode == 2 and "--all" in result.stderr
+    missing = run_cli("down", "nope", home=home)
+    assert missing.returncode == 2 and "no campaign named 'nope'" in missing.stderr

@@ -1,0 +1,66 @@
+"""Two controllers on one PostgreSQL database never run the same cell twice."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchctl.cli.campaign_commands import register_campaign
+from benchctl.spec import load_campaign
+from store import queries as q
+from store.database import open_store
+from tests.conftest import REPO
+from tests.local_campaign import no_live_nodes, wait_for
+
+THREE_CELLS = """\
+  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.2}
+  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 0.4}
+  - {provider: local, gpu: cpu, count: 1, market: spot, price_usd_per_hour: 0.1}
+"""
+
+
+def _resume(home: Path, db: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "BENCHCTL_HOME": str(home), "BENCHCTL_DB": db}
+    return subprocess.Popen([sys.executable, "-m", "benchctl", "resume", "tiny", "--poll-interval", "0.1"],
+                            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _registered(pg_url: str, path: Path):  # type: ignore[no-untyped-def]
+    engine = open_store(pg_url)
+    row = register_campaign(engine, load_campaign(path), str(path))
+    return engine, row.id or 0
+
+
+def _assert_each_cell_ran_once(engine, campaign_id: int) -> None:  # type: ignore[no-untyped-def]
+    for cell in q.cells(engine, campaign_id):
+        attempts = q.attempts(engine, cell.id or 0)
+        assert cell.state == "done", (cell.key, cell.state, cell.reason)
+        assert [a.outcome for a in attempts] == ["done"], (cell.key, [a.outcome for a in attempts])
+        assert cell.lease_owner is None, "leases are given back"
+
+
+def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, write_campaign) -> None:
+    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=60))
+    first = _resume(home, pg_url)
+    wait_for(lambda: any(a.open for a in q.campaign_attempts(engine, campaign_id)))
+    second = _resume(home, pg_url)
+    _, second_err = second.communicate(timeout=120)
+    assert second.returncode == 1, second_err
+    assert second_err.count("skipped: controller ") == 3, second_err
+    assert "run by controller" in second_err
+    _, first_err = first.communicate(timeout=300)
+    assert first.returncode == 0, first_err
+    _assert_each_cell_ran_once(engine, campaign_id)
+    no_live_nodes(home)
+
+
+def test_two_resumes_started_together_share_the_cells(home: Path, pg_url: str, write_campaign) -> None:
+    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=5))
+    procs = [_resume(home, pg_url), _resume(home, pg_url)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode in (0, 1) for p in procs), errs  # 1: cells the other one ran were skipped
+    assert not any("Traceback" in e or "controller error" in e for e in errs), errs
+    _assert_each_cell_ran_once(engine, campaign_id)
+    no_live_nodes(home)
