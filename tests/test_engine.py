@@ -37,8 +37,12 @@ def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_
     started = q.events(engine, cell.id or 0, kind="phase_start")
     assert [e.phase for e in started if e.attempt_id == second.id] == ["preflight", "profile"], \
         "a new node proves itself healthy again"
-    kept = [e for e in q.events(engine, cell.id or 0, kind="sample", phase="profile") if e.attempt_id == first.id]
-    assert kept, "samples measured before the preemption are kept"
+    samples = [(e.attempt_id, json.loads(e.data_json)) for e in q.events(engine, cell.id or 0, kind="sample",
+                                                                           phase="profile")]
+    kept = [s["timed_index"] for a, s in samples if a == first.id and not s["warmup"]]
+    assert kept == list(range(len(kept))) and kept, "timed steps measured before the preemption are kept"
+    rest = [s["timed_index"] for a, s in samples if a == second.id and not s["warmup"]]
+    assert rest == list(range(len(kept), 150)), "the new node measures only the steps not yet recorded"
     (result, _, _), = q.results(engine)
     assert result.timed_steps == 150
     assert "preempted" in err

@@ -18,7 +18,8 @@ from tests.conftest import TINY_CAMPAIGN, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
 PREEMPTED_CELLS = """\
-  - {provider: local, gpu: cpu, count: 1, market: spot, price_usd_per_hour: 0.5, faults: {preempt_at_step: 4, preemptions: 2}}
+  - {provider: local, gpu: cpu, count: 1, market: spot, price_usd_per_hour: 0.5,
+     faults: {preempt_at_step: 4, preemptions: 2}}
   - {provider: local, gpu: cpu, count: 2, market: spot, price_usd_per_hour: 1.0, faults: {preempt_after_s: 3, seed: 3}}
 """
 

@@ -1,0 +1,22 @@
+"""The fast chaos run (CI): the controller SIGKILLed at 6 seeded random moments, resumed after each.
+
+The long run (20+ kills) is ``python -m tests.chaos.chaos --kills 25``; its figures are in
+docs/measurements/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.chaos.chaos import chaos
+
+
+def test_controller_killed_six_times_loses_nothing_and_leaks_nothing(tmp_path: Path) -> None:
+    report = chaos(tmp_path / "home", kills=6, seed=11, steps=90, max_gap_s=3.0)
+    assert report["kills"] == 6
+    assert report["problems"] == [], report
+    assert report["lost_samples"] == 0
+    assert report["nodes_left_running"] == 0 and report["open_attempts"] == 0
+    assert report["preemptions"] >= 1, "the campaign's injected preemptions happened"
+    assert abs(report["attempt_costs_usd"] - report["spent_usd"]) < 1e-9
+    assert report["accounting_error_usd"] < 0.001, report
