@@ -151,9 +151,12 @@ class LocalProvider(Provider):
                 continue
             if record["node"] is not None:
                 nodes.append(Node.from_dict(record["node"]))
-            elif "offer" in record:  # a launch in progress, or one a crash cut short: its processes bill too
+            else:  # a launch in progress, or one a crash cut short: its processes bill too
+                offer = Offer(**record["offer"]) if "offer" in record else Offer(
+                    provider=self.name, offer_id="", gpu="", count=0, vcpus=0, region="local", hourly_usd=0.0,
+                    market="")
                 nodes.append(Node(provider=self.name, node_id=record["token"], token=record["token"],
-                                  campaign_tag=campaign_tag, offer=Offer(**record["offer"]),
+                                  campaign_tag=campaign_tag, offer=offer,
                                   details={"leader_pid": None, "dir": str(path.parent)}))
         return nodes
 

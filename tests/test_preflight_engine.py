@@ -12,10 +12,10 @@ from store.database import open_store
 from tests.conftest import run_cli
 
 FAULTY = """\
-  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 3.0, faults: {shm_mb: 64}}
-  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 3.0, env: {KNOB: numa}, faults: {numa: split, hosts: 4}}
-  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 3.0, faults: {cuda_init: error}}
-  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 3.0, env: {KNOB: shm},
+  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0, faults: {shm_mb: 64}}
+  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0, env: {KNOB: numa}, faults: {numa: split, hosts: 4}}
+  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1.0, faults: {cuda_init: error}}
+  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1.0, env: {KNOB: shm},
      faults: {env: {NCCL_SHM_DISABLE: "1"}, hosts: 2}}
 """
 

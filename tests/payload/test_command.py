@@ -60,7 +60,7 @@ def test_command_cell_end_to_end(home: Path, tmp_path: Path) -> None:
     campaign = tmp_path / "cmd.yaml"
     campaign.write_text(f"""\
 name: cmd
-budget_usd: 1
+budget_usd: 10
 target: {{model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 128}}
 defaults: {{max_attempts: 1}}
 payload:

@@ -57,7 +57,7 @@ def test_bad_hosts_are_excluded_and_faults_go_to_the_first_hosts(provider: Local
                            extra={"faults": {"shm_mb": 64, "hosts": 2}})
     offers = provider.offers(request)
     assert [(o.host, o.details) for o in offers] == [
-        ("local-1", {"faults": {"shm_mb": 64}}), ("local-2", {}), ("local-3", {})]
+        ("local-1", {"faults": {"shm_mb": 64}, "cell": ""}), ("local-2", {}), ("local-3", {})]
 
 
 def test_gpu_offer_without_gpus_is_empty(provider: LocalProvider) -> None:
@@ -221,6 +221,9 @@ def test_a_launch_cut_short_leaves_nothing_running(provider: LocalProvider) -> N
                                                     "terminated": False, "created_at": 0}))
     leader = subprocess.Popen(["sleep", "60"], env=node_env("tok-cut"), start_new_session=True)
     assert _wait_for(lambda: node_processes("tok-cut"))
-    assert provider.owned("camp") == []
+    (cut,) = provider.owned("camp")  # listed, so that the orphan sweep or the attempt's reconcile ends it
+    assert cut.token == "tok-cut" and provider.status(cut) is NodeState.STARTING
+    provider.terminate(cut)
     assert node_processes("tok-cut") == []
+    assert provider.owned("camp") == []
     leader.wait(timeout=5)
