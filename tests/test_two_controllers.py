@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def _assert_each_cell_ran_once(engine, campaign_id: int) -> None:  # type: ignor
 
 
 def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, write_campaign) -> None:
-    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=60))
+    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=200))
     first = _resume(home, pg_url)
     wait_for(lambda: any(a.open for a in q.campaign_attempts(engine, campaign_id)))
     second = _resume(home, pg_url)
@@ -50,6 +51,10 @@ def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, 
     assert second.returncode == 1, second_err
     assert second_err.count("skipped: controller ") == 3, second_err
     assert "run by controller" in second_err
+    status = subprocess.run([sys.executable, "-m", "benchctl", "--db", pg_url, "status", "tiny", "--format", "json"],
+                            cwd=REPO, capture_output=True, text=True, env={**os.environ, "BENCHCTL_HOME": str(home)})
+    holders = [c["controller"] for c in json.loads(status.stdout)["campaigns"][0]["cells"]]
+    assert len(set(holders) - {None}) == 1 and holders.count(None) <= 1, "status names the controller of each cell"
     _, first_err = first.communicate(timeout=300)
     assert first.returncode == 0, first_err
     _assert_each_cell_ran_once(engine, campaign_id)

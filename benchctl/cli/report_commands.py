@@ -20,6 +20,8 @@ _FORMATS = click.Choice(["table", "json", "csv", "md"])
 @pass_state
 def status(state: CliState, name: str | None, fmt: str) -> None:
     """Cells, their states and attempts, and money spent (of campaign NAME, or all)."""
+    import time
+
     from benchctl.errors import CampaignNotFound
     from benchctl.render import render
     from store import queries as q
@@ -33,7 +35,9 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
         assert camp.id is not None
         spent = q.spent_usd(engine, camp.id)
         by_outcome = q.spent_by_outcome(engine, camp.id)
+        now = time.time()
         cells = [{"key": c.key, "state": c.state, "attempts": len(q.attempts(engine, c.id or 0)),
+                  "controller": c.lease_owner if (c.lease_expires_at or 0) > now else None,
                   "reason": c.reason} for c in q.cells(engine, camp.id)]
         report.append({"name": camp.name, "budget_usd": camp.budget_usd, "spent_usd": spent,
                        "remaining_usd": camp.budget_usd - spent, "spent_by_outcome_usd": by_outcome,
@@ -47,7 +51,7 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
         click.echo(f"campaign {camp_report['name']}: spent ${camp_report['spent_usd']:.4f} of "
                    f"${camp_report['budget_usd']:.2f}, ${camp_report['remaining_usd']:.4f} remaining "
                    f"(${camp_report['bad_node_spent_usd']:.4f} on nodes that failed preflight)")
-        click.echo(render(camp_report["cells"], ["key", "state", "attempts", "reason"], "table"))
+        click.echo(render(camp_report["cells"], ["key", "state", "attempts", "controller", "reason"], "table"))
 
 
 @click.command()
