@@ -1,0 +1,196 @@
+"""Transport over the system OpenSSH client.
+
+- One multiplexed connection per node (``ControlMaster=auto``, a socket per node token in a short
+  per-user temp dir, ``ControlPersist`` 120 s, closed at terminate), ``BatchMode`` (never a
+  password prompt).
+- Host keys pinned per node: ``StrictHostKeyChecking=accept-new`` with a known_hosts file of the
+  node's own, so the key seen at the first connect is stored and every later connect must match.
+- Uploads are a tar stream over the SSH pipe (no rsync on the node); downloads come back the same
+  way and are unpacked by ``safe_tar`` (a rented node is not trusted).
+- ``read_from`` is ``tail -c +N``; every call has a timeout; ssh's own failure (exit 255: refused,
+  unreachable, reset) is retried with backoff, bounded, because a booting node refuses for a while.
+- ``start`` runs the command under ``setsid nohup`` (it survives a dropped connection) and
+  appends its process group id to ``.benchctl/<token>.pids`` under the work dir, so ``kill_all``
+  ends exactly our processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shlex
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
+
+from provisioners.base import CommandResult, ProviderError, Transport
+from provisioners.safe_tar import DEFAULT_MAX_BYTES, extract_stream
+
+SSH_FAILED = 255
+
+
+class SSHUnreachable(ProviderError):
+    """ssh itself failed (connection refused, timed out, reset): worth a retry."""
+
+
+@dataclass(frozen=True)
+class SSHEndpoint:
+    """Where and how to log in. ``workdir``: the node's base directory for our files (relative paths
+    are under the login's home)."""
+
+    host: str
+    port: int = 22
+    user: str = "root"
+    key: str | None = None
+    workdir: str = "benchctl"
+    python: str = "python3"
+
+
+def control_dir() -> Path:
+    """Short, private: a unix socket path must stay under ~100 characters."""
+    path = Path(tempfile.gettempdir()) / f"bcm-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+class SSHTransport(Transport):
+    def __init__(self, endpoint: SSHEndpoint, known_hosts: Path, token: str, connect_timeout_s: float = 10.0,
+                 retry_for_s: float = 60.0, max_artifact_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.endpoint = endpoint
+        self.known_hosts = known_hosts
+        self.token = token
+        self.connect_timeout_s = connect_timeout_s
+        self.retry_for_s = retry_for_s
+        self.max_artifact_bytes = max_artifact_bytes
+        self.python = endpoint.python
+        self.refused: list[str] = []
+        """Members of downloaded archives that were refused (unsafe or over the size cap)."""
+
+    # -- the ssh command ------------------------------------------------------------------------
+    def ssh_args(self) -> list[str]:
+        e = self.endpoint
+        self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+        args = ["ssh", "-p", str(e.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+                "-o", "HashKnownHosts=no",
+                "-o", f"ConnectTimeout={int(self.connect_timeout_s)}", "-o", "ServerAliveInterval=15",
+                "-o", "ServerAliveCountMax=4", "-o", "ControlMaster=auto",
+                "-o", f"ControlPath={self.control_path()}", "-o", "ControlPersist=120", "-o", "LogLevel=ERROR"]
+        if e.key:
+            args += ["-i", str(Path(e.key).expanduser()), "-o", "IdentitiesOnly=yes"]
+        return [*args, f"{e.user}@{e.host}"]
+
+    def control_path(self) -> str:
+        """One master connection per node (token) and endpoint: a rented node's address may be reused
+        by another node later, which must never ride on this node's connection."""
+        return f"{control_dir()}/{hashlib.sha256(self.token.encode()).hexdigest()[:10]}-%C"
+
+    def close(self) -> None:
+        """Stop the node's master connection (nothing to do if none runs)."""
+        subprocess.run([*self.ssh_args()[:-1], "-O", "exit", self.ssh_args()[-1]], capture_output=True, timeout=10)
+
+    def _base(self) -> str:
+        """The work dir as a shell word (``$HOME`` expanded on the node for relative ones)."""
+        workdir = self.endpoint.workdir
+        return shlex.quote(workdir) if workdir.startswith("/") else f'"$HOME"/{shlex.quote(workdir)}'
+
+    def _in_base(self, cmd: str) -> str:
+        return f"mkdir -p {self._base()} && cd {self._base()} && {cmd}"
+
+    def _call(self, remote: str, timeout: float, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        @retry(retry=retry_if_exception_type(SSHUnreachable), reraise=True,
+               stop=stop_after_attempt(6) | stop_after_delay(self.retry_for_s),
+               wait=wait_exponential(multiplier=0.5, max=8))
+        def once() -> subprocess.CompletedProcess[bytes]:
+            try:
+                proc = subprocess.run([*self.ssh_args(), remote], input=stdin, capture_output=True,
+                                      timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL)
+            except subprocess.TimeoutExpired as exc:
+                raise ProviderError(f"ssh {self.endpoint.host}: timed out after {timeout:.0f} s") from exc
+            if proc.returncode == SSH_FAILED and b"host key verification failed" in proc.stderr.lower():
+                raise ProviderError(f"the host key of {self.endpoint.host}:{self.endpoint.port} is not the one seen "
+                                    f"at the first connect (pinned in {self.known_hosts}): the node may have been "
+                                    "replaced or intercepted; check it, then remove that file to trust it again")
+            if proc.returncode == SSH_FAILED and _is_ssh_error(proc.stderr):
+                raise SSHUnreachable(f"ssh {self.endpoint.user}@{self.endpoint.host}:{self.endpoint.port} failed: "
+                                     f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
+            return proc
+
+        return once()
+
+    # -- Transport ------------------------------------------------------------------------------
+    def run(self, cmd: str, timeout: float = 60.0) -> CommandResult:
+        proc = self._call(self._in_base(cmd), timeout)
+        return CommandResult(proc.returncode, proc.stdout.decode(errors="replace"),
+                             proc.stderr.decode(errors="replace"))
+
+    def start(self, cmd: str, cwd: str) -> None:
+        pids = f".benchctl/{shlex.quote(self.token)}.pids"
+        detached = f"setsid nohup sh -c {shlex.quote(cmd)} </dev/null >/dev/null 2>&1"
+        launch = f"mkdir -p .benchctl && cd {shlex.quote(cwd)} && ({detached} & echo $! >> {self._base()}/{pids})"
+        result = self.run(launch, timeout=30)
+        if result.code != 0:
+            raise ProviderError(f"could not start {cmd!r} on {self.endpoint.host}: {result.err.strip()}")
+
+    def kill_all(self) -> None:
+        """End every process group this transport's token started (TERM, then KILL)."""
+        pids = f".benchctl/{shlex.quote(self.token)}.pids"
+        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do kill -TERM -- -$p 2>/dev/null; done; "
+                  f"sleep 2; for p in $(cat {pids}); do kill -KILL -- -$p 2>/dev/null; done; rm -f {pids}; exit 0")
+        result = self.run(script, timeout=30)
+        if result.code != 0:
+            raise ProviderError(f"could not stop our processes on {self.endpoint.host}: {result.err.strip()}")
+
+    def put(self, local_dir: str, remote_dir: str) -> None:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for path in sorted(Path(local_dir).iterdir()):
+                tar.add(path, arcname=path.name)
+        quoted = shlex.quote(remote_dir)
+        proc = self._call(self._in_base(f"mkdir -p {quoted} && tar -C {quoted} -xf -"), timeout=300,
+                          stdin=buffer.getvalue())
+        if proc.returncode != 0:
+            raise ProviderError(f"upload to {self.endpoint.host}:{remote_dir} failed: "
+                                f"{proc.stderr.decode(errors='replace').strip()}")
+
+    def get(self, remote_path: str, local_dir: str) -> None:
+        parent, name = os.path.split(remote_path.rstrip("/"))
+        remote = self._in_base(f"test -e {shlex.quote(remote_path)} || exit 0; "
+                               f"tar -C {shlex.quote(parent or '.')} -cf - {shlex.quote(name)}")
+        with subprocess.Popen([*self.ssh_args(), remote], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            try:
+                report = extract_stream(proc.stdout, Path(local_dir), self.max_artifact_bytes)
+            except tarfile.TarError as exc:
+                proc.kill()
+                raise ProviderError(f"download of {self.endpoint.host}:{remote_path} is not a tar: {exc}") from exc
+            finally:
+                proc.stdout.close()
+            err = proc.stderr.read()
+            code = proc.wait(timeout=60)
+        if code != 0:
+            raise ProviderError(f"download of {self.endpoint.host}:{remote_path} failed: "
+                                f"{err.decode(errors='replace').strip()}")
+        self.refused += report.refused
+
+    def read_from(self, remote_file: str, offset: int) -> bytes:
+        quoted = shlex.quote(remote_file)
+        proc = self._call(self._in_base(f"test -f {quoted} || exit 0; tail -c +{int(offset) + 1} {quoted}"), timeout=60)
+        if proc.returncode != 0:
+            raise ProviderError(f"reading {self.endpoint.host}:{remote_file} failed: "
+                                f"{proc.stderr.decode(errors='replace').strip()}")
+        return proc.stdout
+
+
+def _is_ssh_error(stderr: bytes) -> bool:
+    """Exit 255 comes from ssh itself (not the remote command) when it says so on stderr."""
+    text = stderr.decode(errors="replace").lower()
+    return any(s in text for s in ("connection refused", "timed out", "connection reset", "no route to host",
+                                   "could not resolve", "connection closed", "broken pipe", "kex_exchange",
+                                   "network is unreachable", "lost connection", "mux_client"))

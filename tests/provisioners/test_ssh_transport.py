@@ -1,0 +1,119 @@
+"""The SSH transport against a real sshd on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provisioners.base import ProviderError
+from provisioners.ssh_transport import SSHEndpoint, SSHTransport
+from tests.fakes.sshd import SSHServer, running_sshd
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
+
+
+def _transport(sshd: SSHServer, tmp_path: Path, token: str = "tok", port: int | None = None,
+               retry_for_s: float = 60.0) -> SSHTransport:
+    endpoint = SSHEndpoint(host=sshd.host, port=port or sshd.port, user=sshd.user, key=str(sshd.key),
+                           workdir=str(tmp_path / "node"))
+    return SSHTransport(endpoint, tmp_path / "known_hosts", token, connect_timeout_s=3, retry_for_s=retry_for_s)
+
+
+def test_run_put_get_and_read_from(sshd: SSHServer, tmp_path: Path) -> None:
+    t = _transport(sshd, tmp_path)
+    result = t.run("echo hi; echo err >&2; exit 3")
+    assert (result.code, result.out, result.err) == (3, "hi\n", "err\n")
+    assert t.run("pwd").out.strip() == str(tmp_path / "node"), "commands run in the node's work dir"
+    stage = tmp_path / "stage"
+    (stage / "sub").mkdir(parents=True)
+    (stage / "job.json").write_text("{}")
+    (stage / "sub" / "x.bin").write_bytes(bytes(range(256)))
+    t.put(str(stage), "a/1")
+    assert (tmp_path / "node" / "a" / "1" / "sub" / "x.bin").read_bytes() == bytes(range(256))
+    (tmp_path / "node" / "a" / "1" / "events.jsonl").write_bytes(b'{"n": 1}\n{"n": 2}\n')
+    assert t.read_from("a/1/events.jsonl", 0) == b'{"n": 1}\n{"n": 2}\n'
+    assert t.read_from("a/1/events.jsonl", 9) == b'{"n": 2}\n'
+    assert t.read_from("a/1/missing.jsonl", 0) == b""
+    t.get("a/1/sub", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "sub" / "x.bin").read_bytes() == bytes(range(256))
+    t.get("a/1/nothing-here", str(tmp_path / "back"))  # absent: nothing, no error
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["sub"]
+
+
+def test_started_command_survives_and_kill_all_ends_it(sshd: SSHServer, tmp_path: Path) -> None:
+    marker = f"{uuid.uuid4().int % 10**6 + 1000}.25"
+    t = _transport(sshd, tmp_path, token=f"tok-{marker}")
+    t.run("mkdir -p job")
+    t.start(f"echo started > started; sleep {marker}; echo never > finished", cwd="job")
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "node" / "job" / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sleeping(marker), "the detached command runs after the ssh call returned"
+    t.kill_all()
+    deadline = time.monotonic() + 5
+    while _sleeping(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _sleeping(marker)
+    assert not (tmp_path / "node" / "job" / "finished").exists()
+    t.kill_all()  # idempotent
+
+
+def test_timeouts_and_unreachable_hosts_are_provider_errors(sshd: SSHServer, tmp_path: Path) -> None:
+    t = _transport(sshd, tmp_path)
+    with pytest.raises(ProviderError, match="timed out"):
+        t.run("sleep 5", timeout=1)
+    closed = _transport(sshd, tmp_path, port=_closed_port(), retry_for_s=2)
+    start = time.monotonic()
+    with pytest.raises(ProviderError, match=r"[Cc]onnection refused"):
+        closed.run("true")
+    assert time.monotonic() - start < 20, "retries are bounded"
+
+
+def test_host_key_is_pinned_at_first_connect(sshd: SSHServer, tmp_path: Path) -> None:
+    t = _transport(sshd, tmp_path, token="pinned")
+    assert t.run("true").code == 0
+    assert (tmp_path / "known_hosts").read_text().strip(), "the key seen first is stored"
+    t.close()
+    with running_sshd(tmp_path / "impostor", client_key=sshd.key) as impostor:
+        pinned = (tmp_path / "known_hosts").read_text().replace(f"[127.0.0.1]:{sshd.port}",
+                                                               f"[127.0.0.1]:{impostor.port}")
+        (tmp_path / "known_hosts").write_text(pinned)  # the same node, now answering with another key
+        swapped = _transport(impostor, tmp_path, token="pinned")
+        with pytest.raises(ProviderError, match="host key"):
+            swapped.run("true")
+
+
+def _sleeping(marker: str) -> bool:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if f"sleep\0{marker}".encode() in cmdline.read_bytes():
+                state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_control_sockets_live_in_a_short_private_dir() -> None:
+    from provisioners.ssh_transport import control_dir
+
+    path = control_dir()
+    assert len(str(path)) < 40 and oct(path.stat().st_mode & 0o777) == "0o700" and path.stat().st_uid == os.getuid()
