@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 
 from benchctl.attempt_driver import AttemptDriver
 from benchctl.budget import Admission
@@ -19,9 +20,20 @@ from benchctl.providers import offer_request
 from benchctl.results import compute_result
 from benchctl.run_context import Outcome, RunContext
 from benchctl.spec import CellSpec
-from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.base import Node, NodeState, OfferRequest, Provider, ProviderError
 from store import queries as q
 from store.models import Attempt
+
+
+@dataclass(frozen=True)
+class Rented:
+    """What one try to rent a node gave: launched | busy | budget_wait | over_budget | no_offer |
+    launch_failed (its attempt closed)."""
+
+    status: str
+    detail: str = ""
+    attempt: Attempt | None = None
+    node: Node | None = None
 
 
 class CellRunner:
@@ -67,6 +79,7 @@ class CellRunner:
                     return self.state()
         tries = 0
         last = "no attempt made"
+        waiting_logged = False
         while True:
             if (halt := self.halted()) is not None:
                 self._settle(halt, None, bad_hosts)
@@ -79,51 +92,55 @@ class CellRunner:
             if (halt := self.halted()) is not None:  # the transition re-checked the lease
                 self._settle(halt, None, bad_hosts)
                 return self.state()
+            rented = self._rent(bad_hosts)
+            if rented.status in ("busy", "budget_wait"):
+                tries -= 1  # not an attempt: wait for the node, or the money, other attempts hold
+                if rented.status == "budget_wait" and not waiting_logged:
+                    self.ctx.log(f"{self.key}: waiting for budget: {rented.detail}")
+                    waiting_logged = True
+                self.ctx.stop.wait(self.ctx.status_interval_s)
+                continue
+            if rented.status == "no_offer":
+                self.transition(CellState.FAILED, f"{self.spec.provider} has no offer for this cell now "
+                                "(hosts that failed preflight are excluded); try again later or change the cell")
+                return CellState.FAILED
+            if rented.status == "over_budget":
+                self.transition(CellState.FAILED, f"budget: {rented.detail}; raise budget_usd (or lower "
+                                "payload.timeout_minutes) and `benchctl resume`")
+                return CellState.FAILED
+            if rented.attempt is None or rented.node is None:
+                last = rented.detail
+                continue
+            outcome = self.driver.drive(rented.attempt, rented.node, reattach=False)
+            last = f"{outcome.kind}: {outcome.detail}" if outcome.detail else outcome.kind
+            if self._settle(outcome, rented.attempt, bad_hosts):
+                return self.state()
+
+    def _rent(self, bad_hosts: set[str]) -> Rented:
+        """Offer → budget → Attempt row → launch, under the provider's launch lock (two cells of this
+        controller never take the same offer). Never waits: the caller does, without the lock."""
+        with self.ctx.providers.launch_lock(self.spec.provider):
             request = self._request()
             excluded = bad_hosts | set(request.exclude_hosts)
             offers = [o for o in self.provider.offers(request) if o.host not in excluded]
             if not offers:
-                self.transition(CellState.FAILED, f"{self.spec.provider} has no offer for this cell now "
-                                "(hosts that failed preflight are excluded); try again later or change the cell")
-                return CellState.FAILED
+                return Rented("busy" if self.provider.all_busy(request) else "no_offer")
             offer = offers[0]
-            admitted = self._admit(offer)
-            if admitted is None:
-                return self.state()
-            attempt = admitted
+            with self.ctx.budget.admit(offer.hourly_usd) as (verdict, why):
+                if verdict is Admission.WAIT:
+                    return Rented("budget_wait", why)
+                if verdict is Admission.OVER:
+                    return Rented("over_budget", why)
+                attempt = q.new_attempt(self.ctx.engine, self.cell_id, f"bc-{uuid.uuid4().hex[:16]}", offer.provider,
+                                        offer.market, f"benchctl/{self.ctx.campaign.spec.name}/{self.key}/{{number}}",
+                                        offer.hourly_usd, offer.host)
             try:
                 node = self.provider.launch(offer, attempt.token, self.ctx.campaign_tag)
             except ProviderError as exc:
                 q.close_attempt(self.ctx.engine, _id(attempt), "launch_failed", str(exc))
-                last = f"launch failed: {exc}"
-                continue
+                return Rented("launch_failed", f"launch failed: {exc}", attempt)
             q.attach_node(self.ctx.engine, _id(attempt), node.to_dict())
-            outcome = self.driver.drive(attempt, node, reattach=False)
-            last = f"{outcome.kind}: {outcome.detail}" if outcome.detail else outcome.kind
-            if self._settle(outcome, attempt, bad_hosts):
-                return self.state()
-
-    def _admit(self, offer: Offer) -> Attempt | None:
-        """The new Attempt row once the budget admits the offer's worst case (waiting while other
-        attempts hold the money); None when the cell ended instead (over budget, interrupted)."""
-        waiting = False
-        while True:
-            with self.ctx.budget.admit(offer.hourly_usd) as (verdict, why):
-                if verdict is Admission.LAUNCH:
-                    return q.new_attempt(self.ctx.engine, self.cell_id, f"bc-{uuid.uuid4().hex[:16]}", offer.provider,
-                                         offer.market, f"benchctl/{self.ctx.campaign.spec.name}/{self.key}/{{number}}",
-                                         offer.hourly_usd, offer.host)
-            if verdict is Admission.OVER:
-                self.transition(CellState.FAILED, f"budget: {why}; raise budget_usd (or lower "
-                                "payload.timeout_minutes) and `benchctl resume`")
-                return None
-            if not waiting:
-                self.ctx.log(f"{self.key}: waiting for budget: {why}")
-                waiting = True
-            if (halt := self.halted()) is not None:
-                self._settle(halt, None, set())
-                return None
-            self.ctx.stop.wait(self.ctx.status_interval_s)
+            return Rented("launched", "", attempt, node)
 
     def _settle(self, outcome: Outcome, attempt: Attempt | None, bad_hosts: set[str]) -> bool:
         """Record an attempt's outcome in the cell's state; True when the cell is finished (for this run)."""

@@ -24,8 +24,9 @@ from payload.thresholds import resolve as resolve_thresholds
 
 Market = Literal["spot", "on-demand"]
 ProviderName = Literal["local", "ssh", "runpod", "vastai", "aws", "skypilot"]
-PRICED_BY_USER = ("local", "ssh")
-"""Providers whose price the campaign states (nobody bills it); the others bill their own."""
+PRICED_BY_USER = ("local",)
+"""Providers whose price the cell states (nobody bills it). ``ssh`` nodes state theirs in
+``providers.ssh.nodes``; the others bill their own."""
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -146,6 +147,42 @@ class PayloadSpec(_Strict):
         return self
 
 
+class SSHNodeSpec(_Strict):
+    """A machine you already have, reached over SSH (provider ``ssh``)."""
+
+    name: str | None = Field(default=None, description="how cells and the store name it; default host:port")
+    host: str = Field(min_length=1)
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str = Field(min_length=1)
+    key: str | None = Field(default=None, description="private key file; default: ssh's own choice (agent, ~/.ssh)")
+    gpu: str = Field(min_length=1)
+    count: int = Field(ge=1)
+    price_usd_per_hour: float = Field(default=0.0, ge=0)
+    python: str = Field(default="python3", description="the node's interpreter with PyTorch")
+    workdir: str = Field(default="benchctl", min_length=1, description="our files on the node (relative: under home)")
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.host}:{self.port}"
+
+
+class SSHProviderSpec(_Strict):
+    nodes: list[SSHNodeSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SSHProviderSpec:
+        labels = [n.label for n in self.nodes]
+        if len(set(labels)) != len(labels):
+            raise ValueError("two ssh nodes have the same name (or host:port); give each a distinct `name`")
+        return self
+
+
+class ProvidersSpec(_Strict):
+    """Provider settings that live in the campaign (never credentials: those stay in each provider's place)."""
+
+    ssh: SSHProviderSpec | None = None
+
+
 class CampaignSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
     budget_usd: float = Field(gt=0)
@@ -155,6 +192,7 @@ class CampaignSpec(_Strict):
     target: Target
     defaults: Defaults = Defaults()
     payload: PayloadSpec = PayloadSpec()
+    providers: ProvidersSpec = ProvidersSpec()
     matrix: list[dict[str, Any]] = Field(min_length=1)
 
 
@@ -217,8 +255,9 @@ class CellSpec(_Strict):
         if self.faults is not None and self.provider != "local":
             raise ValueError("faults are injected by the local provider only; remove them from this cell")
         if self.provider not in PRICED_BY_USER and self.price_usd_per_hour is not None:
-            raise ValueError(f"price_usd_per_hour is for local and ssh cells; {self.provider} bills its own "
-                             "price: remove it")
+            where = ("each node's price_usd_per_hour in providers.ssh.nodes" if self.provider == "ssh"
+                     else "its own price")
+            raise ValueError(f"price_usd_per_hour is for local cells; {self.provider} uses {where}: remove it")
         return self
 
     @property
@@ -308,6 +347,13 @@ def parse_campaign(text: str, file: str) -> Campaign:
                         "the profiled step time by the target's step count, so they must be the same model; "
                         "drop payload.profile.model")
     cells = _expand(spec, data["matrix"], file, lines)
+    if spec.providers.ssh is None and any(c.provider == "ssh" for c in cells):
+        index = next(i for i, e in enumerate(data["matrix"])
+                     if "ssh" in (e.get("provider") if isinstance(e.get("provider"), list) else [e.get("provider")]))
+        where_ssh: Path_ = ("matrix", index)
+        raise SpecError(file, line_of(lines, where_ssh), format_path(where_ssh),
+                        "ssh cells need the machines to use: add providers.ssh.nodes (host, user, gpu, count, "
+                        "price_usd_per_hour for each)")
     campaign = Campaign(spec=spec, cells=cells, source=str(Path(file).resolve()) if Path(file).exists() else file)
     upload = campaign.command_upload()
     if upload is not None and not upload.is_dir():

@@ -143,6 +143,11 @@ class Provider(ABC):
     def owned(self, campaign_tag: str) -> list[Node]:
         """Every live node at this provider that carries ``campaign_tag``."""
 
+    def all_busy(self, request: OfferRequest) -> bool:
+        """True when ``offers`` is empty only because every matching node is in use by other
+        attempts (the cell should wait, not fail)."""
+        return False
+
     def ended_at(self, node: Node) -> float | None:
         """When a node that is gone stopped billing, where the provider says (unix time); None if unknown."""
         return None

@@ -3,6 +3,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The SSH tests run a real sshd on 127.0.0.1.
+if [ ! -x /usr/sbin/sshd ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+    else
+        echo "scripts/test.sh: the SSH tests need /usr/sbin/sshd: install openssh-server" >&2
+        exit 2
+    fi
+fi
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/python -m pytest -q "$@"

@@ -263,7 +263,7 @@ BAD: list[tuple[str, str, int, str, str]] = [
     ("local-cell-without-price", edit("    price_usd_per_hour: 1.0\n", ""), 18, "matrix[1]",
      "local cells need price_usd_per_hour"),
     ("runpod-cell-with-price", edit("  - provider: local", "  - provider: runpod"), 18, "matrix[1]",
-     "runpod bills its own price"),
+     "runpod uses its own price"),
     ("cell-without-gpu-count-or-instance-type", edit("    gpu: cpu\n    count: 2\n", ""), 18, "matrix[1]",
      "a cell needs gpu and count"),
     ("cell-with-gpu-but-no-count", edit("    count: 2\n", ""), 18, "matrix[1]", "a cell needs gpu and count"),
@@ -383,7 +383,7 @@ def test_cli_rejects_a_provider_this_version_cannot_run(write_campaign: Callable
                                                 "  - {provider: runpod, gpu: H100_SXM, count: 1}\n")
     result = run_cli("run", str(path), home=home)
     _assert_clean_usage_error(result, home)
-    assert "error: provider 'runpod' is not available in this version of benchctl (available: local)" \
+    assert "error: provider 'runpod' is not available in this version of benchctl (available: local, ssh)" \
         in result.stderr
 
 
@@ -396,7 +396,10 @@ def _fields(model: type[BaseModel]) -> set[str]:
 
 def test_reference_documents_every_key() -> None:
     doc = (REPO / "docs" / "campaign-reference.md").read_text()
-    keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec)))
+    from benchctl.spec import SSHNodeSpec
+
+    keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec,
+                                               SSHNodeSpec)))
     missing = sorted(k for k in keys if f"`{k}`" not in doc and f".{k}`" not in doc)
     assert missing == []
 

@@ -52,7 +52,7 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
     from store import queries as q
 
     campaign = load_campaign(file)
-    providers = Providers(home())
+    providers = Providers(home(), campaign.spec.providers)
     providers.check(cell.provider for cell in campaign.cells)
     engine = state.engine()
     previous = q.campaigns(engine, campaign.spec.name)
@@ -209,7 +209,8 @@ def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency:
     assert row.id is not None
     leases = Leases(engine, lease_ttl_s())
     ctx = RunContext(engine=engine, campaign=campaign, campaign_id=row.id, campaign_uid=row.uid,
-                     providers=Providers(home()), artifacts_dir=home() / "artifacts" / name, leases=leases,
+                     providers=Providers(home(), campaign.spec.providers),
+                     artifacts_dir=home() / "artifacts" / name, leases=leases,
                      budget=Budget(engine, row.id, campaign.spec.budget_usd, attempt_worst_case_s(campaign.spec)),
                      poll_interval_s=poll_interval, status_interval_s=status_interval, log=progress)
     terminate_orphans(ctx)

@@ -29,11 +29,11 @@ def down(state: CliState, name: str | None, all_campaigns: bool) -> None:
     rows = q.campaigns(engine, name)
     if name is not None and not rows:
         raise CampaignNotFound(f"no campaign named {name!r} in the store; `benchctl status` lists them")
-    providers = Providers(home())
     failures = []
     for row in rows:
         assert row.id is not None
         campaign = stored_campaign(row, Campaign)
+        providers = Providers(home(), campaign.spec.providers)
         report = down_campaign(engine, row.id, campaign_tag(row.name, row.uid),
                                {c.provider for c in campaign.cells}, providers, progress)
         click.echo(f"campaign {row.name}: terminated {len(report.terminated)} node(s), closed "

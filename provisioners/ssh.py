@@ -1,0 +1,137 @@
+"""The ``ssh`` provider: machines you already have, listed in the campaign, reached over SSH.
+
+Nothing is rented: ``launch`` claims a free machine for one attempt (a claim file per machine
+under ``<root>/claims``, taken with O_EXCL, so two cells never share a machine), ``terminate``
+stops only the processes we started there (their process groups, see ``SSHTransport.kill_all``)
+and frees the claim, never the machine. Node records live in ``<root>/nodes/<token>.json``, so
+``owned`` finds them after a controller crash. Host keys are pinned per machine under
+``<root>/known_hosts/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.ssh_transport import SSHEndpoint, SSHTransport
+
+
+@dataclass(frozen=True)
+class SSHMachine:
+    name: str
+    endpoint: SSHEndpoint
+    gpu: str
+    count: int
+    hourly_usd: float
+
+
+class SSHProvider(Provider):
+    name = "ssh"
+
+    def __init__(self, root: Path, machines: list[SSHMachine]) -> None:
+        self.root = root
+        self.machines = {m.name: m for m in machines}
+        for sub in ("claims", "nodes", "known_hosts"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+
+    def _matching(self, request: OfferRequest) -> list[SSHMachine]:
+        return [m for m in self.machines.values()
+                if m.gpu.lower() == request.gpu.lower() and m.count == request.count
+                and m.name not in request.exclude_hosts]
+
+    def offers(self, request: OfferRequest) -> list[Offer]:
+        free = [m for m in self._matching(request) if self._holder(m.name) is None]
+        return [Offer(provider=self.name, offer_id=m.name, gpu=m.gpu, count=m.count, vcpus=0, region="ssh",
+                      hourly_usd=m.hourly_usd, market=request.market, host=m.name,
+                      details={"endpoint": asdict(m.endpoint)}) for m in sorted(free, key=lambda m: m.hourly_usd)]
+
+    def all_busy(self, request: OfferRequest) -> bool:
+        return any(self._holder(m.name) is not None for m in self._matching(request))
+
+    def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
+        machine = self.machines.get(offer.offer_id)
+        if machine is None:
+            raise ProviderError(f"ssh node {offer.offer_id!r} is not in this campaign's providers.ssh.nodes")
+        node = Node(provider=self.name, node_id=f"{machine.name}/{token}", token=token, campaign_tag=campaign_tag,
+                    offer=offer, details={"machine": machine.name, "endpoint": asdict(machine.endpoint)})
+        self._write_record(token, {"node": node.to_dict(), "campaign_tag": campaign_tag, "terminated": False,
+                                   "created_at": time.time()})
+        if not self._claim(machine.name, token):
+            self._mark_terminated(token)
+            raise ProviderError(f"ssh node {machine.name} is in use by another attempt; it is free again when "
+                                "that attempt ends")
+        return node
+
+    def status(self, node: Node) -> NodeState:
+        record = self._read_record(node.token)
+        return NodeState.TERMINATED if record is None or record["terminated"] else NodeState.RUNNING
+
+    def ended_at(self, node: Node) -> float | None:
+        record = self._read_record(node.token) or {}
+        return record.get("terminated_at")
+
+    def transport(self, node: Node) -> SSHTransport:
+        return SSHTransport(SSHEndpoint(**node.details["endpoint"]),
+                            self.root / "known_hosts" / node.details["machine"], node.token)
+
+    def terminate(self, node: Node) -> None:
+        record = self._read_record(node.token)
+        if record is None or record["terminated"]:
+            return
+        transport = self.transport(node)
+        transport.kill_all()  # a ProviderError here leaves the claim: our processes may still run
+        transport.close()
+        claim = self.root / "claims" / node.details["machine"]
+        if self._holder(node.details["machine"]) == node.token:
+            claim.unlink(missing_ok=True)
+        self._mark_terminated(node.token)
+
+    def owned(self, campaign_tag: str) -> list[Node]:
+        nodes = []
+        for path in sorted((self.root / "nodes").glob("*.json")):
+            record = json.loads(path.read_text())
+            if record["campaign_tag"] == campaign_tag and not record["terminated"]:
+                nodes.append(Node.from_dict(record["node"]))
+        return nodes
+
+    # -- records and claims ---------------------------------------------------------------------
+    def _holder(self, machine: str) -> str | None:
+        """The token of the live attempt holding the machine (a claim whose node ended is stale)."""
+        try:
+            token = (self.root / "claims" / machine).read_text().strip()
+        except FileNotFoundError:
+            return None
+        record = self._read_record(token)
+        return token if record is not None and not record["terminated"] else None
+
+    def _claim(self, machine: str, token: str) -> bool:
+        path = self.root / "claims" / machine
+        if path.exists() and self._holder(machine) is None:
+            path.unlink(missing_ok=True)  # stale: its attempt ended without freeing it
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token)
+        return True
+
+    def _read_record(self, token: str) -> dict | None:
+        try:
+            return dict(json.loads((self.root / "nodes" / f"{token}.json").read_text()))
+        except FileNotFoundError:
+            return None
+
+    def _write_record(self, token: str, record: dict) -> None:
+        tmp = self.root / "nodes" / f"{token}.json.tmp"
+        tmp.write_text(json.dumps(record, indent=2))
+        os.replace(tmp, self.root / "nodes" / f"{token}.json")
+
+    def _mark_terminated(self, token: str) -> None:
+        record = self._read_record(token)
+        if record is not None:
+            self._write_record(token, {**record, "terminated": True, "terminated_at": time.time()})
