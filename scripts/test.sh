@@ -14,4 +14,4 @@ if [ ! -x /usr/sbin/sshd ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/mypy
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=15 "$@"
