@@ -12,6 +12,7 @@ touches the payload's heartbeat (its dead-man switch) as often, or four times pe
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import shlex
 import shutil
@@ -190,15 +191,27 @@ class AttemptDriver:
                 continue
             data = json.loads(event.data_json)
             path = local / data["path"]
+            here = path.is_file() and path.resolve().is_relative_to(local.resolve())
             q.add_artifact(self.ctx.engine, Artifact(attempt_id=_id(attempt), cell_id=self.cell_id, name=data["name"],
                                                      remote_path=f"{attempt.remote_dir}/{data['path']}",
-                                                     local_path=str(path) if path.exists() else None,
-                                                     bytes=path.stat().st_size if path.exists() else None))
+                                                     local_path=str(path) if here else None,
+                                                     bytes=path.stat().st_size if here else None,
+                                                     sha256=_sha256(path) if here else None))
+        for refused in transport.refused_members():
+            self.ctx.log(f"{self.key}: refused from the node's artifacts: {refused}")
 
 
 def _id(attempt: Attempt) -> int:
     assert attempt.id is not None
     return attempt.id
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _tail(data: bytes, lines: int = 3) -> str:

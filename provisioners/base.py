@@ -112,6 +112,10 @@ class Transport(ABC):
     def read_from(self, remote_file: str, offset: int) -> bytes:
         """Bytes of ``remote_file`` from ``offset`` on; empty when the file does not exist yet."""
 
+    def refused_members(self) -> list[str]:
+        """What ``get`` refused to bring back (unsafe paths, over the size cap), with why."""
+        return []
+
 
 class Provider(ABC):
     name: ClassVar[str]

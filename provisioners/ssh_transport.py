@@ -179,6 +179,9 @@ class SSHTransport(Transport):
                                 f"{err.decode(errors='replace').strip()}")
         self.refused += report.refused
 
+    def refused_members(self) -> list[str]:
+        return list(self.refused)
+
     def read_from(self, remote_file: str, offset: int) -> bytes:
         quoted = shlex.quote(remote_file)
         proc = self._call(self._in_base(f"test -f {quoted} || exit 0; tail -c +{int(offset) + 1} {quoted}"), timeout=60)

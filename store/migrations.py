@@ -140,11 +140,16 @@ def _v4_cell_lease(op: Operations) -> None:
     op.add_column("cell", sa.Column("lease_expires_at", sa.Float, nullable=True))
 
 
+def _v5_artifact_sha256(op: Operations) -> None:
+    op.add_column("artifact", sa.Column("sha256", sa.String, nullable=True))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial: campaign, cell, attempt, event", _v1_initial),
     Migration(2, "results and artifacts", _v2_results_and_artifacts),
     Migration(3, "campaign uid (part of the node tag)", _v3_campaign_uid),
     Migration(4, "cell lease (two controllers, one database)", _v4_cell_lease),
+    Migration(5, "artifact sha256", _v5_artifact_sha256),
 )
 HEAD = MIGRATIONS[-1].version
 

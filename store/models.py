@@ -102,3 +102,4 @@ class Artifact(SQLModel, table=True):
     remote_path: str
     local_path: str | None = None
     bytes: int | None = None
+    sha256: str | None = None

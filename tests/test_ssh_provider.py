@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlmodel import Session, select
 
 from store import queries as q
+from store.models import Artifact
 from tests.conftest import run_cli
 from tests.fakes.sshd import SSHServer, running_sshd
 from tests.local_campaign import home_store
@@ -64,6 +67,10 @@ def test_campaign_runs_over_ssh_and_frees_the_machines(home: Path, tmp_path: Pat
         assert len([e for e in q.events(engine, cell.id or 0, kind="sample", phase="profile")]) == 5
         local = home / "artifacts" / "viassh" / cell.key / "1"
         assert (local / "events.jsonl").exists() and (local / "artifacts").is_dir(), "artifacts came home"
+        recorded = _artifacts(engine, cell.id or 0)
+        assert recorded and all(a.local_path and a.bytes == Path(a.local_path).stat().st_size and
+                                a.sha256 == hashlib.sha256(Path(a.local_path).read_bytes()).hexdigest()
+                                for a in recorded), "each artifact is recorded with its size and sha256"
     assert not list((home / "ssh" / "claims").iterdir()), "every machine is free again"
     leftovers = [p for p in (tmp_path / "machines").rglob("*.pids")]
     assert leftovers == [], "the processes we started were ended at terminate"
@@ -77,3 +84,8 @@ def test_ssh_cells_need_nodes(home: Path, tmp_path: Path) -> None:
     result = run_cli("run", str(path), home=home)
     assert result.returncode == 2
     assert "bad.yaml:9 matrix[0]: ssh cells need the machines to use: add providers.ssh.nodes" in result.stderr
+
+
+def _artifacts(engine, cell_id: int) -> list[Artifact]:  # type: ignore[no-untyped-def]
+    with Session(engine) as s:
+        return list(s.exec(select(Artifact).where(Artifact.cell_id == cell_id)))
