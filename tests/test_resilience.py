@@ -113,7 +113,7 @@ def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_cam
 
 def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "idle.yaml"
-    path.write_text(TINY_CAMPAIGN.format(name="idle", steps=2000, max_attempts=2,
+    path.write_text(TINY_CAMPAIGN.format(name="idle", steps=300, max_attempts=2,
                                          matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1}\n")
                     .replace("budget_usd: 5", "budget_usd: 5\nmax_idle_minutes: 0.05"))
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
@@ -132,12 +132,12 @@ def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(hom
     assert first.outcome == "preempted" and first.terminated_at == ended
     stopped = [json.loads(e.data_json) for e in q.events(engine, cell.id or 0, kind="error")]
     assert any(e.get("idle") for e in stopped), "the payload said why it stopped"
-    assert _timed_indexes(engine, cell.id or 0) == list(range(2000))
+    assert _timed_indexes(engine, cell.id or 0) == list(range(300))
     no_live_nodes(home)
 
 
 def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign) -> None:
-    path = write_campaign(steps=300)
+    path = write_campaign(steps=150)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)

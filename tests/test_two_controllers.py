@@ -43,7 +43,7 @@ def _assert_each_cell_ran_once(engine, campaign_id: int) -> None:  # type: ignor
 
 
 def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, write_campaign) -> None:
-    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=200))
+    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=120))
     first = _resume(home, pg_url)
     wait_for(lambda: any(a.open for a in q.campaign_attempts(engine, campaign_id)))
     second = _resume(home, pg_url)
