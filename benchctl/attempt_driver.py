@@ -49,14 +49,15 @@ class AttemptDriver:
     def drive(self, attempt: Attempt, node: Node, reattach: bool) -> Outcome:
         outcome = Outcome("error", "controller error")
         try:
-            transport = self.provider.transport(node)
-            if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:
-                reattach = False  # the controller stopped before the payload was started
             if not reattach:
                 not_ready = self._wait_ready(node)
                 if not_ready is not None:
                     outcome = not_ready
                     return outcome
+            transport = self.provider.transport(node)  # some providers know the address only once ready
+            if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:
+                reattach = False  # the controller stopped before the payload was started
+            if not reattach:
                 self._start_payload(attempt, node, transport)
             outcome = self._watch(attempt, node, transport)
             if outcome.kind == "done":

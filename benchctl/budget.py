@@ -43,7 +43,8 @@ def worst_case_spend(campaign: Campaign, cells: list[CellSpec], providers: Any, 
     per_attempt_h = attempt_worst_case_s(campaign.spec) / 3600.0
     worst = spent_usd
     for cell in cells:
-        offers = providers.get(cell.provider).offers(offer_request(cell, label=cell.key))
+        offers = providers.get(cell.provider).offers(offer_request(cell, label=cell.key,
+                                                                   image=campaign.spec.defaults.image))
         if offers:
             worst += cell.max_attempts * offers[0].hourly_usd * per_attempt_h
     return min(worst, campaign.spec.budget_usd)

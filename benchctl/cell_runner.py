@@ -170,7 +170,8 @@ class CellRunner:
         return False
 
     def _request(self) -> OfferRequest:
-        return offer_request(self.spec, self.key, q.bad_hosts(self.ctx.engine, self.ctx.campaign_id))
+        return offer_request(self.spec, self.key, q.bad_hosts(self.ctx.engine, self.ctx.campaign_id),
+                             image=self.ctx.campaign.spec.defaults.image)
 
     def _reconcile(self, attempt: Attempt) -> Outcome:
         """An attempt left open by a crashed controller: re-attach if its node still runs."""

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from benchctl.errors import ProviderUnavailable
 from benchctl.spec import CellSpec, ProvidersSpec
-from provisioners.base import OfferRequest, Provider
+from provisioners.base import OfferRequest, Provider, ProviderError
 
-AVAILABLE = ("local", "ssh")
+AVAILABLE = ("local", "ssh", "runpod")
 """Providers this version can drive. The others parse in campaign files but cannot run yet."""
 
 
@@ -49,19 +49,48 @@ class Providers:
                 SSHMachine(name=n.label, gpu=n.gpu, count=n.count, hourly_usd=n.price_usd_per_hour,
                            endpoint=SSHEndpoint(host=n.host, port=n.port, user=n.user, key=n.key, workdir=n.workdir,
                                                 python=n.python)) for n in nodes])
+        if name == "runpod":
+            return self._sdk_provider(name, "runpod", lambda: _runpod(self.home, self.settings))
         raise ProviderUnavailable(
             f"provider {name!r} is not available in this version of benchctl (available: {', '.join(AVAILABLE)}); "
             "remove its cells from the campaign or use a version that ships it")
 
+    @staticmethod
+    def _sdk_provider(name: str, extra: str, make: Callable[[], Provider]) -> Provider:
+        """A cloud provider: its SDK missing or its credentials missing are usage errors (exit 2)."""
+        try:
+            return make()
+        except ImportError as exc:
+            raise ProviderUnavailable(f"{name}: its SDK is not installed ({exc.name}): "
+                                      f"pip install 'benchctl[{extra}]'") from None
+        except ProviderError as exc:
+            raise ProviderUnavailable(str(exc)) from None
+
     def check(self, names: Iterable[str]) -> None:
-        """Raise before anything is written when a campaign names a provider that cannot run."""
+        """Raise before anything is written when a campaign names a provider that cannot run: one
+        line for every such provider (a missing SDK, missing credentials)."""
+        problems = []
         for name in sorted(set(names)):
-            self.get(name)
+            try:
+                self.get(name)
+            except ProviderUnavailable as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ProviderUnavailable("\n".join(problems))
 
 
-def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = ()) -> OfferRequest:
-    """What a cell asks its provider for."""
+def _runpod(home: Path, settings: ProvidersSpec) -> Provider:
+    from provisioners.runpod import RunPodProvider, RunPodSettings
+
+    spec = settings.runpod
+    return RunPodProvider(home / "runpod", RunPodSettings(**spec.model_dump()) if spec else RunPodSettings())
+
+
+def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = (), image: str | None = None,
+                  ) -> OfferRequest:
+    """What a cell asks its provider for (``image``: the cell's, else the campaign's default)."""
     return OfferRequest(gpu=cell.gpu or "", count=cell.world_size, market=cell.market, region=cell.region,
+                        image=cell.image or image,
                         instance_type=cell.instance_type, min_vcpus=cell.min_vcpus,
                         price_usd_per_hour=cell.price_usd_per_hour, exclude_hosts=tuple(sorted(exclude_hosts)),
                         label=label, extra={"faults": cell.faults.model_dump(exclude_none=True)} if cell.faults else {})

@@ -177,10 +177,18 @@ class SSHProviderSpec(_Strict):
         return self
 
 
+class RunPodSpec(_Strict):
+    cloud: Literal["SECURE", "COMMUNITY", "ALL"] = "SECURE"
+    python: str = Field(default="python3", description="the pod's interpreter with PyTorch")
+    workdir: str = Field(default="/workspace/benchctl", min_length=1)
+    container_disk_gb: int = Field(default=50, ge=10)
+
+
 class ProvidersSpec(_Strict):
     """Provider settings that live in the campaign (never credentials: those stay in each provider's place)."""
 
     ssh: SSHProviderSpec | None = None
+    runpod: RunPodSpec | None = None
 
 
 class CampaignSpec(_Strict):

@@ -38,6 +38,8 @@ class OfferRequest:
     min_vcpus: int | None = None
     price_usd_per_hour: float | None = None
     exclude_hosts: tuple[str, ...] = ()
+    image: str | None = None
+    """The container image the node runs (providers that start containers)."""
     label: str = ""
     """The cell's key: a provider may show it in node names, or count launches per cell."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -61,7 +63,9 @@ class Offer:
 
 @dataclass(frozen=True)
 class Node:
-    """A rented node. ``details`` holds what the provider needs to find it again after a crash."""
+    """A rented node. ``details`` holds what the provider needs to find it again after a crash;
+    ``details["billed_usd_per_hour"]`` and ``details["host"]``, when a provider knows them only
+    after the launch, replace the offer's price and host in the attempt's record."""
 
     provider: str
     node_id: str

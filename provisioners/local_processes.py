@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -16,8 +17,13 @@ from pathlib import Path
 MARKER = "BENCHCTL_LOCAL_NODE"
 
 
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
 def node_env(token: str) -> dict[str, str]:
-    return {**os.environ, MARKER: token}
+    """The controller's environment without anything that looks like a secret (a provider's API
+    key must not reach a node, its logs or its artifacts), plus the node's marker."""
+    return {**{k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}, MARKER: token}
 
 
 def node_processes(token: str) -> list[int]:

@@ -1,0 +1,217 @@
+"""A local RunPod API: the GraphQL endpoint the runpod SDK talks to, executed with graphql-core.
+
+Pods get their SSH endpoint on a real sshd the test runs (``runtime.ports``: privatePort 22 →
+the sshd's port); the ``PUBLIC_KEY`` a pod is created with is authorized there, as RunPod's
+images do. ``preempt(pod_id)`` evicts a spot pod (EXITED, its processes killed, as when the
+container dies). ``faults`` is a queue of answers served before the next real ones: ``401``,
+``429``, ``500`` (an HTML page), ``malformed`` (broken JSON) or ``drop`` (connection closed).
+Point the SDK at it with ``RUNPOD_API_BASE_URL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from graphql import build_schema, graphql_sync
+
+SCHEMA = build_schema("""
+enum CloudTypeEnum { ALL SECURE COMMUNITY }
+input GpuTypeFilter { id: String }
+input GpuLowestPriceInput { gpuCount: Int }
+type LowestPrice { minimumBidPrice: Float uninterruptablePrice: Float }
+type GpuType {
+  id: String displayName: String manufacturer: String memoryInGb: Int maxGpuCount: Int cudaCores: Int
+  secureCloud: Boolean communityCloud: Boolean securePrice: Float communityPrice: Float oneMonthPrice: Float
+  threeMonthPrice: Float oneWeekPrice: Float communitySpotPrice: Float secureSpotPrice: Float
+  lowestPrice(input: GpuLowestPriceInput): LowestPrice
+}
+type Port { ip: String isIpPublic: Boolean privatePort: Int publicPort: Int type: String }
+type PodRuntime { ports: [Port] uptimeInSeconds: Int }
+type Machine { podHostId: String gpuDisplayName: String }
+type Pod {
+  id: String! name: String containerDiskInGb: Int costPerHr: Float desiredStatus: String dockerArgs: String
+  dockerId: String env: [String] gpuCount: Int imageName: String lastStatusChange: String machineId: String
+  memoryInGb: Float podType: String port: Int ports: String uptimeSeconds: Int vcpuCount: Float
+  volumeInGb: Float volumeMountPath: String runtime: PodRuntime machine: Machine
+}
+type User { id: String pods: [Pod] }
+input PodFilter { podId: String! }
+input EnvironmentVariableInput { key: String! value: String }
+input PodFindAndDeployOnDemandInput {
+  name: String imageName: String cloudType: CloudTypeEnum startSsh: Boolean gpuTypeId: String
+  supportPublicIp: Boolean gpuCount: Int volumeInGb: Int minVcpuCount: Int minMemoryInGb: Int
+  allowedCudaVersions: [String] dataCenterId: String dockerArgs: String countryCode: String
+  containerDiskInGb: Int ports: String volumeMountPath: String env: [EnvironmentVariableInput]
+  templateId: String networkVolumeId: String minDownload: Int minUpload: Int
+}
+input PodRentInterruptableInput {
+  bidPerGpu: Float! name: String imageName: String cloudType: CloudTypeEnum startSsh: Boolean gpuTypeId: String
+  supportPublicIp: Boolean gpuCount: Int volumeInGb: Int minVcpuCount: Int minMemoryInGb: Int
+  containerDiskInGb: Int ports: String env: [EnvironmentVariableInput] dataCenterId: String
+}
+type Query { gpuTypes(input: GpuTypeFilter): [GpuType] pod(input: PodFilter): Pod myself: User }
+type Mutation {
+  podFindAndDeployOnDemand(input: PodFindAndDeployOnDemandInput): Pod
+  podRentInterruptable(input: PodRentInterruptableInput): Pod
+  podTerminate(input: PodFilter): Boolean
+}
+""")
+
+GPU_TYPES = {
+    "NVIDIA H100 80GB HBM3": {"secure": 2.99, "community": 2.69, "secure_spot": 1.75, "community_spot": 1.49,
+                              "min_bid": 1.25},
+    "NVIDIA H100 PCIe": {"secure": 2.39, "community": 1.99, "secure_spot": 1.35, "community_spot": 1.19,
+                         "min_bid": 0.99},
+    "NVIDIA H100 NVL": {"secure": 2.79, "community": 2.59, "secure_spot": 1.59, "community_spot": 1.39,
+                        "min_bid": 1.15},
+    "cpu": {"secure": 0.10, "community": 0.08, "secure_spot": 0.05, "community_spot": 0.04, "min_bid": 0.06},
+}
+"""Prices per GPU and hour. ``cpu`` is this fake's own type: its pods run the CPU payload here."""
+
+
+class FakeRunPod:
+    def __init__(self, api_key: str, ssh_port: int, authorized_keys: Path, workdir: Path, boot_s: float = 0.3) -> None:
+        self.api_key, self.ssh_port, self.authorized_keys, self.workdir = api_key, ssh_port, authorized_keys, workdir
+        self.boot_s = boot_s
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.faults: list[str] = []
+        self.requests: list[str] = []
+        """Every request body received (a test checks what went over the wire)."""
+        self.lock = threading.Lock()
+
+    # -- resolvers (graphql-core calls root attributes with (info, **args)) ------------------------
+    def gpuTypes(self, info: Any, input: dict | None = None) -> list[dict]:
+        wanted = (input or {}).get("id")
+        return [_gpu_type(name, p) for name, p in GPU_TYPES.items() if wanted in (None, name)]
+
+    def pod(self, info: Any, input: dict) -> dict | None:
+        with self.lock:
+            pod = self.pods.get(input["podId"])
+            return self._view(pod) if pod else None
+
+    def myself(self, info: Any) -> dict:
+        with self.lock:
+            return {"id": "user-1", "pods": [self._view(p) for p in self.pods.values()]}
+
+    def podFindAndDeployOnDemand(self, info: Any, input: dict) -> dict:
+        prices = GPU_TYPES[input["gpuTypeId"]]
+        per_gpu = prices["community" if input.get("cloudType") == "COMMUNITY" else "secure"]
+        return self._create(input, "RESERVED", per_gpu)
+
+    def podRentInterruptable(self, info: Any, input: dict) -> dict:
+        prices = GPU_TYPES[input["gpuTypeId"]]
+        if input["bidPerGpu"] < prices["min_bid"]:
+            raise ValueError(f"bid {input['bidPerGpu']} is below the minimum bid {prices['min_bid']}")
+        return self._create(input, "INTERRUPTABLE", input["bidPerGpu"])
+
+    def podTerminate(self, info: Any, input: dict) -> bool:
+        with self.lock:
+            if self.pods.pop(input["podId"], None) is None:
+                raise ValueError(f"pod {input['podId']} not found")
+        return True
+
+    # -- state ------------------------------------------------------------------------------------
+    def _create(self, spec: dict, pod_type: str, per_gpu: float) -> dict:
+        pod_id = uuid.uuid4().hex[:14]
+        env = {e["key"]: e.get("value") for e in spec.get("env") or []}
+        if env.get("PUBLIC_KEY"):
+            with self.authorized_keys.open("a") as keys:
+                keys.write(env["PUBLIC_KEY"] + "\n")
+        pod = {"id": pod_id, "name": spec.get("name"), "imageName": spec.get("imageName"), "podType": pod_type,
+               "desiredStatus": "RUNNING", "costPerHr": round(per_gpu * (spec.get("gpuCount") or 1), 4),
+               "gpuCount": spec.get("gpuCount"), "vcpuCount": float(spec.get("minVcpuCount") or 8),
+               "env": [f"{k}={v}" for k, v in env.items()], "created": time.time(), "machineId": f"m-{pod_id[:6]}"}
+        with self.lock:
+            self.pods[pod_id] = pod
+        return self._view(pod)
+
+    def _view(self, pod: dict) -> dict:
+        booted = pod["desiredStatus"] == "RUNNING" and time.time() - pod["created"] >= self.boot_s
+        ports = [{"ip": "127.0.0.1", "isIpPublic": True, "privatePort": 22, "publicPort": self.ssh_port,
+                  "type": "tcp"}]
+        return {**pod, "runtime": {"ports": ports, "uptimeInSeconds": 1} if booted else None,
+                "machine": {"podHostId": f"{pod['id']}-host", "gpuDisplayName": "H100"}}
+
+    def preempt(self, pod_id: str) -> None:
+        """Evict a spot pod: EXITED, and its processes die with the container."""
+        with self.lock:
+            pod = self.pods[pod_id]
+            pod["desiredStatus"] = "EXITED"
+        token = str(pod["name"]).rsplit("--", 1)[-1]
+        pids = self.workdir / ".benchctl" / f"{token}.pids"
+        for line in pids.read_text().split() if pids.exists() else []:
+            try:
+                os.killpg(int(line), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                continue
+
+    def inventory(self) -> list[str]:
+        """Pods that would still bill (not terminated)."""
+        with self.lock:
+            return sorted(self.pods)
+
+
+def _gpu_type(name: str, p: dict) -> dict:
+    return {"id": name, "displayName": name, "manufacturer": "Nvidia", "memoryInGb": 80, "maxGpuCount": 8,
+            "secureCloud": True, "communityCloud": True, "securePrice": p["secure"], "communityPrice": p["community"],
+            "secureSpotPrice": p["secure_spot"], "communitySpotPrice": p["community_spot"],
+            "lowestPrice": lambda info, input=None: {"minimumBidPrice": p["min_bid"],
+                                                     "uninterruptablePrice": p["community"]}}
+
+
+@contextmanager
+def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
+    """Serve ``fake`` on 127.0.0.1; yields the base URL for RUNPOD_API_BASE_URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            fake.requests.append(body.decode(errors="replace"))
+            fault = fake.faults.pop(0) if fake.faults else None
+            if fault == "drop":
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            if fault == "malformed":
+                return self._send(200, b'{"data": {"pod": ', "application/json")
+            if fault == "500":
+                return self._send(500, b"<html>502 Bad Gateway</html>", "text/html")
+            if fault == "429":
+                return self._send(429, b'{"error": "too many requests"}', "application/json")
+            if fault == "401" or self.headers.get("Authorization") != f"Bearer {fake.api_key}":
+                return self._send(401, b'{"error": "unauthorized"}', "application/json")
+            query = json.loads(body)["query"]
+            result = graphql_sync(SCHEMA, query, root_value=fake)
+            answer: dict[str, Any] = {"data": result.data}
+            if result.errors:
+                answer["errors"] = [{"message": e.message} for e in result.errors]
+            self._send(200, json.dumps(answer).encode(), "application/json")
+
+        def _send(self, code: int, body: bytes, kind: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

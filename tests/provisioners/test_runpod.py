@@ -1,0 +1,112 @@
+"""The runpod provider through the real runpod SDK against the local RunPod fake."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provisioners.base import NodeState, OfferRequest, ProviderError
+from provisioners.runpod import RunPodProvider, RunPodSettings, pod_state
+from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRunPod]:
+    server = FakeRunPod("rp-key", ssh_port=22, authorized_keys=tmp_path / "authorized_keys",
+                        workdir=tmp_path / "pods", boot_s=0.0)
+    with running_fake_runpod(server) as url:
+        monkeypatch.setenv("RUNPOD_API_BASE_URL", url)
+        monkeypatch.setenv("RUNPOD_API_KEY", "rp-key")
+        yield server
+
+
+def _provider(tmp_path: Path, cloud: str = "SECURE") -> RunPodProvider:
+    return RunPodProvider(tmp_path / "runpod", RunPodSettings(cloud=cloud))
+
+
+def test_offers_price_on_demand_and_spot_bids(fake: FakeRunPod, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, cloud="ALL")
+    on_demand = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
+    assert [(o.region, o.hourly_usd) for o in on_demand] == [("community", 21.52), ("secure", 23.92)]
+    spot = provider.offers(OfferRequest(gpu="H100_PCIE", count=8, market="spot"))
+    assert [(o.region, o.details["per_gpu"], o.hourly_usd) for o in spot] == [
+        ("community", 1.19, 9.52), ("secure", 1.35, 10.8)], "the bid is max(spot price, minimum bid) per GPU"
+    assert provider.offers(OfferRequest(gpu="NO_SUCH_GPU", count=8, market="spot")) == []
+
+
+def test_spot_launch_status_preemption_owned_and_terminate(fake: FakeRunPod, tmp_path: Path) -> None:
+    provider = _provider(tmp_path)
+    (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+    node = provider.launch(offer, "bc-tok1", "bc-camp-1")
+    pod = fake.pods[node.node_id]
+    assert pod["name"] == "bc-camp-1--bc-tok1" and pod["podType"] == "INTERRUPTABLE"
+    assert node.details["billed_usd_per_hour"] == pytest.approx(1.75 * 8), "the pod's costPerHr is the price"
+    assert "podRentInterruptable" in fake.requests[-2] and "bidPerGpu: 1.75" in fake.requests[-2]
+    assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text(), "the campaign key went in as PUBLIC_KEY"
+    assert oct((tmp_path / "runpod" / "keys" / "bc-camp-1").stat().st_mode & 0o777) == "0o600"
+    assert provider.status(node) is NodeState.RUNNING
+    assert [n.token for n in provider.owned("bc-camp-1")] == ["bc-tok1"] and provider.owned("bc-other") == []
+    fake.preempt(node.node_id)
+    assert provider.status(node) is NodeState.PREEMPTED
+    provider.terminate(node)
+    provider.terminate(node)  # gone is success
+    assert fake.inventory() == [] and provider.status(node) is NodeState.TERMINATED
+
+
+def test_on_demand_launch_goes_through_create_pod(fake: FakeRunPod, tmp_path: Path) -> None:
+    provider = _provider(tmp_path)
+    (offer, *_) = provider.offers(OfferRequest(gpu="H100_NVL", count=2, market="on-demand", image="img:1"))
+    node = provider.launch(offer, "bc-tok2", "bc-camp-2")
+    assert "podFindAndDeployOnDemand" in " ".join(fake.requests) and fake.pods[node.node_id]["podType"] == "RESERVED"
+    assert fake.pods[node.node_id]["imageName"] == "img:1"
+    provider.terminate(node)
+    assert fake.inventory() == []
+
+
+@pytest.mark.parametrize("fault", ["429", "500", "malformed", "drop"])
+def test_transient_api_faults_are_retried(fake: FakeRunPod, tmp_path: Path, fault: str) -> None:
+    provider = _provider(tmp_path)
+    fake.faults = [fault, fault]
+    offers = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+    assert offers and fake.faults == [], "two failures, then the answer"
+
+
+def test_persistent_faults_and_refused_keys_are_clear_errors(fake: FakeRunPod, tmp_path: Path) -> None:
+    provider = _provider(tmp_path)
+    fake.faults = ["500"] * 10
+    with pytest.raises(ProviderError, match=r"unavailable .* \(retried\)"):
+        provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+    assert len(fake.faults) == 5, "bounded: five tries"
+    fake.faults = ["401"]
+    before = len(fake.requests)
+    with pytest.raises(ProviderError, match=r"refused the API key .* RUNPOD_API_KEY"):
+        provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+    assert len(fake.requests) == before + 1, "a 401 is not retried"
+
+
+def test_missing_key_names_where_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
+    monkeypatch.setattr("runpod.api_key", None)
+    with pytest.raises(ProviderError, match=r"RUNPOD_API_KEY.*config\.toml"):
+        RunPodProvider(tmp_path / "runpod")
+
+
+@pytest.mark.parametrize(("pod", "state"), [
+    (None, NodeState.TERMINATED),
+    ({"desiredStatus": "RUNNING", "runtime": {"ports": []}}, NodeState.RUNNING),
+    ({"desiredStatus": "RUNNING", "runtime": None}, NodeState.STARTING),
+    ({"desiredStatus": "CREATED"}, NodeState.STARTING),
+    ({"desiredStatus": "RESTARTING"}, NodeState.STARTING),
+    ({"desiredStatus": "EXITED", "podType": "INTERRUPTABLE"}, NodeState.PREEMPTED),
+    ({"desiredStatus": "EXITED", "podType": "RESERVED"}, NodeState.TERMINATED),
+    ({"desiredStatus": "PAUSED"}, NodeState.TERMINATED),
+    ({"desiredStatus": "DEAD"}, NodeState.TERMINATED),
+    ({"desiredStatus": "TERMINATED"}, NodeState.TERMINATED),
+    ({"desiredStatus": "MIGRATING"}, NodeState.UNKNOWN),
+])
+def test_every_desired_status_maps(pod: dict | None, state: NodeState) -> None:
+    assert pod_state(pod) is state
+    json.dumps(pod)  # plain data, as the API returns it
