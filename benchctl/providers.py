@@ -10,7 +10,7 @@ from benchctl.errors import ProviderUnavailable
 from benchctl.spec import CellSpec, ProvidersSpec
 from provisioners.base import OfferRequest, Provider, ProviderError
 
-AVAILABLE = ("local", "ssh", "runpod")
+AVAILABLE = ("local", "ssh", "runpod", "vastai")
 """Providers this version can drive. The others parse in campaign files but cannot run yet."""
 
 
@@ -51,6 +51,8 @@ class Providers:
                                                 python=n.python)) for n in nodes])
         if name == "runpod":
             return self._sdk_provider(name, "runpod", lambda: _runpod(self.home, self.settings))
+        if name == "vastai":
+            return self._sdk_provider(name, "vastai", lambda: _vastai(self.home, self.settings))
         raise ProviderUnavailable(
             f"provider {name!r} is not available in this version of benchctl (available: {', '.join(AVAILABLE)}); "
             "remove its cells from the campaign or use a version that ships it")
@@ -84,6 +86,13 @@ def _runpod(home: Path, settings: ProvidersSpec) -> Provider:
 
     spec = settings.runpod
     return RunPodProvider(home / "runpod", RunPodSettings(**spec.model_dump()) if spec else RunPodSettings())
+
+
+def _vastai(home: Path, settings: ProvidersSpec) -> Provider:
+    from provisioners.vastai import VastProvider, VastSettings
+
+    spec = settings.vastai
+    return VastProvider(home / "vastai", VastSettings(**spec.model_dump()) if spec else VastSettings())
 
 
 def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = (), image: str | None = None,

@@ -184,11 +184,23 @@ class RunPodSpec(_Strict):
     container_disk_gb: int = Field(default=50, ge=10)
 
 
+class VastSpec(_Strict):
+    min_reliability: float = Field(default=0.98, ge=0, le=1)
+    min_cuda: float = Field(default=12.4, ge=0)
+    datacenter_only: bool = False
+    bid_margin: float = Field(default=0.1, ge=0, description="spot bid = min_bid × (1 + bid_margin)")
+    ssh: Literal["direct", "proxy"] = "direct"
+    disk_gb: int = Field(default=60, ge=10)
+    python: str = Field(default="python3", description="the instance's interpreter with PyTorch")
+    workdir: str = Field(default="/workspace/benchctl", min_length=1)
+
+
 class ProvidersSpec(_Strict):
     """Provider settings that live in the campaign (never credentials: those stay in each provider's place)."""
 
     ssh: SSHProviderSpec | None = None
     runpod: RunPodSpec | None = None
+    vastai: VastSpec | None = None
 
 
 class CampaignSpec(_Strict):

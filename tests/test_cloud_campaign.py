@@ -1,6 +1,7 @@
-"""A campaign through RunPod (the real SDK against the local fake, pods on a real sshd), ssh and
-local at once: a spot pod preempted through the fake's API and resumed on a new pod, nothing left
-billing, and a canary API key that reaches nothing benchctl writes."""
+"""A campaign through RunPod and Vast.ai (their real SDKs against the local fakes, nodes on a real
+sshd), ssh and local at once: a RunPod spot pod preempted and a Vast.ai bid outbid through the
+fakes' APIs, both resumed on new nodes, nothing left billing, and a canary API key that reaches
+nothing benchctl writes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from store import queries as q
 from tests.conftest import REPO
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 from tests.fakes.sshd import SSHServer, running_sshd
+from tests.fakes.vastai_fake import FakeVast, running_fake_vast
 from tests.local_campaign import home_store, no_live_nodes, wait_for
 
 CANARY = "canary-9f3b7e1d-secret"
@@ -32,6 +35,7 @@ payload:
   profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: 150}}
 providers:
   runpod: {{python: "{python}", workdir: "{pods}"}}
+  vastai: {{python: "{python}", workdir: "{vast}"}}
   ssh:
     nodes:
       - {{name: box, host: {host}, port: {port}, user: {user}, key: "{key}", gpu: cpu, count: 1,
@@ -39,34 +43,47 @@ providers:
 matrix:
   - {{provider: runpod, gpu: cpu, count: 1, market: spot}}
   - {{provider: runpod, gpu: cpu, count: 2}}
+  - {{provider: vastai, gpu: cpu, count: 1, market: spot}}
   - {{provider: ssh, gpu: cpu, count: 1}}
   - {{provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.2}}
 """
 
 
+@dataclass
+class Clouds:
+    sshd: SSHServer
+    runpod: FakeRunPod
+    runpod_url: str
+    vast: FakeVast
+    vast_url: str
+
+
 @pytest.fixture
-def clouds(tmp_path: Path) -> Iterator[tuple[SSHServer, FakeRunPod, str]]:
+def clouds(tmp_path: Path) -> Iterator[Clouds]:
     with running_sshd(tmp_path / "sshd") as sshd:
-        fake = FakeRunPod(CANARY, ssh_port=sshd.port, authorized_keys=sshd.root / "authorized_keys",
-                          workdir=tmp_path / "pods", boot_s=0.5)
-        with running_fake_runpod(fake) as url:
-            yield sshd, fake, url
+        keys = sshd.root / "authorized_keys"
+        runpod = FakeRunPod(CANARY, ssh_port=sshd.port, authorized_keys=keys, workdir=tmp_path / "pods", boot_s=0.5)
+        vast = FakeVast(CANARY, ssh_port=sshd.port, authorized_keys=keys, workdir=tmp_path / "vast", boot_s=0.5)
+        with running_fake_runpod(runpod) as runpod_url, running_fake_vast(vast) as vast_url:
+            yield Clouds(sshd, runpod, runpod_url, vast, vast_url)
 
 
-def _env(home: Path, url: str) -> dict[str, str]:
-    env = {**os.environ, "BENCHCTL_HOME": str(home), "RUNPOD_API_BASE_URL": url, "RUNPOD_API_KEY": CANARY,
-           "VAST_API_KEY": CANARY, "AWS_SECRET_ACCESS_KEY": CANARY}
+def _env(home: Path, clouds: Clouds) -> dict[str, str]:
+    env = {**os.environ, "BENCHCTL_HOME": str(home), "RUNPOD_API_BASE_URL": clouds.runpod_url,
+           "VAST_URL": clouds.vast_url, "RUNPOD_API_KEY": CANARY, "VAST_API_KEY": CANARY,
+           "AWS_SECRET_ACCESS_KEY": CANARY}
     env.pop("BENCHCTL_DB", None)
     return env
 
 
-def _spot_pod_profiling(home: Path) -> str | None:
+def _profiling_node(home: Path, key: str) -> str | None:
+    """The node id of the cell's open attempt once its profile has recorded a sample."""
     if not (home / "benchctl.db").exists():
         return None
     engine = home_store(home)
     for campaign in q.campaigns(engine):
         for cell in q.cells(engine, campaign.id or 0):
-            if cell.key != "runpod:cpux1:spot":
+            if cell.key != key:
                 continue
             samples = {e.attempt_id for e in q.events(engine, cell.id or 0, kind="sample", phase="profile")}
             for attempt in q.attempts(engine, cell.id or 0):
@@ -75,20 +92,24 @@ def _spot_pod_profiling(home: Path) -> str | None:
     return None
 
 
-def test_runpod_ssh_and_local_cells_with_a_preempted_spot_pod(home: Path, tmp_path: Path, clouds) -> None:
-    sshd, fake, url = clouds
+def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path, tmp_path: Path,
+                                                                      clouds: Clouds) -> None:
+    sshd = clouds.sshd
     path = tmp_path / "cloudy.yaml"
-    path.write_text(CAMPAIGN.format(python=sys.executable, pods=tmp_path / "pods", host=sshd.host, port=sshd.port,
-                                    user=sshd.user, key=sshd.key, work=tmp_path / "machines"))
+    path.write_text(CAMPAIGN.format(python=sys.executable, pods=tmp_path / "pods", vast=tmp_path / "vast",
+                                    host=sshd.host, port=sshd.port, user=sshd.user, key=sshd.key,
+                                    work=tmp_path / "machines"))
     proc = subprocess.Popen([sys.executable, "-m", "benchctl", "run", str(path), "--poll-interval", "0.2",
-                             "--status-interval", "1"], cwd=REPO, env=_env(home, url), text=True,
+                             "--status-interval", "1"], cwd=REPO, env=_env(home, clouds), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        pod_id = wait_for(lambda: _spot_pod_profiling(home), timeout=120)
+        pod_id = wait_for(lambda: _profiling_node(home, "runpod:cpux1:spot"), timeout=120)
+        clouds.runpod.preempt(str(pod_id))  # RunPod evicts the spot pod
+        instance_id = wait_for(lambda: _profiling_node(home, "vastai:cpux1:spot"), timeout=120)
+        clouds.vast.outbid(int(str(instance_id)))  # someone outbids our Vast.ai instance
     except AssertionError:
         proc.kill()
-        raise AssertionError(f"the spot pod never profiled: {proc.communicate()[1][-3000:]}") from None
-    fake.preempt(str(pod_id))  # RunPod evicts the spot pod
+        raise AssertionError(f"a spot node never profiled: {proc.communicate()[1][-3000:]}") from None
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     engine = home_store(home)
@@ -100,11 +121,15 @@ def test_runpod_ssh_and_local_cells_with_a_preempted_spot_pod(home: Path, tmp_pa
     assert all(a.hourly_usd == pytest.approx(0.06) for a in spot), "billed at the pod's costPerHr (the bid)"
     on_demand = q.attempts(engine, cells["runpod:cpux2:on-demand"].id or 0)
     assert [(a.outcome, a.hourly_usd) for a in on_demand] == [("done", pytest.approx(0.2))]
-    timed = sorted(json.loads(e.data_json)["timed_index"]
-                   for e in q.events(engine, cells["runpod:cpux1:spot"].id or 0, kind="sample", phase="profile")
-                   if not json.loads(e.data_json)["warmup"])
-    assert timed == list(range(150))
-    assert fake.inventory() == [], "no pod left billing"
+    outbid = q.attempts(engine, cells["vastai:cpux1:spot"].id or 0)
+    assert [a.outcome for a in outbid] == ["preempted", "done"]
+    assert {a.host for a in outbid} <= {"601", "602"}, "Vast.ai machine ids are the attempts' hosts"
+    for key in ("runpod:cpux1:spot", "vastai:cpux1:spot"):
+        timed = sorted(json.loads(e.data_json)["timed_index"]
+                       for e in q.events(engine, cells[key].id or 0, kind="sample", phase="profile")
+                       if not json.loads(e.data_json)["warmup"])
+        assert timed == list(range(150)), key
+    assert clouds.runpod.inventory() == [] and clouds.vast.inventory() == [], "nothing left billing"
     no_live_nodes(home)
     time.sleep(0.5)
     _assert_canary_nowhere(home, tmp_path, out + err)
@@ -113,7 +138,7 @@ def test_runpod_ssh_and_local_cells_with_a_preempted_spot_pod(home: Path, tmp_pa
 def _assert_canary_nowhere(home: Path, tmp_path: Path, output: str) -> None:
     assert CANARY not in output, "not in the controller's output"
     leaks = []
-    for root in (home, tmp_path / "pods", tmp_path / "machines"):
+    for root in (home, tmp_path / "pods", tmp_path / "vast", tmp_path / "machines"):
         for path in root.rglob("*"):
             if path.is_file() and CANARY.encode() in path.read_bytes():
                 leaks.append(str(path))

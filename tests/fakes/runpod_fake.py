@@ -18,11 +18,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from graphql import build_schema, graphql_sync
+
+from tests.fakes.http_server import FakeHandler, serving
 
 SCHEMA = build_schema("""
 enum CloudTypeEnum { ALL SECURE COMMUNITY }
@@ -173,45 +174,27 @@ def _gpu_type(name: str, p: dict) -> dict:
 def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
     """Serve ``fake`` on 127.0.0.1; yields the base URL for RUNPOD_API_BASE_URL."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
+    class Handler(FakeHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             fake.requests.append(body.decode(errors="replace"))
             fault = fake.faults.pop(0) if fake.faults else None
             if fault == "drop":
-                self.close_connection = True
-                self.connection.shutdown(2)
-                return
+                return self.drop()
             if fault == "malformed":
-                return self._send(200, b'{"data": {"pod": ', "application/json")
+                return self.send_body(200, b'{"data": {"pod": ', "application/json")
             if fault == "500":
-                return self._send(500, b"<html>502 Bad Gateway</html>", "text/html")
+                return self.send_body(500, b"<html>502 Bad Gateway</html>", "text/html")
             if fault == "429":
-                return self._send(429, b'{"error": "too many requests"}', "application/json")
+                return self.send_body(429, b'{"error": "too many requests"}', "application/json")
             if fault == "401" or self.headers.get("Authorization") != f"Bearer {fake.api_key}":
-                return self._send(401, b'{"error": "unauthorized"}', "application/json")
+                return self.send_body(401, b'{"error": "unauthorized"}', "application/json")
             query = json.loads(body)["query"]
             result = graphql_sync(SCHEMA, query, root_value=fake)
             answer: dict[str, Any] = {"data": result.data}
             if result.errors:
                 answer["errors"] = [{"message": e.message} for e in result.errors]
-            self._send(200, json.dumps(answer).encode(), "application/json")
+            self.send_body(200, json.dumps(answer).encode(), "application/json")
 
-        def _send(self, code: int, body: bytes, kind: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url
