@@ -380,11 +380,11 @@ def test_cli_rejects_a_directory(tmp_path: Path, home: Path) -> None:
 
 def test_cli_rejects_a_provider_this_version_cannot_run(write_campaign: Callable[..., Path], home: Path) -> None:
     path = write_campaign(name="cloudy", matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n"
-                                                "  - {provider: runpod, gpu: H100_SXM, count: 1}\n")
+                                                "  - {provider: aws, gpu: H100_SXM, count: 1}\n")
     result = run_cli("run", str(path), home=home)
     _assert_clean_usage_error(result, home)
-    assert "error: provider 'runpod' is not available in this version of benchctl (available: local, ssh)" \
-        in result.stderr
+    assert "error: provider 'aws' is not available in this version of benchctl (available: local, ssh, runpod, " \
+        "vastai)" in result.stderr
 
 
 # ------------------------------------------------------------------------------------------------ docs
@@ -396,10 +396,10 @@ def _fields(model: type[BaseModel]) -> set[str]:
 
 def test_reference_documents_every_key() -> None:
     doc = (REPO / "docs" / "campaign-reference.md").read_text()
-    from benchctl.spec import SSHNodeSpec
+    from benchctl.spec import ProvidersSpec, RunPodSpec, SSHNodeSpec, VastSpec
 
     keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec,
-                                               SSHNodeSpec)))
+                                               ProvidersSpec, SSHNodeSpec, RunPodSpec, VastSpec)))
     missing = sorted(k for k in keys if f"`{k}`" not in doc and f".{k}`" not in doc)
     assert missing == []
 
@@ -412,9 +412,10 @@ def test_shipped_campaign_files_parse(name: str) -> None:
     campaign = load_campaign(REPO / "campaigns" / name)
     assert campaign.cells and len({c.key for c in campaign.cells}) == len(campaign.cells)
     if name == "h100-matrix.yaml":
-        assert [c.key for c in campaign.cells] == [
+        assert sorted(c.key for c in campaign.cells) == sorted([
             "runpod:H100_SXMx8:spot", "runpod:H100_SXMx8:on-demand", "runpod:H100_PCIEx8:spot",
-            "vastai:H100_SXMx8:spot:min_vcpus=128", "aws:H100_SXMx8:spot:instance_type=p5.48xlarge:region=us-east-1"]
+            "runpod:H100_PCIEx8:on-demand", "runpod:H100_NVLx8:spot", "runpod:H100_NVLx8:on-demand",
+            "vastai:H100_SXMx8:spot:min_vcpus=128"])
         target = campaign.spec.target
         assert steps_for(target.model, target.target_param_data_ratio, target.total_batch_size) == 14_889
 

@@ -12,6 +12,7 @@ from benchctl import __version__
 from benchctl.cli.campaign_commands import resume, run
 from benchctl.cli.down_commands import down
 from benchctl.cli.payload_commands import comm_volume_command
+from benchctl.cli.plan_commands import plan
 from benchctl.cli.preflight_commands import preflight_command
 from benchctl.cli.report_commands import leaderboard, status
 from benchctl.cli.state import CliState
@@ -27,6 +28,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     """Benchmark campaigns on rented multi-GPU nodes, ranked by cost-to-train.
 
     \b
+      benchctl plan campaigns/h100-matrix.yaml  offers and worst-case spend, no launch
       benchctl run campaigns/local-smoke.yaml   run (or continue) a campaign
       benchctl resume                           continue every unfinished campaign
       benchctl status                           cells, attempts and spend
@@ -36,7 +38,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     ctx.obj = CliState(db=db, debug=debug)
 
 
-for command in (run, resume, down, status, leaderboard, comm_volume_command, preflight_command):
+for command in (run, plan, resume, down, status, leaderboard, comm_volume_command, preflight_command):
     cli.add_command(command)
 
 

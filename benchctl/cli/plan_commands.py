@@ -1,0 +1,34 @@
+"""``benchctl plan FILE``: offers and worst-case spend per cell, without launching anything."""
+
+from __future__ import annotations
+
+import click
+
+from benchctl.cli.state import CliState, pass_state
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
+@pass_state
+def plan(state: CliState, file: str, fmt: str) -> None:
+    """Expand FILE's matrix and ask each provider for offers; launch nothing, write nothing."""
+    from benchctl.plan import COLUMNS, plan_campaign
+    from benchctl.providers import Providers
+    from benchctl.render import render
+    from benchctl.settings import home
+    from benchctl.spec import load_campaign
+
+    campaign = load_campaign(file)
+    providers = Providers(home(), campaign.spec.providers)
+    providers.check(cell.provider for cell in campaign.cells)
+    result = plan_campaign(campaign, providers)
+    if fmt == "json":
+        click.echo(render([], [], "json", payload={"campaign": campaign.spec.name, "cells": result.rows,
+                                                  "worst_case_usd": result.worst_case_usd,
+                                                  "budget_usd": result.budget_usd, "warnings": result.warnings}))
+        return
+    click.echo(render(result.rows, COLUMNS, fmt, title=f"plan: {campaign.spec.name}"))
+    click.echo(f"worst case ${result.worst_case_usd:.2f} of budget_usd ${result.budget_usd:.2f}")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}")

@@ -1,0 +1,54 @@
+"""``benchctl plan``: what each cell would rent now and what it could cost, without launching.
+
+Per cell: the offer the engine would take (the provider's cheapest that fits), its $/hr and
+market, and the worst-case spend (max_attempts × price × the attempt's worst-case duration);
+warnings for cells with no offer and for a matrix whose worst case exceeds ``budget_usd``
+(cells would wait for budget or end with reason ``budget``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from benchctl.budget import attempt_worst_case_s
+from benchctl.providers import Providers, offer_request
+from benchctl.spec import Campaign
+from provisioners.base import ProviderError
+
+COLUMNS = ("cell", "provider", "market", "offer", "host", "vcpus", "hourly_usd", "worst_case_usd", "warning")
+
+
+@dataclass(frozen=True)
+class Plan:
+    rows: list[dict[str, Any]]
+    worst_case_usd: float
+    budget_usd: float
+    warnings: list[str]
+
+
+def plan_campaign(campaign: Campaign, providers: Providers) -> Plan:
+    hours = attempt_worst_case_s(campaign.spec) / 3600.0
+    rows, warnings = [], []
+    for cell in campaign.cells:
+        row: dict[str, Any] = {"cell": cell.key, "provider": cell.provider, "market": cell.market, "offer": None,
+                               "host": None, "vcpus": None, "hourly_usd": None, "worst_case_usd": 0.0, "warning": None}
+        try:
+            offers = providers.get(cell.provider).offers(offer_request(cell, cell.key,
+                                                                       image=campaign.spec.defaults.image))
+        except ProviderError as exc:
+            offers, row["warning"] = [], f"offers failed: {exc}"
+        if offers:
+            best = offers[0]
+            row.update(offer=best.offer_id, host=best.host or None, vcpus=best.vcpus or None,
+                       hourly_usd=best.hourly_usd, worst_case_usd=round(cell.max_attempts * best.hourly_usd * hours, 4))
+        elif row["warning"] is None:
+            row["warning"] = "no offer now"
+        if row["warning"]:
+            warnings.append(f"{cell.key}: {row['warning']}")
+        rows.append(row)
+    total = sum(r["worst_case_usd"] for r in rows)
+    if total > campaign.spec.budget_usd:
+        warnings.append(f"the worst case ${total:.2f} is over budget_usd ${campaign.spec.budget_usd:.2f}: cells "
+                        "will wait for budget, or end with reason budget")
+    return Plan(rows, round(total, 4), campaign.spec.budget_usd, warnings)
