@@ -185,6 +185,7 @@ class AttemptDriver:
     def _collect(self, attempt: Attempt, transport: Transport) -> None:
         local = self.ctx.artifacts_dir / self.key / str(attempt.number)
         local.mkdir(parents=True, exist_ok=True)
+        transport.max_artifact_bytes = int(self.ctx.campaign.spec.max_artifact_gb * 1024**3)
         for name in ("artifacts", "events.jsonl", "payload.log"):
             transport.get(f"{attempt.remote_dir}/{name}", str(local))
         for event in q.events(self.ctx.engine, self.cell_id, "artifact"):

@@ -209,6 +209,7 @@ class CampaignSpec(_Strict):
     max_idle_minutes: float = Field(default=15, gt=0, description="dead-man switch: a payload whose controller "
                                     "stopped sending heartbeats this long stops itself (and its node, where the "
                                     "provider allows)")
+    max_artifact_gb: float = Field(default=2, gt=0, description="what one attempt may bring back from its node")
     target: Target
     defaults: Defaults = Defaults()
     payload: PayloadSpec = PayloadSpec()

@@ -95,6 +95,8 @@ class Transport(ABC):
 
     python: str = "python3"
     """The interpreter that runs the payload on the node."""
+    max_artifact_bytes: int = 2 * 1024**3
+    """What ``get`` may bring back from an untrusted node in all, over the transport's life."""
 
     @abstractmethod
     def run(self, cmd: str, timeout: float = 60.0) -> CommandResult:

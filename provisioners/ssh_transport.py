@@ -29,7 +29,7 @@ from pathlib import Path
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from provisioners.base import CommandResult, ProviderError, Transport
-from provisioners.safe_tar import DEFAULT_MAX_BYTES, extract_stream
+from provisioners.safe_tar import extract_stream
 
 SSH_FAILED = 255
 
@@ -60,13 +60,13 @@ def control_dir() -> Path:
 
 class SSHTransport(Transport):
     def __init__(self, endpoint: SSHEndpoint, known_hosts: Path, token: str, connect_timeout_s: float = 10.0,
-                 retry_for_s: float = 60.0, max_artifact_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 retry_for_s: float = 60.0) -> None:
         self.endpoint = endpoint
         self.known_hosts = known_hosts
         self.token = token
         self.connect_timeout_s = connect_timeout_s
         self.retry_for_s = retry_for_s
-        self.max_artifact_bytes = max_artifact_bytes
+        self.received_bytes = 0
         self.python = endpoint.python
         self.refused: list[str] = []
         """Members of downloaded archives that were refused (unsafe or over the size cap)."""
@@ -166,7 +166,8 @@ class SSHTransport(Transport):
                               stderr=subprocess.PIPE) as proc:
             assert proc.stdout is not None and proc.stderr is not None
             try:
-                report = extract_stream(proc.stdout, Path(local_dir), self.max_artifact_bytes)
+                report = extract_stream(proc.stdout, Path(local_dir),
+                                        max(0, self.max_artifact_bytes - self.received_bytes))
             except tarfile.TarError as exc:
                 proc.kill()
                 raise ProviderError(f"download of {self.endpoint.host}:{remote_path} is not a tar: {exc}") from exc
@@ -178,6 +179,7 @@ class SSHTransport(Transport):
             raise ProviderError(f"download of {self.endpoint.host}:{remote_path} failed: "
                                 f"{err.decode(errors='replace').strip()}")
         self.refused += report.refused
+        self.received_bytes += report.bytes
 
     def refused_members(self) -> list[str]:
         return list(self.refused)

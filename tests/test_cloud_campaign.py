@@ -66,6 +66,7 @@ def clouds(tmp_path: Path) -> Iterator[Clouds]:
         vast = FakeVast(CANARY, ssh_port=sshd.port, authorized_keys=keys, workdir=tmp_path / "vast", boot_s=0.5)
         with running_fake_runpod(runpod) as runpod_url, running_fake_vast(vast) as vast_url:
             yield Clouds(sshd, runpod, runpod_url, vast, vast_url)
+        assert runpod.inventory() == [] and vast.inventory() == [], "a node was left billing at a fake"
 
 
 def _env(home: Path, clouds: Clouds) -> dict[str, str]:

@@ -404,7 +404,7 @@ def test_reference_documents_every_key() -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize("name", ["local-smoke.yaml", "h100-matrix.yaml"])
+@pytest.mark.parametrize("name", ["local-smoke.yaml", "h100-matrix.yaml", "h100-matrix-d12.yaml"])
 def test_shipped_campaign_files_parse(name: str) -> None:
     from benchctl.cost import steps_for
     from benchctl.spec import load_campaign

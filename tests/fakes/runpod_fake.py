@@ -4,7 +4,8 @@ Pods get their SSH endpoint on a real sshd the test runs (``runtime.ports``: pri
 the sshd's port); the ``PUBLIC_KEY`` a pod is created with is authorized there, as RunPod's
 images do. ``preempt(pod_id)`` evicts a spot pod (EXITED, its processes killed, as when the
 container dies). ``faults`` is a queue of answers served before the next real ones: ``401``,
-``429``, ``500`` (an HTML page), ``malformed`` (broken JSON) or ``drop`` (connection closed).
+``429``, ``500`` (an HTML page), ``malformed`` (broken JSON), ``drop`` (connection closed) or
+``slow`` (answers after 3 s).
 Point the SDK at it with ``RUNPOD_API_BASE_URL``.
 """
 
@@ -181,6 +182,8 @@ def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
             fault = fake.faults.pop(0) if fake.faults else None
             if fault == "drop":
                 return self.drop()
+            if fault == "slow":
+                time.sleep(3)
             if fault == "malformed":
                 return self.send_body(200, b'{"data": {"pod": ', "application/json")
             if fault == "500":

@@ -48,6 +48,8 @@ class FakeVast:
     def __init__(self, api_key: str, ssh_port: int, authorized_keys: Path, workdir: Path, boot_s: float = 0.3) -> None:
         self.api_key, self.ssh_port, self.authorized_keys, self.workdir = api_key, ssh_port, authorized_keys, workdir
         self.boot_s = boot_s
+        self.proxy_port = ssh_port
+        """Where the "proxy" (``ssh_host``/``ssh_port``) answers; the same sshd unless a test says otherwise."""
         self.offers = {o["id"]: {**DEFAULTS, **o} for o in OFFERS}
         self.instances: dict[int, dict[str, Any]] = {}
         self.faults: list[str] = []
@@ -93,7 +95,7 @@ class FakeVast:
         if row["actual_status"] == "loading" and time.time() - row["created"] >= self.boot_s:
             instance["actual_status"] = row["actual_status"] = "running"
         up = row["actual_status"] == "running"
-        row.update(ssh_host="127.0.0.1" if up else None, ssh_port=self.ssh_port if up else None,
+        row.update(ssh_host="127.0.0.1" if up else None, ssh_port=self.proxy_port if up else None,
                    public_ipaddr="127.0.0.1" if up else None,
                    ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(self.ssh_port)}]} if up else {})
         return row

@@ -21,6 +21,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRunPod
         monkeypatch.setenv("RUNPOD_API_BASE_URL", url)
         monkeypatch.setenv("RUNPOD_API_KEY", "rp-key")
         yield server
+    assert server.inventory() == [], "a test left a node billing at the fake"
 
 
 def _provider(tmp_path: Path, cloud: str = "SECURE") -> RunPodProvider:
@@ -72,6 +73,21 @@ def test_transient_api_faults_are_retried(fake: FakeRunPod, tmp_path: Path, faul
     fake.faults = [fault, fault]
     offers = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
     assert offers and fake.faults == [], "two failures, then the answer"
+
+
+def test_a_request_past_its_timeout_is_retried(fake: FakeRunPod, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import requests
+
+    real_post = requests.post
+
+    def post_with_short_timeout(*args: object, **kwargs: object) -> requests.Response:
+        return real_post(*args, **{**kwargs, "timeout": 1})  # the SDK waits 30 s: shortened for the test
+
+    monkeypatch.setattr("runpod.api.graphql.requests.post", post_with_short_timeout)
+    provider = _provider(tmp_path)
+    fake.faults = ["slow"]
+    assert provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot")) and fake.faults == []
 
 
 def test_persistent_faults_and_refused_keys_are_clear_errors(fake: FakeRunPod, tmp_path: Path) -> None:

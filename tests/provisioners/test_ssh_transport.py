@@ -117,3 +117,20 @@ def test_control_sockets_live_in_a_short_private_dir() -> None:
 
     path = control_dir()
     assert len(str(path)) < 40 and oct(path.stat().st_mode & 0o777) == "0o700" and path.stat().st_uid == os.getuid()
+
+
+def test_the_artifact_cap_counts_across_downloads_and_refusals_are_reported(sshd: SSHServer, tmp_path: Path) -> None:
+    t = _transport(sshd, tmp_path, token="capped")
+    t.max_artifact_bytes = 1500
+    node = tmp_path / "node"
+    (node / "a").mkdir(parents=True)
+    (node / "a" / "first.bin").write_bytes(b"1" * 1000)
+    (node / "b").mkdir()
+    (node / "b" / "second.bin").write_bytes(b"2" * 1000)
+    (node / "b" / "small.txt").write_bytes(b"3" * 100)
+    t.get("a", str(tmp_path / "back"))
+    t.get("b", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "a" / "first.bin").exists()
+    assert not (tmp_path / "back" / "b" / "second.bin").exists(), "1000 + 1000 bytes is past the 1500-byte cap"
+    assert (tmp_path / "back" / "b" / "small.txt").exists()
+    assert [r.split(":")[0] for r in t.refused_members()] == ["b/second.bin"]

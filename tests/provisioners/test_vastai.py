@@ -21,6 +21,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVast]:
         monkeypatch.setenv("VAST_URL", url)
         monkeypatch.setenv("VAST_API_KEY", "vast-key")
         yield server
+    assert server.inventory() == [], "a test left a node billing at the fake"
 
 
 def _provider(tmp_path: Path, **settings: object) -> VastProvider:
@@ -125,3 +126,16 @@ def test_missing_key_names_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mon
 ])
 def test_every_status_maps(instance: dict | None, state: NodeState) -> None:
     assert instance_state(instance) is state
+
+
+@pytest.mark.parametrize("mode", ["direct", "proxy"])
+def test_ssh_endpoint_direct_or_through_the_proxy(fake: FakeVast, tmp_path: Path, mode: str) -> None:
+    provider = _provider(tmp_path, ssh=mode)
+    (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
+    fake.proxy_port = 3333
+    node = provider.launch(offer, f"bc-{mode}", "bc-camp-3")
+    endpoint = provider.transport(node).endpoint
+    assert (endpoint.host, endpoint.port, endpoint.user) == ("127.0.0.1", 2222 if mode == "direct" else 3333, "root")
+    assert endpoint.key is not None and endpoint.key.endswith("bc-camp-3")
+    provider.terminate(node)
+    assert fake.inventory() == []
