@@ -2,7 +2,10 @@
 
 ``drive`` ends in ``finally`` with a last read of the node's events, ``terminate`` and the
 attempt closed at the time the provider says the node stopped billing (else now), whatever
-happened: no exit path leaves a billing node the store thinks is closed, or the reverse.
+happened: no exit path leaves a billing node the store thinks is closed. The one exception to
+closing: a cell whose lease this controller lost (``abandoned``): its node is terminated, and the
+attempt is left to the cell's new owner (``benchctl down``, or the controller that took it over,
+which reconciles it).
 While the payload runs, every ``status_interval_s`` the driver asks the provider for the node's
 state (a preempted node ends the attempt) and checks the campaign's spend against its budget; it
 touches the payload's heartbeat (its dead-man switch) as often, or four times per
@@ -72,8 +75,9 @@ class AttemptDriver:
         finally:
             self.last_sync(attempt, node)
             self.terminate(node)
-            q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind, outcome.detail or None,
-                            terminated_at=self.provider.ended_at(node))
+            if outcome.kind != "abandoned":  # the cell's new owner (or `down`) closes it
+                q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind, outcome.detail or None,
+                                terminated_at=self.provider.ended_at(node))
 
     def last_sync(self, attempt: Attempt, node: Node) -> None:
         """Read what the node still has before it goes: nothing measured is lost."""
@@ -101,6 +105,8 @@ class AttemptDriver:
             if state is NodeState.RUNNING:
                 return None
             if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+                if not self.ctx.leases.verify(self.cell_id):
+                    return Outcome("abandoned", "this controller lost the cell's lease")
                 return Outcome("preempted", f"the provider reports the node {state.value} before it was ready")
             if self.ctx.budget.exceeded():
                 return Outcome("budget", "the campaign's spend reached budget_usd")
@@ -162,6 +168,8 @@ class AttemptDriver:
                 last_status = time.monotonic()
                 state = self.provider.status(node)
                 if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+                    if not self.ctx.leases.verify(self.cell_id):  # `benchctl down` (or a takeover) ended it
+                        return Outcome("abandoned", "this controller lost the cell's lease")
                     return Outcome("preempted", f"the provider reports the node {state.value}")
                 if self.ctx.budget.exceeded():
                     return Outcome("budget", "the campaign's spend reached budget_usd while this attempt ran")

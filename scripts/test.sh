@@ -14,4 +14,5 @@ if [ ! -x /usr/sbin/sshd ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/mypy
-.venv/bin/python -m pytest -q --durations=15 "$@"
+# Two workers: most tests wait on subprocesses and polls, so this machine's 2 cores fit two of them.
+.venv/bin/python -m pytest -q -n 2 --durations=15 "$@"
