@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
-
+from provisioners.api_retry import with_retries
 from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
 from provisioners.ssh_keys import campaign_key
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
@@ -96,15 +95,10 @@ class RunPodProvider(Provider):
 
     # -- the SDK, with retries --------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        @retry(retry=retry_if_exception(_retryable), reraise=True, stop=stop_after_attempt(5) | stop_after_delay(60),
-               wait=wait_exponential(multiplier=0.3, max=8))
-        def once() -> T:
-            return fn(*args, **kwargs)
-
         from runpod import error
 
         try:
-            return once()
+            return with_retries(lambda: fn(*args, **kwargs), _retryable, max_s=60)
         except error.AuthenticationError as exc:
             raise ProviderError(f"runpod refused the API key while trying to {what} (401): {KEY_HELP}") from exc
         except error.QueryError as exc:

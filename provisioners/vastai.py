@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
-
+from provisioners.api_retry import with_retries
 from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
 from provisioners.ssh_keys import campaign_key
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
@@ -93,13 +92,8 @@ class VastProvider(Provider):
         self.root = root
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        @retry(retry=retry_if_exception(_retryable), reraise=True, stop=stop_after_attempt(5) | stop_after_delay(90),
-               wait=wait_exponential(multiplier=0.3, max=8))
-        def once() -> T:
-            return fn(*args, **kwargs)
-
         try:
-            return once()
+            return with_retries(lambda: fn(*args, **kwargs), _retryable, max_s=90)
         except Exception as exc:
             status = _status_of(exc)
             if status in (401, 403):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,26 @@ class FakeHandler(BaseHTTPRequestHandler):
         """Close the connection without an answer (a reset, as a flaky proxy does)."""
         self.close_connection = True
         self.connection.shutdown(2)
+
+    def answer_fault(self, faults: list[str], api_key: str, malformed: bytes, unauthorized: bytes) -> bool:
+        """Serve the next injected fault (``drop``, ``slow``: 3 s late, ``malformed``, ``429``, ``500``,
+        ``401``) or refuse a wrong key; True when that answered the request."""
+        fault = faults.pop(0) if faults else None
+        if fault == "drop":
+            self.drop()
+            return True
+        if fault == "slow":
+            time.sleep(3)
+        if fault == "malformed":
+            self.send_body(200, malformed)
+            return True
+        if fault in ("429", "500"):
+            self.send_body(int(fault), b"<html>busy</html>", "text/html")
+            return True
+        if fault == "401" or self.headers.get("Authorization") != f"Bearer {api_key}":
+            self.send_body(401, unauthorized)
+            return True
+        return False
 
 
 @contextmanager

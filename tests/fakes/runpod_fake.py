@@ -12,8 +12,6 @@ Point the SDK at it with ``RUNPOD_API_BASE_URL``.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 import uuid
@@ -24,6 +22,7 @@ from typing import Any
 
 from graphql import build_schema, graphql_sync
 
+from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
 
 SCHEMA = build_schema("""
@@ -149,13 +148,7 @@ class FakeRunPod:
         with self.lock:
             pod = self.pods[pod_id]
             pod["desiredStatus"] = "EXITED"
-        token = str(pod["name"]).rsplit("--", 1)[-1]
-        pids = self.workdir / ".benchctl" / f"{token}.pids"
-        for line in pids.read_text().split() if pids.exists() else []:
-            try:
-                os.killpg(int(line), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                continue
+        kill_container(self.workdir, str(pod["name"]).rsplit("--", 1)[-1])
 
     def inventory(self) -> list[str]:
         """Pods that would still bill (not terminated)."""
@@ -179,19 +172,8 @@ def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             fake.requests.append(body.decode(errors="replace"))
-            fault = fake.faults.pop(0) if fake.faults else None
-            if fault == "drop":
-                return self.drop()
-            if fault == "slow":
-                time.sleep(3)
-            if fault == "malformed":
-                return self.send_body(200, b'{"data": {"pod": ', "application/json")
-            if fault == "500":
-                return self.send_body(500, b"<html>502 Bad Gateway</html>", "text/html")
-            if fault == "429":
-                return self.send_body(429, b'{"error": "too many requests"}', "application/json")
-            if fault == "401" or self.headers.get("Authorization") != f"Bearer {fake.api_key}":
-                return self.send_body(401, b'{"error": "unauthorized"}', "application/json")
+            if self.answer_fault(fake.faults, fake.api_key, b'{"data": {"pod": ', b'{"error": "unauthorized"}'):
+                return
             query = json.loads(body)["query"]
             result = graphql_sync(SCHEMA, query, root_value=fake)
             answer: dict[str, Any] = {"data": result.data}

@@ -14,8 +14,6 @@ endpoint on that sshd, both direct (``public_ipaddr`` + ``ports["22/tcp"]``) and
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
 
 OFFERS = [
@@ -112,13 +111,7 @@ class FakeVast:
         with self.lock:
             instance = self.instances[instance_id]
             instance.update(intended_status="stopped", actual_status="exited")
-        token = str(instance["label"]).rsplit("--", 1)[-1]
-        pids = self.workdir / ".benchctl" / f"{token}.pids"
-        for line in pids.read_text().split() if pids.exists() else []:
-            try:
-                os.killpg(int(line), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                continue
+        kill_container(self.workdir, str(instance["label"]).rsplit("--", 1)[-1])
 
     def inventory(self) -> list[int]:
         with self.lock:
@@ -136,17 +129,9 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
 
         def _handle(self, method: str) -> None:
             body = self._body()
-            fault = fake.faults.pop(0) if fake.faults else None
-            if fault == "drop":
-                return self.drop()
-            if fault == "slow":
-                time.sleep(3)
-            if fault == "malformed":
-                return self.send_body(200, b'{"offers": [', "application/json")
-            if fault in ("429", "500"):
-                return self.send_body(int(fault), b"<html>busy</html>", "text/html")
-            if fault == "401" or self.headers.get("Authorization") != f"Bearer {fake.api_key}":
-                return self.send_body(401, b'{"success": false, "error": "invalid_user_key"}', "application/json")
+            if self.answer_fault(fake.faults, fake.api_key, b'{"offers": [',
+                                 b'{"success": false, "error": "invalid_user_key"}'):
+                return
             parts = urlsplit(self.path)
             path = [p for p in parts.path.split("/") if p]
             code, answer = self._route(method, path, body, parse_qs(parts.query))
