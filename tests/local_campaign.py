@@ -49,15 +49,16 @@ def only_cell(home: Path):  # type: ignore[no-untyped-def]
 
 
 def running_profile_node(home: Path) -> Node | None:
-    """The node of the open attempt once its profile phase has recorded a sample."""
+    """The node of the open attempt once its profile phase has recorded a timed (non-warmup) sample."""
     if not (home / "benchctl.db").exists():
         return None
     engine = home_store(home)
     for campaign in q.campaigns(engine):
         for cell in q.cells(engine, campaign.id or 0):
-            samples = q.events(engine, cell.id or 0, kind="sample", phase="profile")
+            timed = {e.attempt_id for e in q.events(engine, cell.id or 0, kind="sample", phase="profile")
+                     if not json.loads(e.data_json).get("warmup")}
             for attempt in q.attempts(engine, cell.id or 0):
-                if attempt.open and attempt.node_json and any(e.attempt_id == attempt.id for e in samples):
+                if attempt.open and attempt.node_json and attempt.id in timed:
                     return Node.from_dict(json.loads(attempt.node_json))
     return None
 

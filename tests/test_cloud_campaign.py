@@ -86,7 +86,8 @@ def _profiling_node(home: Path, key: str) -> str | None:
         for cell in q.cells(engine, campaign.id or 0):
             if cell.key != key:
                 continue
-            samples = {e.attempt_id for e in q.events(engine, cell.id or 0, kind="sample", phase="profile")}
+            samples = {e.attempt_id for e in q.events(engine, cell.id or 0, kind="sample", phase="profile")
+                       if not json.loads(e.data_json).get("warmup")}
             for attempt in q.attempts(engine, cell.id or 0):
                 if attempt.open and attempt.node_json and attempt.id in samples:
                     return str(json.loads(attempt.node_json)["node_id"])
