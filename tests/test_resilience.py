@@ -106,7 +106,7 @@ def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_cam
     assert cell.state == "failed" and (cell.reason or "").startswith("budget:"), cell.reason
     ours = [a for a in q.attempts(engine, cell.id or 0) if a.token != "elsewhere"]
     assert len(ours) == 1 and ours[0].outcome == "budget"
-    assert (ours[0].terminated_at or 0) - stopped_at < 3, "stopped within a status poll or so"
+    assert (ours[0].terminated_at or 0) - stopped_at < 10, "stopped within a few status polls (0.3 s each)"
     assert LocalProvider(home / "nodes").status(node) is NodeState.TERMINATED
     no_live_nodes(home)
 

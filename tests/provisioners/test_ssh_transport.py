@@ -55,9 +55,10 @@ def test_started_command_survives_and_kill_all_ends_it(sshd: SSHServer, tmp_path
     t.run("mkdir -p job")
     t.start(f"echo started > started; sleep {marker}; echo never > finished", cwd="job")
     deadline = time.monotonic() + 10
-    while not (tmp_path / "node" / "job" / "started").exists() and time.monotonic() < deadline:
+    while not _sleeping(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _sleeping(marker), "the detached command runs after the ssh call returned"
+    assert (tmp_path / "node" / "job" / "started").exists()
     t.kill_all()
     deadline = time.monotonic() + 5
     while _sleeping(marker) and time.monotonic() < deadline:
