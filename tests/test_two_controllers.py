@@ -54,7 +54,7 @@ def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, 
     status = subprocess.run([sys.executable, "-m", "benchctl", "--db", pg_url, "status", "tiny", "--format", "json"],
                             cwd=REPO, capture_output=True, text=True, env={**os.environ, "BENCHCTL_HOME": str(home)})
     holders = [c["controller"] for c in json.loads(status.stdout)["campaigns"][0]["cells"]]
-    assert len(set(holders) - {None}) == 1 and holders.count(None) <= 1, "status names the controller of each cell"
+    assert len(set(holders) - {None}) == 1, "status names the one controller running the cells (None: done)"
     _, first_err = first.communicate(timeout=300)
     assert first.returncode == 0, first_err
     _assert_each_cell_ran_once(engine, campaign_id)
