@@ -32,7 +32,7 @@ target: {{model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, tot
 defaults: {{market: on-demand, max_attempts: 3, image: "example/pytorch:cpu"}}
 payload:
   phases: [preflight, profile]
-  profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: 150}}
+  profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: 200}}
 providers:
   runpod: {{python: "{python}", workdir: "{pods}"}}
   vastai: {{python: "{python}", workdir: "{vast}"}}
@@ -77,21 +77,13 @@ def _env(home: Path, clouds: Clouds) -> dict[str, str]:
     return env
 
 
-def _profiling_node(home: Path, key: str) -> str | None:
-    """The node id of the cell's open attempt once its profile has recorded a sample."""
-    if not (home / "benchctl.db").exists():
-        return None
-    engine = home_store(home)
-    for campaign in q.campaigns(engine):
-        for cell in q.cells(engine, campaign.id or 0):
-            if cell.key != key:
-                continue
-            samples = {e.attempt_id for e in q.events(engine, cell.id or 0, kind="sample", phase="profile")
-                       if not json.loads(e.data_json).get("warmup")}
-            for attempt in q.attempts(engine, cell.id or 0):
-                if attempt.open and attempt.node_json and attempt.id in samples:
-                    return str(json.loads(attempt.node_json)["node_id"])
-    return None
+def _measuring(workdir: Path, key: str) -> bool:
+    """The first attempt of cell ``key`` is mid-profile on its node: a timed sample is in the
+    node's own events.jsonl and the payload has not finished (read on the node, not in the store,
+    which lags behind by a poll)."""
+    events = workdir / "benchctl" / "cloudy" / key / "1" / "events.jsonl"
+    text = events.read_text() if events.exists() else ""
+    return '"warmup": false' in text and '"kind": "done"' not in text
 
 
 def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path, tmp_path: Path,
@@ -105,10 +97,14 @@ def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path,
                              "--status-interval", "1"], cwd=REPO, env=_env(home, clouds), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        pod_id = wait_for(lambda: _profiling_node(home, "runpod:cpux1:spot"), timeout=120)
-        clouds.runpod.preempt(str(pod_id))  # RunPod evicts the spot pod
-        instance_id = wait_for(lambda: _profiling_node(home, "vastai:cpux1:spot"), timeout=120)
-        clouds.vast.outbid(int(str(instance_id)))  # someone outbids our Vast.ai instance
+        wait_for(lambda: _measuring(tmp_path / "pods", "runpod:cpux1:spot"), timeout=120)
+        with clouds.runpod.lock:
+            (pod_id,) = [i for i, p in clouds.runpod.pods.items() if p["podType"] == "INTERRUPTABLE"]
+        clouds.runpod.preempt(pod_id)  # RunPod evicts the spot pod
+        wait_for(lambda: _measuring(tmp_path / "vast", "vastai:cpux1:spot"), timeout=120)
+        with clouds.vast.lock:
+            (instance_id,) = [i for i, v in clouds.vast.instances.items() if v["is_bid"]]
+        clouds.vast.outbid(instance_id)  # someone outbids our Vast.ai instance
     except AssertionError:
         proc.kill()
         raise AssertionError(f"a spot node never profiled: {proc.communicate()[1][-3000:]}") from None
@@ -130,7 +126,7 @@ def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path,
         timed = sorted(json.loads(e.data_json)["timed_index"]
                        for e in q.events(engine, cells[key].id or 0, kind="sample", phase="profile")
                        if not json.loads(e.data_json)["warmup"])
-        assert timed == list(range(150)), key
+        assert timed == list(range(200)), key
     assert clouds.runpod.inventory() == [] and clouds.vast.inventory() == [], "nothing left billing"
     no_live_nodes(home)
     time.sleep(0.5)
