@@ -23,17 +23,17 @@ DEFAULT_TTL_S = 60.0
 
 def _start_ticks(pid: int) -> str | None:
     """The process's start time (``/proc/<pid>/stat`` field 22); None when it is gone or a zombie."""
+    if not Path("/proc/self/stat").exists():  # no procfs (macOS): a signal tells alive, not since when
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return "0"
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        if not Path("/proc/self/stat").exists():  # no procfs (macOS): fall back to a signal probe
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return None
-            except PermissionError:
-                return "0"
-            return "0"
         return None
     fields = stat.rsplit(")", 1)[1].split()
     return None if fields[0] in ("Z", "X") else fields[19]
