@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
-from benchctl.errors import ProviderUnavailable
+from benchctl.errors import ProviderUnavailable, UsageError
 from benchctl.spec import CellSpec, ProvidersSpec
 from provisioners.base import OfferRequest, Provider, ProviderError
 
-AVAILABLE = ("local", "ssh", "runpod", "vastai")
-"""Providers this version can drive. The others parse in campaign files but cannot run yet."""
+AVAILABLE = ("local", "ssh", "runpod", "vastai", "aws", "skypilot")
+"""Providers this version can drive: every name a campaign file accepts."""
 
 
 class Providers:
@@ -53,6 +54,10 @@ class Providers:
             return self._sdk_provider(name, "runpod", lambda: _runpod(self.home, self.settings))
         if name == "vastai":
             return self._sdk_provider(name, "vastai", lambda: _vastai(self.home, self.settings))
+        if name == "skypilot":
+            return self._sdk_provider(name, "skypilot", lambda: _skypilot(self.home, self.settings))
+        if name == "aws":
+            return self._sdk_provider(name, "aws", lambda: _aws(self.home, self.settings))
         raise ProviderUnavailable(
             f"provider {name!r} is not available in this version of benchctl (available: {', '.join(AVAILABLE)}); "
             "remove its cells from the campaign or use a version that ships it")
@@ -80,6 +85,18 @@ class Providers:
         if problems:
             raise ProviderUnavailable("\n".join(problems))
 
+    def check_cells(self, cells: Iterable[CellSpec], image: str | None = None) -> None:
+        """Raise before anything is written when a provider refuses a cell's shape (checked offline,
+        e.g. SkyPilot's schema): one line per such cell. Call after ``check``."""
+        problems = []
+        for cell in cells:
+            try:
+                self.get(cell.provider).validate(offer_request(cell, cell.key, image=image))
+            except ProviderError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise UsageError("\n".join(problems))
+
 
 def _runpod(home: Path, settings: ProvidersSpec) -> Provider:
     from provisioners.runpod import RunPodProvider, RunPodSettings
@@ -95,6 +112,20 @@ def _vastai(home: Path, settings: ProvidersSpec) -> Provider:
     return VastProvider(home / "vastai", VastSettings(**spec.model_dump()) if spec else VastSettings())
 
 
+def _skypilot(home: Path, settings: ProvidersSpec) -> Provider:
+    from provisioners.skypilot import SkyPilotProvider, SkyPilotSettings
+
+    spec = settings.skypilot
+    return SkyPilotProvider(home / "skypilot", SkyPilotSettings(**spec.model_dump()) if spec else SkyPilotSettings())
+
+
+def _aws(home: Path, settings: ProvidersSpec) -> Provider:
+    from provisioners.aws import AWSProvider, AWSSettings
+
+    spec = settings.aws
+    return AWSProvider(home / "aws", AWSSettings(**spec.model_dump()) if spec else AWSSettings())
+
+
 def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = (), image: str | None = None,
                   ) -> OfferRequest:
     """What a cell asks its provider for (``image``: the cell's, else the campaign's default)."""
@@ -102,4 +133,14 @@ def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = (),
                         image=cell.image or image,
                         instance_type=cell.instance_type, min_vcpus=cell.min_vcpus,
                         price_usd_per_hour=cell.price_usd_per_hour, exclude_hosts=tuple(sorted(exclude_hosts)),
-                        label=label, extra={"faults": cell.faults.model_dump(exclude_none=True)} if cell.faults else {})
+                        label=label, extra=_extra(cell))
+
+
+def _extra(cell: CellSpec) -> dict[str, Any]:
+    """Provider-specific coordinates: the local provider's faults, SkyPilot's cloud."""
+    extra: dict[str, Any] = {}
+    if cell.faults:
+        extra["faults"] = cell.faults.model_dump(exclude_none=True)
+    if cell.cloud:
+        extra["cloud"] = cell.cloud
+    return extra

@@ -8,6 +8,7 @@ raises SpecError naming the file, the line and the field.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import re
 from pathlib import Path
@@ -21,6 +22,9 @@ from payload.collective_math import parse_bytes
 from payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
 from payload.presets import UnknownPreset, model_dims, target_steps
 from payload.thresholds import resolve as resolve_thresholds
+from provisioners.aws_instances import INSTANCES as AWS_INSTANCES
+from provisioners.aws_instances import UnknownInstance
+from provisioners.aws_instances import resolve as resolve_aws_instance
 
 Market = Literal["spot", "on-demand"]
 ProviderName = Literal["local", "ssh", "runpod", "vastai", "aws", "skypilot"]
@@ -195,12 +199,45 @@ class VastSpec(_Strict):
     workdir: str = Field(default="/workspace/benchctl", min_length=1)
 
 
+class SkyPilotSpec(_Strict):
+    python: str = Field(default="python3", description="the cluster's interpreter with PyTorch")
+    workdir: str = Field(default="benchctl", min_length=1, description="our files on the cluster (relative: home)")
+    disk_size: int = Field(default=256, ge=10, description="GB of disk per cluster")
+    autodown_idle_minutes: int = Field(default=30, ge=1, description="SkyPilot tears the cluster down after this "
+                                       "long without an SSH session (the controller is gone)")
+
+
+class AWSSpec(_Strict):
+    region: str = Field(default="us-east-1", min_length=1, description="for cells that name no region")
+    ami: str | None = Field(default=None, description="an image id; default: the newest AMI matching ami_name")
+    ami_name: str = Field(default="Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *", min_length=1)
+    ami_owner: str = Field(default="amazon", min_length=1)
+    ssh_user: str = Field(default="ubuntu", min_length=1)
+    ssh_port: int = Field(default=22, ge=1, le=65535)
+    ssh_cidr: str | None = Field(default=None, description="who may SSH in; default: this machine's public IP")
+    disk_gb: int = Field(default=200, ge=8)
+    python: str = Field(default="python3", description="the instance's interpreter with PyTorch")
+    workdir: str = Field(default="benchctl", min_length=1)
+
+    @field_validator("ssh_cidr")
+    @classmethod
+    def _cidr(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an address range; give one like 203.0.113.7/32") from None
+        return value
+
+
 class ProvidersSpec(_Strict):
     """Provider settings that live in the campaign (never credentials: those stay in each provider's place)."""
 
     ssh: SSHProviderSpec | None = None
     runpod: RunPodSpec | None = None
     vastai: VastSpec | None = None
+    skypilot: SkyPilotSpec | None = None
+    aws: AWSSpec | None = None
 
 
 class CampaignSpec(_Strict):
@@ -239,6 +276,7 @@ class CellSpec(_Strict):
     gpu: str | None = None
     count: int | None = Field(default=None, ge=1)
     market: Market
+    cloud: str | None = Field(default=None, min_length=1, description="skypilot only: the cloud SkyPilot rents from")
     region: str | None = None
     instance_type: str | None = None
     min_vcpus: int | None = Field(default=None, ge=1)
@@ -265,14 +303,34 @@ class CellSpec(_Strict):
             env[name] = str(setting).lower() if isinstance(setting, bool) else str(setting)
         return env
 
+    @model_validator(mode="before")
+    @classmethod
+    def _aws_count(cls, raw: Any) -> Any:
+        """An aws cell that names only its instance type runs one process per GPU of that type."""
+        if isinstance(raw, dict) and raw.get("provider") == "aws" and raw.get("count") is None:
+            named = raw.get("instance_type")
+            kind = AWS_INSTANCES.get(named) if isinstance(named, str) else None
+            if kind is not None:
+                return {**raw, "count": kind.count}
+        return raw
+
     @model_validator(mode="after")
     def _consistent(self) -> CellSpec:
+        if self.provider == "aws":
+            try:
+                resolve_aws_instance(self.instance_type, self.gpu, self.count)
+            except UnknownInstance as exc:
+                raise ValueError(str(exc)) from None
         if self.instance_type is None and (self.gpu is None or self.count is None):
             raise ValueError("a cell needs gpu and count (e.g. gpu: H100_SXM, count: 8; gpu: cpu on the local "
                              "provider), or an instance_type")
         if self.provider in PRICED_BY_USER and self.price_usd_per_hour is None:
             raise ValueError(f"{self.provider} cells need price_usd_per_hour (nobody bills them, so the "
                              "campaign states the price used for cost-to-train)")
+        if self.provider == "skypilot" and self.cloud is None:
+            raise ValueError("skypilot cells need cloud: the cloud SkyPilot rents from (e.g. cloud: lambda)")
+        if self.cloud is not None and self.provider != "skypilot":
+            raise ValueError("cloud is for skypilot cells (the cloud SkyPilot rents from); remove it from this cell")
         if self.faults is not None and self.provider != "local":
             raise ValueError("faults are injected by the local provider only; remove them from this cell")
         if self.provider not in PRICED_BY_USER and self.price_usd_per_hour is not None:
@@ -288,7 +346,7 @@ class CellSpec(_Strict):
         parts = [self.provider, shape, self.market]
         if self.gpu and self.instance_type:
             parts.append(f"instance_type={self.instance_type}")
-        for name in ("region", "min_vcpus", "image"):
+        for name in ("cloud", "region", "min_vcpus", "image"):
             value = getattr(self, name)
             if value is not None:
                 parts.append(f"{name}={value}")

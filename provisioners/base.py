@@ -153,6 +153,11 @@ class Provider(ABC):
     def owned(self, campaign_tag: str) -> list[Node]:
         """Every live node at this provider that carries ``campaign_tag``."""
 
+    def validate(self, request: OfferRequest) -> None:
+        """Raise ProviderError (naming ``request.label``) when the provider refuses the request's shape,
+        checked offline before anything is written or rented. Default: every shape is accepted."""
+        return None
+
     def all_busy(self, request: OfferRequest) -> bool:
         """True when ``offers`` is empty only because every matching node is in use by other
         attempts (the cell should wait, not fail)."""

@@ -41,7 +41,9 @@ class SSHUnreachable(ProviderError):
 @dataclass(frozen=True)
 class SSHEndpoint:
     """Where and how to log in. ``workdir``: the node's base directory for our files (relative paths
-    are under the login's home)."""
+    are under the login's home). ``config_file``: an ssh config file that defines ``host`` as an
+    alias (its HostName, Port, User, IdentityFile, ProxyCommand); ``port`` and ``user`` are then
+    the file's, and our host-key pinning and connection options still override it."""
 
     host: str
     port: int = 22
@@ -49,6 +51,7 @@ class SSHEndpoint:
     key: str | None = None
     workdir: str = "benchctl"
     python: str = "python3"
+    config_file: str | None = None
 
 
 def control_dir() -> Path:
@@ -75,7 +78,8 @@ class SSHTransport(Transport):
     def ssh_args(self) -> list[str]:
         e = self.endpoint
         self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-        args = ["ssh", "-p", str(e.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+        where = ["-F", e.config_file] if e.config_file else ["-p", str(e.port)]
+        args = ["ssh", *where, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
                 "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
                 "-o", "HashKnownHosts=no",
                 "-o", f"ConnectTimeout={int(self.connect_timeout_s)}", "-o", "ServerAliveInterval=15",
@@ -83,7 +87,7 @@ class SSHTransport(Transport):
                 "-o", f"ControlPath={self.control_path()}", "-o", "ControlPersist=120", "-o", "LogLevel=ERROR"]
         if e.key:
             args += ["-i", str(Path(e.key).expanduser()), "-o", "IdentitiesOnly=yes"]
-        return [*args, f"{e.user}@{e.host}"]
+        return [*args, e.host if e.config_file else f"{e.user}@{e.host}"]
 
     def control_path(self) -> str:
         """One master connection per node (token) and endpoint: a rented node's address may be reused
@@ -93,6 +97,11 @@ class SSHTransport(Transport):
     def close(self) -> None:
         """Stop the node's master connection (nothing to do if none runs)."""
         subprocess.run([*self.ssh_args()[:-1], "-O", "exit", self.ssh_args()[-1]], capture_output=True, timeout=10)
+
+    def _where(self) -> str:
+        """How messages name the node: the alias of a config file, else user@host:port."""
+        e = self.endpoint
+        return f"{e.host} (in {e.config_file})" if e.config_file else f"{e.user}@{e.host}:{e.port}"
 
     def _base(self) -> str:
         """The work dir as a shell word (``$HOME`` expanded on the node for relative ones)."""
@@ -113,11 +122,11 @@ class SSHTransport(Transport):
             except subprocess.TimeoutExpired as exc:
                 raise ProviderError(f"ssh {self.endpoint.host}: timed out after {timeout:.0f} s") from exc
             if proc.returncode == SSH_FAILED and b"host key verification failed" in proc.stderr.lower():
-                raise ProviderError(f"the host key of {self.endpoint.host}:{self.endpoint.port} is not the one seen "
+                raise ProviderError(f"the host key of {self._where()} is not the one seen "
                                     f"at the first connect (pinned in {self.known_hosts}): the node may have been "
                                     "replaced or intercepted; check it, then remove that file to trust it again")
             if proc.returncode == SSH_FAILED and _is_ssh_error(proc.stderr):
-                raise SSHUnreachable(f"ssh {self.endpoint.user}@{self.endpoint.host}:{self.endpoint.port} failed: "
+                raise SSHUnreachable(f"ssh {self._where()} failed: "
                                      f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
             return proc
 

@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 
 from store import queries as q
+from tests.cloud_checks import CANARY, assert_canary_nowhere, measuring
 from tests.conftest import REPO
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 from tests.fakes.sshd import SSHServer, running_sshd
 from tests.fakes.vastai_fake import FakeVast, running_fake_vast
 from tests.local_campaign import home_store, no_live_nodes, wait_for
-
-CANARY = "canary-9f3b7e1d-secret"
 
 CAMPAIGN = """\
 name: cloudy
@@ -77,15 +76,6 @@ def _env(home: Path, clouds: Clouds) -> dict[str, str]:
     return env
 
 
-def _measuring(workdir: Path, key: str) -> bool:
-    """The first attempt of cell ``key`` is mid-profile on its node: a timed sample is in the
-    node's own events.jsonl and the payload has not finished (read on the node, not in the store,
-    which lags behind by a poll)."""
-    events = workdir / "benchctl" / "cloudy" / key / "1" / "events.jsonl"
-    text = events.read_text() if events.exists() else ""
-    return '"warmup": false' in text and '"kind": "done"' not in text
-
-
 def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path, tmp_path: Path,
                                                                       clouds: Clouds) -> None:
     sshd = clouds.sshd
@@ -97,11 +87,11 @@ def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path,
                              "--status-interval", "1"], cwd=REPO, env=_env(home, clouds), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: _measuring(tmp_path / "pods", "runpod:cpux1:spot"), timeout=120)
+        wait_for(lambda: measuring(tmp_path / "pods", "cloudy", "runpod:cpux1:spot"), timeout=120)
         with clouds.runpod.lock:
             (pod_id,) = [i for i, p in clouds.runpod.pods.items() if p["podType"] == "INTERRUPTABLE"]
         clouds.runpod.preempt(pod_id)  # RunPod evicts the spot pod
-        wait_for(lambda: _measuring(tmp_path / "vast", "vastai:cpux1:spot"), timeout=120)
+        wait_for(lambda: measuring(tmp_path / "vast", "cloudy", "vastai:cpux1:spot"), timeout=120)
         with clouds.vast.lock:
             (instance_id,) = [i for i, v in clouds.vast.instances.items() if v["is_bid"]]
         clouds.vast.outbid(instance_id)  # someone outbids our Vast.ai instance
@@ -130,16 +120,5 @@ def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path,
     assert clouds.runpod.inventory() == [] and clouds.vast.inventory() == [], "nothing left billing"
     no_live_nodes(home)
     time.sleep(0.5)
-    _assert_canary_nowhere(home, tmp_path, out + err)
+    assert_canary_nowhere(out + err, [home, tmp_path / "pods", tmp_path / "vast", tmp_path / "machines"])
 
-
-def _assert_canary_nowhere(home: Path, tmp_path: Path, output: str) -> None:
-    assert CANARY not in output, "not in the controller's output"
-    leaks = []
-    for root in (home, tmp_path / "pods", tmp_path / "vast", tmp_path / "machines"):
-        for path in root.rglob("*"):
-            if path.is_file() and CANARY.encode() in path.read_bytes():
-                leaks.append(str(path))
-    assert leaks == [], "the key reached files benchctl wrote (database, events, job.json, logs, artifacts)"
-    checked = {p.name for p in home.rglob("*") if p.is_file()} | {p.name for p in (tmp_path / "pods").rglob("*")}
-    assert {"benchctl.db", "job.json", "events.jsonl", "payload.log"} <= checked, "the places a leak would be exist"

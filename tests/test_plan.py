@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.fakes.aws_fake import FakeAWS, running_fake_aws
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
+from tests.fakes.skypilot_standin import SkyPilotStandIn
+from tests.fakes.sshd import running_sshd
 from tests.fakes.vastai_fake import FakeVast, running_fake_vast
 
 
@@ -17,13 +20,14 @@ from tests.fakes.vastai_fake import FakeVast, running_fake_vast
 def fakes(tmp_path: Path) -> Iterator[tuple[FakeRunPod, FakeVast, dict[str, str]]]:
     runpod = FakeRunPod("rp", ssh_port=22, authorized_keys=tmp_path / "keys", workdir=tmp_path / "w")
     vast = FakeVast("va", ssh_port=22, authorized_keys=tmp_path / "keys", workdir=tmp_path / "w")
-    with running_fake_runpod(runpod) as runpod_url, running_fake_vast(vast) as vast_url:
+    aws = FakeAWS(tmp_path / "keys", tmp_path / "w")
+    with running_fake_runpod(runpod) as runpod_url, running_fake_vast(vast) as vast_url, running_fake_aws(aws):
         yield runpod, vast, {"RUNPOD_API_BASE_URL": runpod_url, "RUNPOD_API_KEY": "rp", "VAST_URL": vast_url,
                              "VAST_API_KEY": "va"}
 
 
 def test_the_h100_matrix_is_planned_from_the_providers_offers(home: Path, fakes) -> None:  # type: ignore[no-untyped-def]
-    runpod, vast, env = fakes
+    runpod, vast, env = fakes  # and moto's EC2 for the aws cell, through AWS_ENDPOINT_URL
     result = run_cli("plan", str(REPO / "campaigns" / "h100-matrix.yaml"), "--format", "json", home=home, env=env)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
@@ -31,11 +35,17 @@ def test_the_h100_matrix_is_planned_from_the_providers_offers(home: Path, fakes)
     assert rows["runpod:H100_SXMx8:on-demand"]["hourly_usd"] == pytest.approx(2.99 * 8)
     assert rows["runpod:H100_PCIEx8:spot"]["hourly_usd"] == pytest.approx(1.35 * 8)
     assert rows["vastai:H100_SXMx8:spot:min_vcpus=128"]["offer"] == "1001", "the 96-vCPU machine is filtered out"
+    aws = rows["aws:p5.48xlarge:spot:region=us-east-1"]
+    assert (aws["offer"], aws["hourly_usd"], aws["vcpus"]) == ("p5.48xlarge|us-east-1d", 29.9, 192), "cheapest zone"
     hours = (15 + 30 + 10) / 60
     assert rows["runpod:H100_NVLx8:on-demand"]["worst_case_usd"] == pytest.approx(3 * 2.79 * 8 * hours, rel=1e-3)
     assert plan["worst_case_usd"] == pytest.approx(sum(r["worst_case_usd"] for r in plan["cells"]))
-    assert any("over budget_usd" in w for w in plan["warnings"]), "3 attempts × 7 cells exceed $150 at worst"
+    assert any("over budget_usd" in w for w in plan["warnings"]), "3 attempts × 8 cells exceed $150 at worst"
     assert runpod.inventory() == [] and vast.inventory() == [], "nothing was rented"
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+
+    assert ec2_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].all_reservations() == [], "no EC2 instance either"
     assert not (home / "benchctl.db").exists(), "nothing was written"
 
 
@@ -51,11 +61,85 @@ def test_a_cell_without_offer_is_a_warning(home: Path, tmp_path: Path, fakes) ->
 
 def test_missing_credentials_are_one_line_per_provider(home: Path, tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"), "RUNPOD_API_KEY": "",
-           "VAST_API_KEY": ""}
+           "VAST_API_KEY": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+           "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+           "AWS_EC2_METADATA_DISABLED": "true"}
     result = run_cli("plan", str(REPO / "campaigns" / "h100-matrix.yaml"), home=home, env=env)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 2, lines
-    assert "runpod: no API key: set RUNPOD_API_KEY, or put api_key in ~/.runpod/config.toml" in lines[0]
-    assert lines[1].startswith("vastai: no API key: set VAST_API_KEY")
+    assert len(lines) == 3, lines
+    assert lines[0] == ("error: aws: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, "
+                        "or add a profile to ~/.aws/credentials (`aws configure`)")
+    assert "runpod: no API key: set RUNPOD_API_KEY, or put api_key in ~/.runpod/config.toml" in lines[1]
+    assert lines[2].startswith("vastai: no API key: set VAST_API_KEY")
+
+
+SKY_CAMPAIGN = """\
+name: sky
+budget_usd: 200
+target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}
+payload: {profile: {device_batch_size: 32, sequence_len: 2048}}
+matrix:
+  - {provider: skypilot, cloud: lambda, gpu: H100_SXM, count: 8, market: on-demand}
+  - {provider: skypilot, cloud: gcp, gpu: H100_SXM, count: 8, market: spot}
+"""
+
+
+@pytest.fixture
+def sky_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SkyPilotStandIn]:
+    """The provider registry builds the skypilot provider on the SDK stand-in (in this process)."""
+    from benchctl import providers
+    from provisioners.skypilot import SkyPilotProvider
+
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    with running_sshd(tmp_path / "sshd") as sshd:
+        sky = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work")
+        monkeypatch.setattr(providers, "_skypilot", lambda home, settings: SkyPilotProvider(home / "skypilot",
+                                                                                           client=sky))
+        yield sky
+    assert sky.launched == [] and sky.inventory() == [], "plan launched nothing"
+
+
+def _plan_in_process(*args: str) -> int:
+    from benchctl.cli.main import main
+
+    try:
+        main(["plan", *args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_skypilot_cells_are_planned_from_skypilots_catalog(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sky.yaml"
+    path.write_text(SKY_CAMPAIGN)
+    assert _plan_in_process(str(path), "--format", "json") == 0
+    rows = {r["cell"]: r for r in json.loads(capsys.readouterr().out)["cells"]}
+    lambda_row = rows["skypilot:H100_SXMx8:on-demand:cloud=lambda"]
+    assert (lambda_row["offer"], lambda_row["hourly_usd"]) == ("lambda:gpu_8x_h100_sxm5", 23.92)
+    assert rows["skypilot:H100_SXMx8:spot:cloud=gcp"]["hourly_usd"] == 31.4
+    assert not (home / "benchctl.db").exists(), "nothing was written"
+
+
+def test_resources_skypilot_refuses_stop_plan_naming_the_cell(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sky.yaml"
+    path.write_text(SKY_CAMPAIGN.replace("cloud: gcp", "cloud: gpc"))
+    assert _plan_in_process(str(path)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: skypilot:H100_SXMx8:spot:cloud=gpc: SkyPilot refuses the cell's resources: ")
+    assert "gpc" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (home / "benchctl.db").exists()
+
+
+def test_a_missing_skypilot_sdk_is_a_usage_error(home: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "no-sdk" / "sky"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'sky'\", name='sky')\n")
+    path = tmp_path / "sky.yaml"
+    path.write_text(SKY_CAMPAIGN)
+    result = run_cli("plan", str(path), home=home, env={"PYTHONPATH": f"{tmp_path / 'no-sdk'}:{REPO}"})
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: skypilot: its SDK is not installed (sky): pip install 'benchctl[skypilot]'"

@@ -8,7 +8,6 @@ no traceback and no database.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -154,13 +153,49 @@ def test_default_image_applies_but_only_an_entry_image_is_part_of_the_key() -> N
 def test_instance_type_cells_and_optional_coordinates_in_the_key() -> None:
     campaign = keys_campaign("  - {provider: aws, instance_type: p5.48xlarge, region: us-east-1}\n"
                              "  - {provider: vastai, gpu: H100_SXM, count: 8, min_vcpus: 128}\n"
-                             "  - {provider: aws, gpu: H100, count: 8, instance_type: p5.48xlarge}")
+                             "  - {provider: aws, gpu: H100_SXM, count: 8, instance_type: p5.48xlarge}")
     assert [c.key for c in campaign.cells] == [
         "aws:p5.48xlarge:spot:region=us-east-1",
         "vastai:H100_SXMx8:spot:min_vcpus=128",
-        "aws:H100x8:spot:instance_type=p5.48xlarge",
+        "aws:H100_SXMx8:spot:instance_type=p5.48xlarge",
     ]
-    assert [c.world_size for c in campaign.cells] == [1, 8, 8]
+    assert [c.world_size for c in campaign.cells] == [8, 8, 8], "an aws instance type runs one rank per GPU"
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("{provider: aws, instance_type: m7i.large}",
+     "aws instance type 'm7i.large' is not in benchctl's table (known: c5.large, c5.xlarge, p4d.24xlarge, "),
+    ("{provider: aws, instance_type: p5.48xlarge, count: 4}", "p5.48xlarge has 8× H100_SXM, not 4× H100_SXM"),
+    ("{provider: aws, gpu: H100_PCIE, count: 8}", "no aws instance type has 8× H100_PCIE"),
+    ("{provider: aws, gpu: H200_SXM, count: 8}", "8× H200_SXM is more than one aws instance type (p5e.48xlarge, "
+     "p5en.48xlarge); set instance_type"),
+])
+def test_aws_cells_name_an_instance_type_of_the_table(entry: str, message: str) -> None:
+    error = spec_error(KEYS_BASE.format(matrix=f"  - {entry}"), "k.yaml")
+    assert "k.yaml:" in str(error) and "matrix[0]" in str(error), str(error)
+    assert message in str(error)
+    (cell,) = keys_campaign("  - {provider: aws, gpu: H100_SXM, count: 8}").cells
+    assert cell.key == "aws:H100_SXMx8:spot", "a gpu and count the table maps to one type are enough"
+
+
+def test_aws_settings_are_checked() -> None:
+    text = KEYS_BASE.format(matrix="  - {provider: aws, instance_type: c5.large}").replace(
+        "matrix:", "providers: {aws: {ssh_cidr: my-laptop}}\nmatrix:")
+    assert "'my-laptop' is not an address range; give one like 203.0.113.7/32" in str(spec_error(text))
+
+
+def test_skypilot_cells_name_their_cloud_and_it_is_part_of_the_key() -> None:
+    campaign = keys_campaign("  - {provider: skypilot, cloud: [lambda, gcp], gpu: H100, count: 8, market: on-demand}\n"
+                             "  - {provider: skypilot, cloud: gcp, gpu: H100, count: 8, region: us-central1}")
+    assert [c.key for c in campaign.cells] == [
+        "skypilot:H100x8:on-demand:cloud=lambda",
+        "skypilot:H100x8:on-demand:cloud=gcp",
+        "skypilot:H100x8:spot:cloud=gcp:region=us-central1",
+    ]
+    with pytest.raises(SpecError, match=r"k.yaml:7 matrix\[0\]: skypilot cells need cloud"):
+        keys_campaign("  - {provider: skypilot, gpu: H100, count: 8}")
+    with pytest.raises(SpecError, match=r"matrix\[0\]: cloud is for skypilot cells"):
+        keys_campaign("  - {provider: runpod, cloud: lambda, gpu: H100, count: 8}")
 
 
 def test_keys_are_stable_across_parses() -> None:
@@ -378,15 +413,6 @@ def test_cli_rejects_a_directory(tmp_path: Path, home: Path) -> None:
     assert "is a directory" in result.stderr
 
 
-def test_cli_rejects_a_provider_this_version_cannot_run(write_campaign: Callable[..., Path], home: Path) -> None:
-    path = write_campaign(name="cloudy", matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n"
-                                                "  - {provider: aws, gpu: H100_SXM, count: 1}\n")
-    result = run_cli("run", str(path), home=home)
-    _assert_clean_usage_error(result, home)
-    assert "error: provider 'aws' is not available in this version of benchctl (available: local, ssh, runpod, " \
-        "vastai)" in result.stderr
-
-
 # ------------------------------------------------------------------------------------------------ docs
 
 
@@ -396,15 +422,17 @@ def _fields(model: type[BaseModel]) -> set[str]:
 
 def test_reference_documents_every_key() -> None:
     doc = (REPO / "docs" / "campaign-reference.md").read_text()
-    from benchctl.spec import ProvidersSpec, RunPodSpec, SSHNodeSpec, VastSpec
+    from benchctl.spec import AWSSpec, ProvidersSpec, RunPodSpec, SkyPilotSpec, SSHNodeSpec, VastSpec
 
     keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec,
-                                               ProvidersSpec, SSHNodeSpec, RunPodSpec, VastSpec)))
+                                               ProvidersSpec, SSHNodeSpec, RunPodSpec, VastSpec, AWSSpec,
+                                               SkyPilotSpec)))
     missing = sorted(k for k in keys if f"`{k}`" not in doc and f".{k}`" not in doc)
     assert missing == []
 
 
-@pytest.mark.parametrize("name", ["local-smoke.yaml", "h100-matrix.yaml", "h100-matrix-d12.yaml"])
+@pytest.mark.parametrize("name", ["local-smoke.yaml", "h100-matrix.yaml", "h100-matrix-d12.yaml",
+                                  "skypilot-lambda.yaml"])
 def test_shipped_campaign_files_parse(name: str) -> None:
     from benchctl.cost import steps_for
     from benchctl.spec import load_campaign
@@ -415,7 +443,7 @@ def test_shipped_campaign_files_parse(name: str) -> None:
         assert sorted(c.key for c in campaign.cells) == sorted([
             "runpod:H100_SXMx8:spot", "runpod:H100_SXMx8:on-demand", "runpod:H100_PCIEx8:spot",
             "runpod:H100_PCIEx8:on-demand", "runpod:H100_NVLx8:spot", "runpod:H100_NVLx8:on-demand",
-            "vastai:H100_SXMx8:spot:min_vcpus=128"])
+            "vastai:H100_SXMx8:spot:min_vcpus=128", "aws:p5.48xlarge:spot:region=us-east-1"])
         target = campaign.spec.target
         assert steps_for(target.model, target.target_param_data_ratio, target.total_batch_size) == 14_889
 

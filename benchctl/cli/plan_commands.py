@@ -22,6 +22,7 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     campaign = load_campaign(file)
     providers = Providers(home(), campaign.spec.providers)
     providers.check(cell.provider for cell in campaign.cells)
+    providers.check_cells(campaign.cells, campaign.spec.defaults.image)
     result = plan_campaign(campaign, providers)
     if fmt == "json":
         click.echo(render([], [], "json", payload={"campaign": campaign.spec.name, "cells": result.rows,

@@ -165,7 +165,7 @@ def test_start_is_detached_and_killed_by_terminate(provider: LocalProvider) -> N
     started = time.monotonic()
     transport.start("echo $$ > pid.txt; pwd > cwd.txt; sleep 60", cwd="work")
     assert time.monotonic() - started < 10  # returned without waiting for the command
-    assert _wait_for(lambda: (home / "work" / "pid.txt").exists() and (home / "work" / "pid.txt").read_text())
+    assert _wait_for(lambda: (home / "work" / "cwd.txt").exists() and (home / "work" / "cwd.txt").read_text())
     pid = int((home / "work" / "pid.txt").read_text())
     assert (home / "work" / "cwd.txt").read_text().strip() == str((home / "work").resolve())
     time.sleep(0.2)

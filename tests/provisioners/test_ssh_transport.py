@@ -135,3 +135,20 @@ def test_the_artifact_cap_counts_across_downloads_and_refusals_are_reported(sshd
     assert not (tmp_path / "back" / "b" / "second.bin").exists(), "1000 + 1000 bytes is past the 1500-byte cap"
     assert (tmp_path / "back" / "b" / "small.txt").exists()
     assert [r.split(":")[0] for r in t.refused_members()] == ["b/second.bin"]
+
+
+def test_a_host_alias_from_an_ssh_config_file(sshd: SSHServer, tmp_path: Path) -> None:
+    config = tmp_path / "alias.conf"
+    config.write_text(f"Host my-cluster\n  HostName {sshd.host}\n  Port {sshd.port}\n  User {sshd.user}\n"
+                      f"  IdentityFile {sshd.key}\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n"
+                      "  UserKnownHostsFile=/dev/null\n")
+    endpoint = SSHEndpoint(host="my-cluster", port=1, user="nobody", config_file=str(config),
+                           workdir=str(tmp_path / "node"))
+    t = SSHTransport(endpoint, tmp_path / "known_hosts", "tok-alias", connect_timeout_s=3, retry_for_s=5)
+    assert t.run("echo via-alias").out.strip() == "via-alias", "port, user and key come from the file"
+    assert (tmp_path / "known_hosts").read_text().strip(), "our host-key pinning overrides the file's"
+    t.close()
+    config.write_text(f"Host my-cluster\n  HostName {sshd.host}\n  Port 1\n")
+    t = SSHTransport(endpoint, tmp_path / "known_hosts", "tok-alias-2", connect_timeout_s=3, retry_for_s=1)
+    with pytest.raises(ProviderError, match=r"ssh my-cluster \(in .*alias.conf\) failed"):
+        t.run("true")

@@ -1,0 +1,234 @@
+"""The ``aws`` provider: EC2 instances through boto3 (extra ``benchctl[aws]``).
+
+- Offers: the cell's instance type from ``aws_instances`` (by name, or by gpu + count), in the
+  cell's region (else ``providers.aws.region``). On-demand: one offer at the table's list price.
+  Spot: one offer per availability zone at its latest ``describe_spot_price_history`` price
+  (Linux/UNIX), cheapest first. ``min_vcpus`` above the type's vCPUs: no offer.
+- Launch: ``run_instances`` with ``ClientToken`` = the attempt token (a retried launch after a
+  crash gets the same instance, not a second one), the AMI, the campaign's key pair, the SSH
+  security group (``aws_setup``), tags ``benchctl:campaign`` / ``benchctl:token`` / ``Name``,
+  ``InstanceInitiatedShutdownBehavior=terminate`` (a node that powers itself off stops billing),
+  a gp3 root volume of ``disk_gb``, and for spot ``InstanceMarketOptions`` (one-time, terminate on
+  interruption) placed in the offer's zone. Billed price: the zone's spot price read right after
+  the launch (the offer's if that read fails), or the table price on-demand.
+- Status from ``describe_instances``: pending → starting; running → running; shutting-down,
+  terminated, stopping or stopped → preempted when the state reason is a spot interruption
+  (``Server.SpotInstanceTermination``, ``Server.SpotInstanceShutdown``), else terminated; no such
+  instance → terminated, except in the first two minutes after launch (EC2's reads are
+  eventually consistent: a new id can be unknown for a moment) → starting; anything else → unknown.
+- SSH: ``ssh_user`` (default ``ubuntu``) at the public IP, port ``ssh_port``, the campaign key.
+- Owned: instances tagged with the campaign in a live state (pending, running, stopping,
+  stopped), in every region the account has enabled (a node launched just before a crash is found
+  whatever region its cell named).
+- Terminate: ``terminate_instances``; an instance that does not exist is success.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from provisioners import aws_setup
+from provisioners.aws_api import AUTH_CODES, EC2, AWSError, session
+from provisioners.aws_instances import UnknownInstance, resolve
+from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.ssh_keys import campaign_key
+from provisioners.ssh_transport import SSHEndpoint, SSHTransport
+
+CAMPAIGN_TAG = "benchctl:campaign"
+TOKEN_TAG = "benchctl:token"
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+SPOT_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
+NOT_FOUND = "InvalidInstanceID.NotFound"
+UNKNOWN_GRACE_S = 120.0
+
+
+@dataclass(frozen=True)
+class AWSSettings:
+    region: str = "us-east-1"
+    ami: str | None = None
+    ami_name: str = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *"
+    ami_owner: str = "amazon"
+    ssh_user: str = "ubuntu"
+    ssh_port: int = 22
+    ssh_cidr: str | None = None
+    disk_gb: int = 200
+    python: str = "python3"
+    workdir: str = "benchctl"
+    security_group: str = "benchctl-ssh"
+    read_timeout_s: float = 30.0
+    api_attempts: int = 5
+
+
+class AWSProvider(Provider):
+    name = "aws"
+
+    def __init__(self, root: Path, settings: AWSSettings | None = None) -> None:
+        self.session = session()
+        self.root = root
+        self.settings = settings or AWSSettings()
+        self._clients: dict[str, EC2] = {}
+        self._lock = threading.Lock()
+        self._endpoints: dict[str, SSHEndpoint] = {}
+
+    def ec2(self, region: str) -> EC2:
+        with self._lock:  # a boto3 session is not thread-safe; the clients it makes are
+            if region not in self._clients:
+                self._clients[region] = EC2(self.session, region, self.settings.read_timeout_s,
+                                            self.settings.api_attempts)
+            return self._clients[region]
+
+    def spot_prices(self, region: str, instance_type: str) -> dict[str, float]:
+        """Availability zone → the latest Linux/UNIX spot price of ``instance_type`` there."""
+        rows = self.ec2(region).call("read spot prices", "describe_spot_price_history", InstanceTypes=[instance_type],
+                                     ProductDescriptions=["Linux/UNIX"], StartTime=datetime.now(timezone.utc))
+        latest: dict[str, tuple[datetime, float]] = {}
+        for row in rows.get("SpotPriceHistory") or []:
+            zone, stamp = str(row["AvailabilityZone"]), row["Timestamp"]
+            if zone not in latest or stamp > latest[zone][0]:
+                latest[zone] = (stamp, float(row["SpotPrice"]))
+        return {zone: price for zone, (_, price) in latest.items()}
+
+    # -- Provider ---------------------------------------------------------------------------------
+    def offers(self, request: OfferRequest) -> list[Offer]:
+        try:
+            kind = resolve(request.instance_type, request.gpu or None, request.count)
+        except UnknownInstance as exc:
+            raise ProviderError(str(exc)) from None
+        if request.min_vcpus and request.min_vcpus > kind.vcpus:
+            return []
+        region = request.region or self.settings.region
+        if request.market == "spot":
+            prices = sorted(self.spot_prices(region, kind.instance_type).items(), key=lambda z: (z[1], z[0]))
+        else:
+            prices = [("", kind.on_demand_usd)]
+        return [Offer(provider=self.name, offer_id=f"{kind.instance_type}|{zone or region}", gpu=kind.gpu,
+                      count=kind.count, vcpus=kind.vcpus, region=region, hourly_usd=price, market=request.market,
+                      details={"instance_type": kind.instance_type, "zone": zone})
+                for zone, price in prices]
+
+    def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
+        s, region = self.settings, offer.region
+        ec2 = self.ec2(region)
+        _, public = campaign_key(self.root / "keys", campaign_tag)
+        key_name = aws_setup.key_pair(ec2, campaign_tag, public)
+        group_id = aws_setup.ssh_group(ec2, s.security_group, s.ssh_port, s.ssh_cidr or aws_setup.caller_cidr())
+        image_id, root_device = aws_setup.image(ec2, s.ami, s.ami_name, s.ami_owner)
+        tags = [{"Key": CAMPAIGN_TAG, "Value": campaign_tag}, {"Key": TOKEN_TAG, "Value": token},
+                {"Key": "Name", "Value": f"{campaign_tag}--{token}"}]
+        params: dict[str, Any] = {
+            "ImageId": image_id, "InstanceType": offer.details["instance_type"], "MinCount": 1, "MaxCount": 1,
+            "ClientToken": token, "KeyName": key_name, "SecurityGroupIds": [group_id],
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+            "BlockDeviceMappings": [{"DeviceName": root_device, "Ebs": {"VolumeSize": s.disk_gb, "VolumeType": "gp3",
+                                                                         "DeleteOnTermination": True}}]}
+        if offer.market == "spot":
+            params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
+                "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+            if offer.details.get("zone"):
+                params["Placement"] = {"AvailabilityZone": offer.details["zone"]}
+        (instance,) = ec2.call("launch an instance", "run_instances", **params)["Instances"]
+        instance_id = str(instance["InstanceId"])
+        zone = str((instance.get("Placement") or {}).get("AvailabilityZone") or offer.details.get("zone") or "")
+        price = offer.hourly_usd
+        if offer.market == "spot":
+            with contextlib.suppress(ProviderError):  # the node runs: keep the offer's price, never lose the node
+                price = self.spot_prices(region, offer.details["instance_type"]).get(zone, price)
+        return Node(provider=self.name, node_id=instance_id, token=token, campaign_tag=campaign_tag, offer=offer,
+                    details={"instance_id": instance_id, "region": region, "zone": zone, "host": instance_id,
+                             "billed_usd_per_hour": price, "launched_at": time.time()})
+
+    def _instance(self, node: Node) -> dict[str, Any] | None:
+        try:
+            answer = self.ec2(_region(node, self.settings)).call("read an instance", "describe_instances",
+                                                                 InstanceIds=[node.node_id])
+        except AWSError as exc:
+            if exc.code == NOT_FOUND:
+                return None
+            raise
+        found = [i for r in answer.get("Reservations") or [] for i in r.get("Instances") or []]
+        return found[0] if found else None
+
+    def status(self, node: Node) -> NodeState:
+        instance = self._instance(node)
+        if instance is None and time.time() - float(node.details.get("launched_at") or 0) < UNKNOWN_GRACE_S:
+            return NodeState.STARTING
+        return instance_state(instance)
+
+    def transport(self, node: Node) -> SSHTransport:
+        endpoint = self._endpoints.get(node.node_id)
+        if endpoint is None:
+            address = (self._instance(node) or {}).get("PublicIpAddress")
+            if not address:
+                raise ProviderError(f"aws instance {node.node_id} has no public IP yet")
+            private, _ = campaign_key(self.root / "keys", node.campaign_tag)
+            s = self.settings
+            endpoint = SSHEndpoint(host=str(address), port=s.ssh_port, user=s.ssh_user, key=str(private),
+                                   workdir=s.workdir, python=s.python)
+            self._endpoints[node.node_id] = endpoint
+        return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
+
+    def terminate(self, node: Node) -> None:
+        try:
+            self.ec2(_region(node, self.settings)).call("terminate an instance", "terminate_instances",
+                                                        InstanceIds=[node.node_id])
+        except AWSError as exc:
+            if exc.code != NOT_FOUND:
+                raise
+        self._endpoints.pop(node.node_id, None)
+
+    def owned(self, campaign_tag: str) -> list[Node]:
+        home = self.settings.region
+        regions = [str(r["RegionName"]) for r in self.ec2(home).call("list regions", "describe_regions")["Regions"]]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            found = pool.map(lambda region: self._owned_in(region, campaign_tag, region == home), regions)
+            return [node for nodes in found for node in nodes]
+
+    def _owned_in(self, region: str, campaign_tag: str, home: bool) -> list[Node]:
+        try:
+            pages = self.ec2(region).pages("list instances", "describe_instances", Filters=[
+                {"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign_tag]},
+                {"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+        except AWSError as exc:
+            if home or exc.code not in AUTH_CODES:
+                raise
+            return []  # a region these credentials may not use holds none of our nodes
+        nodes = []
+        for instance in (i for page in pages for r in page.get("Reservations") or [] for i in r.get("Instances") or []):
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+            offer = Offer(provider=self.name, offer_id=str(instance.get("InstanceType") or ""), gpu="", count=0,
+                          vcpus=0, region=region, hourly_usd=0.0, market=str(instance.get("InstanceLifecycle") or ""))
+            nodes.append(Node(provider=self.name, node_id=str(instance["InstanceId"]), token=tags.get(TOKEN_TAG, ""),
+                              campaign_tag=campaign_tag, offer=offer,
+                              details={"instance_id": instance["InstanceId"], "region": region}))
+        return nodes
+
+    def idle_shutdown_command(self, node: Node) -> str | None:
+        # Launched with InstanceInitiatedShutdownBehavior=terminate: powering off ends the instance and its bill.
+        return "sudo shutdown -h now"
+
+
+def _region(node: Node, settings: AWSSettings) -> str:
+    return str(node.details.get("region") or node.offer.region or settings.region)
+
+
+def instance_state(instance: dict[str, Any] | None) -> NodeState:
+    """An instance's state (see the module doc; the grace after launch is the caller's)."""
+    if instance is None:
+        return NodeState.TERMINATED
+    state = (instance.get("State") or {}).get("Name")
+    if state == "pending":
+        return NodeState.STARTING
+    if state == "running":
+        return NodeState.RUNNING
+    if state in ("shutting-down", "terminated", "stopping", "stopped"):
+        reason = str((instance.get("StateReason") or {}).get("Code") or "")
+        return NodeState.PREEMPTED if reason in SPOT_REASONS else NodeState.TERMINATED
+    return NodeState.UNKNOWN

@@ -1,0 +1,93 @@
+"""EC2 API calls for the ``aws`` provider: one client per region, bounded retries, plain errors.
+
+- Credentials come from boto3's standard chain (environment, ``AWS_PROFILE``, ``~/.aws/credentials``,
+  SSO, instance roles); ``check_credentials`` raises when the chain finds none. The endpoint is
+  boto3's own choice (``AWS_ENDPOINT_URL`` points it elsewhere, as the tests do).
+- Retries are botocore's "standard" mode: throttling, 5xx, connection errors and timeouts are
+  retried with backoff up to ``attempts`` tries; every request has connect and read timeouts.
+- Every failure becomes an ``AWSError`` (a ProviderError) carrying the API's error code, worded
+  by kind: refused credentials or permissions, no capacity or quota, API unreachable, or the
+  API's own message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioners.base import ProviderError
+
+CREDENTIALS_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or add a profile to "
+                    "~/.aws/credentials (`aws configure`)")
+AUTH_CODES = frozenset({"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
+                        "ExpiredToken", "RequestExpired", "OptInRequired"})
+CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded",
+                            "InstanceLimitExceeded", "VcpuLimitExceeded", "InsufficientCapacity",
+                            "Unsupported"})
+
+
+class AWSError(ProviderError):
+    """An EC2 call failed; ``code`` is the API's error code ('' when it never answered)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def session() -> Any:
+    """A boto3 session on the standard credential chain; ProviderError when that chain has no credentials."""
+    import boto3
+
+    made = boto3.session.Session()
+    if made.get_credentials() is None:
+        raise ProviderError(f"aws: no credentials: {CREDENTIALS_HELP}")
+    return made
+
+
+class EC2:
+    """One region's EC2 client (botocore clients are thread-safe; make them under one lock)."""
+
+    def __init__(self, boto_session: Any, region: str, read_timeout_s: float = 30.0, attempts: int = 5) -> None:
+        from botocore.config import Config
+
+        self.region = region
+        config = Config(retries={"mode": "standard", "max_attempts": attempts}, connect_timeout=10,
+                        read_timeout=read_timeout_s)
+        self.client = boto_session.client("ec2", region_name=region, config=config)
+
+    def call(self, what: str, method: str, **kwargs: Any) -> dict[str, Any]:
+        """``client.<method>(**kwargs)``; ``what`` says what for, in the error."""
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
+
+        try:
+            return dict(getattr(self.client, method)(**kwargs))
+        except ClientError as exc:
+            raise _client_error(what, self.region, exc) from exc
+        except (NoCredentialsError, PartialCredentialsError) as exc:
+            raise AWSError(f"aws: no usable credentials while trying to {what}: {CREDENTIALS_HELP}") from exc
+        except BotoCoreError as exc:
+            raise AWSError(f"aws API unavailable in {self.region} while trying to {what} (retried): "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+    def pages(self, what: str, method: str, **kwargs: Any) -> list[dict[str, Any]]:
+        """Every page of a paginated call."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return [dict(page) for page in self.client.get_paginator(method).paginate(**kwargs)]
+        except ClientError as exc:
+            raise _client_error(what, self.region, exc) from exc
+        except BotoCoreError as exc:
+            raise AWSError(f"aws API unavailable in {self.region} while trying to {what} (retried): "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+
+def _client_error(what: str, region: str, exc: Any) -> AWSError:
+    error = exc.response.get("Error", {})
+    code, message = str(error.get("Code", "")), str(error.get("Message", ""))
+    if code in AUTH_CODES:
+        return AWSError(f"aws refused to {what} in {region} ({code}: {message}): check the credentials "
+                        f"({CREDENTIALS_HELP}) and their EC2 permissions", code)
+    if code in CAPACITY_CODES:
+        return AWSError(f"aws could not {what} in {region}: no capacity or quota ({code}: {message}); try another "
+                        "region or market later, or raise the quota in Service Quotas", code)
+    return AWSError(f"aws could not {what} in {region} ({code}): {message}", code)

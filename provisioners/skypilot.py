@@ -1,0 +1,173 @@
+"""The ``skypilot`` provider: any cloud SkyPilot reaches, through its Python SDK (extra ``benchctl[skypilot]``).
+
+- A cell becomes a SkyPilot task (``skypilot_task``), validated offline by SkyPilot's own schema.
+- Offers: one per cell, priced from SkyPilot's catalog for the cell's cloud (the cheapest
+  instance type that fits, which the launch then pins). That catalog price is also the billed
+  price: SkyPilot reports no bill.
+- Launch submits ``sky.launch`` (returns a request id at once) for cluster
+  ``<campaign tag>--<token>`` with autodown after ``autodown_idle_minutes`` without an SSH
+  session (the task runs no SkyPilot job, so idle means our controller is gone); the cluster
+  name and the request id are the node's details. ``owned`` lists clusters by the tag prefix.
+- Status (``cluster_state``): starting while the launch request runs; running once it
+  succeeded and the cluster is UP; a cluster that is gone, STOPPED or AUTOSTOPPING without our
+  ``down`` is preempted when it was spot, terminated otherwise; INIT after the launch (SkyPilot
+  found it unhealthy) → unknown. Cluster statuses are read with SkyPilot's AUTO refresh, which
+  asks the cloud about spot clusters (how a preemption shows).
+- SSH goes to the host alias SkyPilot writes for the cluster: its ssh config file, copied once
+  the cluster is up (SkyPilot deletes it when it finds the cluster gone; the copy keeps the last
+  reads of a reclaimed node possible) and read with ``ssh -F``, with our host-key pinning on top.
+- Terminate: ``sky.down``, waited for; a cluster already gone is success.
+- Credentials are SkyPilot's own (``sky check``, its API server); benchctl never reads them.
+- API calls are retried (bounded) on connection errors and timeouts, nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from provisioners.api_retry import with_retries
+from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.skypilot_sdk import SkyClient, SkySDK
+from provisioners.skypilot_task import accelerators, task_config, validate
+from provisioners.ssh_transport import SSHEndpoint, SSHTransport
+
+CLUSTER_NAME = re.compile(r"[a-zA-Z]([-_.a-zA-Z0-9]*[a-zA-Z0-9])?")
+"""SkyPilot's rule for cluster names."""
+IN_FLIGHT = ("PENDING", "WAITING", "RUNNING")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SkyPilotSettings:
+    python: str = "python3"
+    workdir: str = "benchctl"
+    disk_size: int = 256
+    autodown_idle_minutes: int = 30
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    import requests
+
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return True
+    try:
+        from sky import exceptions
+    except ImportError:  # a stand-in client without the SDK
+        return False
+    return isinstance(exc, exceptions.ApiServerConnectionError)
+
+
+def cluster_state(request: str | None, cluster: str | None, use_spot: bool, downed: bool) -> NodeState:
+    """A node's state from its launch request's status and its cluster's (None: no such cluster)."""
+    if downed:
+        return NodeState.TERMINATED
+    if request in IN_FLIGHT:
+        return NodeState.STARTING
+    if cluster is None and request in ("FAILED", "CANCELLED"):
+        return NodeState.TERMINATED  # the launch never made a cluster
+    if cluster is None or cluster in ("STOPPED", "AUTOSTOPPING"):
+        return NodeState.PREEMPTED if use_spot else NodeState.TERMINATED
+    if cluster == "UP":
+        return NodeState.RUNNING
+    if cluster == "PENDING":
+        return NodeState.STARTING
+    return NodeState.UNKNOWN
+
+
+class SkyPilotProvider(Provider):
+    name = "skypilot"
+
+    def __init__(self, root: Path, settings: SkyPilotSettings | None = None, client: SkyClient | None = None) -> None:
+        self.client: SkyClient = client if client is not None else SkySDK()
+        self.root = root
+        self.settings = settings or SkyPilotSettings()
+        self._downed: set[str] = set()
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return with_retries(lambda: fn(*args), _retryable, max_s=60)
+        except Exception as exc:
+            if _retryable(exc):
+                raise ProviderError(f"skypilot: its API server did not answer while trying to {what} (retried): "
+                                    f"{type(exc).__name__}: {exc}; check `sky api info`") from exc
+            raise ProviderError(f"skypilot could not {what}: {type(exc).__name__}: {exc}") from exc
+
+    # -- Provider ---------------------------------------------------------------------------------
+    def validate(self, request: OfferRequest) -> None:
+        if not request.extra.get("cloud"):
+            raise ProviderError(f"{request.label}: skypilot cells need `cloud` (e.g. cloud: lambda)")
+        validate(task_config(request, "benchctl", self.settings.disk_size), request.label)
+
+    def offers(self, request: OfferRequest) -> list[Offer]:
+        self.validate(request)
+        cloud = str(request.extra["cloud"])
+        config = task_config(request, "benchctl", self.settings.disk_size)
+        resources = config["resources"]
+        price = self._call("read SkyPilot's catalog", self.client.price, cloud, accelerators(request),
+                           request.instance_type, request.market == "spot", request.region, resources.get("cpus"))
+        if price is None:
+            return []
+        config["resources"]["instance_type"] = price.instance_type  # what was priced is what is launched
+        return [Offer(provider=self.name, offer_id=f"{cloud}:{price.instance_type}", gpu=request.gpu,
+                      count=request.count, vcpus=request.min_vcpus or 0, region=request.region or cloud,
+                      hourly_usd=round(price.hourly_usd, 4), market=request.market, details={"task": config})]
+
+    def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
+        cluster = f"{campaign_tag}--{token}"
+        if not CLUSTER_NAME.fullmatch(cluster):
+            raise ProviderError(f"{cluster!r} is not a valid SkyPilot cluster name; use letters, digits, - _ . "
+                                "in the campaign name")
+        config = {**offer.details["task"], "name": cluster}
+        task = validate(config, cluster)
+        request_id = self._call("submit a launch", self.client.launch, task, cluster,
+                                self.settings.autodown_idle_minutes)
+        details = {"cluster": cluster, "request_id": request_id, "use_spot": offer.market == "spot",
+                   "billed_usd_per_hour": offer.hourly_usd, "host": cluster}
+        return Node(provider=self.name, node_id=cluster, token=token, campaign_tag=campaign_tag, offer=offer,
+                    details=details)
+
+    def _cluster(self, name: str) -> str | None:
+        found = [c for c in self._call("read cluster status", self.client.clusters, [name]) if c.name == name]
+        return found[0].status if found else None
+
+    def status(self, node: Node) -> NodeState:
+        request_id = node.details.get("request_id")
+        request = self._call("read the launch request", self.client.request_status, request_id) if request_id \
+            else None
+        return cluster_state(request, self._cluster(node.node_id), bool(node.details.get("use_spot")),
+                             node.node_id in self._downed)
+
+    def transport(self, node: Node) -> SSHTransport:
+        config = self.root / "ssh_config" / node.node_id
+        if not config.is_file():
+            written = self.client.ssh_config(node.node_id)
+            if not written.is_file():
+                raise ProviderError(f"skypilot has not written the ssh config of {node.node_id} yet ({written})")
+            config.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            shutil.copyfile(written, config)
+        endpoint = SSHEndpoint(host=node.node_id, config_file=str(config), workdir=self.settings.workdir,
+                               python=self.settings.python)
+        return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
+
+    def terminate(self, node: Node) -> None:
+        self._downed.add(node.node_id)
+        self._call("tear the cluster down", self.client.down, node.node_id)
+        (self.root / "ssh_config" / node.node_id).unlink(missing_ok=True)
+
+    def owned(self, campaign_tag: str) -> list[Node]:
+        nodes = []
+        for cluster in self._call("list clusters", self.client.clusters, None):
+            if not cluster.name.startswith(f"{campaign_tag}--"):
+                continue
+            offer = Offer(provider=self.name, offer_id="", gpu="", count=0, vcpus=0, region="", hourly_usd=0.0,
+                          market="")
+            nodes.append(Node(provider=self.name, node_id=cluster.name, token=cluster.name.rsplit("--", 1)[1],
+                              campaign_tag=campaign_tag, offer=offer, details={"cluster": cluster.name}))
+        return nodes

@@ -1,0 +1,165 @@
+"""moto's EC2 on 127.0.0.1 for the ``aws`` provider: boto3 reaches it through ``AWS_ENDPOINT_URL``.
+
+moto's server runs in a thread of the test process, so the fake can adjust moto's backend:
+
+- EC2 behaviours moto lacks: ``run_instances`` honours ``ClientToken`` (the same token answers the
+  same reservation, as EC2 does), and spot prices per instance type and zone (``spot_prices``;
+  moto answers 0.00001 everywhere);
+- nodes on the test's sshd: each instance's public IP is 127.0.0.1, and its key pair's public key
+  is authorized on that sshd at launch;
+- two Amazon-owned Deep Learning AMIs with today's name pattern, an older and a newer, in
+  us-east-1 and us-west-2;
+- validation moto does only when asked: unknown AMIs and key pairs are refused;
+- ``spot_terminate(id)``: EC2 reclaims a spot instance (terminated, state reason
+  ``Server.SpotInstanceTermination``) and every process of the node dies, as they do when
+  ``terminate_instances`` ends one (a payload never outlives its instance on the shared sshd);
+- ``live()``: instances still pending or running (a test ends with none).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from tests.fakes.eviction import kill_container
+
+REGION = "us-east-1"
+OTHER_REGION = "us-west-2"
+AMAZON = "898082745236"
+DLAMI = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.7 (Ubuntu 22.04) {}"
+SPOT_PRICES = {("c5.large", "us-east-1a"): 0.041, ("c5.large", "us-east-1b"): 0.033,
+               ("c5.large", "us-east-1c"): 0.052, ("p5.48xlarge", "us-east-1a"): 31.4,
+               ("p5.48xlarge", "us-east-1d"): 29.9}
+SPOT_REASON = "Server.SpotInstanceTermination"
+
+
+class FakeAWS:
+    def __init__(self, authorized_keys: Path, workdir: Path) -> None:
+        self.authorized_keys, self.workdir = authorized_keys, workdir
+        self.spot_prices = dict(SPOT_PRICES)
+        self.instances: dict[str, Any] = {}
+        """moto's instance objects, by id, as launched through ``run_instances``."""
+        self.requests: list[dict[str, Any]] = []
+        """What ``run_instances`` received, as moto parsed it (one per call, repeats included)."""
+        self.tokens: dict[str, str] = {}
+        self.images: dict[str, list[str]] = {}
+        """Region → the DLAMI ids the fake added there, oldest first."""
+        self.lock = threading.RLock()
+        self._by_token: dict[str, Any] = {}
+
+    def backend(self, region: str = REGION) -> Any:
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+
+        return ec2_backends[DEFAULT_ACCOUNT_ID][region]
+
+    def add_images(self, region: str = REGION) -> None:
+        """An older and a newer Deep Learning AMI owned by Amazon, in ``region``."""
+        for stamp in ("20250301", "20251015"):
+            ami = self.backend(region).register_image(name=DLAMI.format(stamp), description="Deep Learning AMI")
+            ami.owner_id, ami.owner_alias = AMAZON, "amazon"
+            ami.creation_date = datetime.strptime(stamp, "%Y%m%d").replace(tzinfo=UTC)
+            self.images.setdefault(region, []).append(ami.id)
+
+    def run_instances(self, original: Any, backend: Any, *args: Any, **kwargs: Any) -> Any:
+        token = kwargs.get("client_token")
+        with self.lock:
+            self.requests.append(dict(kwargs))
+            if token and token != "ABCDE" and token in self._by_token:  # moto's stand-in when none was sent
+                return self._by_token[token]
+            reservation = original(backend, *args, **kwargs)
+            for instance in reservation.instances:
+                instance.nics[0].public_ip = "127.0.0.1"
+                self.instances[instance.id] = instance
+                self.tokens[instance.id] = str(token)
+                if kwargs.get("key_name"):
+                    public = backend.key_pairs[kwargs["key_name"]].material_public
+                    with self.authorized_keys.open("a") as keys:
+                        keys.write((public.decode() if isinstance(public, bytes) else str(public)).strip() + "\n")
+            self._by_token[str(token)] = reservation
+            return reservation
+
+    def terminate_instances(self, original: Any, backend: Any, instance_ids: list[str]) -> Any:
+        ended = original(backend, instance_ids)
+        for instance_id in instance_ids:
+            if instance_id in self.tokens:
+                kill_container(self.workdir, self.tokens[instance_id])
+        return ended
+
+    def price_history(self, response: Any) -> Any:
+        from moto.core.responses import ActionResult
+
+        wanted = set(response._get_param("InstanceTypes", []))
+        history = [{"InstanceType": itype, "ProductDescription": "Linux/UNIX", "SpotPrice": f"{price:.4f}",
+                    "AvailabilityZone": zone, "Timestamp": "2026-01-02T15:04:05.000Z"}
+                   for (itype, zone), price in sorted(self.spot_prices.items()) if not wanted or itype in wanted]
+        stale = [{**row, "SpotPrice": "99.0000", "Timestamp": "2025-01-02T15:04:05.000Z"} for row in history]
+        return ActionResult({"SpotPriceHistory": stale + history})  # older rows first: the newest must win
+
+    def spot_terminate(self, instance_id: str) -> None:
+        """EC2 reclaims the spot instance: it ends at once and its processes die."""
+        from moto.ec2.models.instances import StateReason
+
+        with self.lock:
+            instance = self.instances[instance_id]
+            instance.terminate()
+            instance.state_reason = StateReason(f"{SPOT_REASON}: Spot instance termination", SPOT_REASON)
+        kill_container(self.workdir, self.tokens[instance_id])
+
+    def live(self) -> list[str]:
+        with self.lock:
+            return sorted(i for i, inst in self.instances.items() if inst.state in ("pending", "running"))
+
+
+@contextmanager
+def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
+    """Serve moto's EC2 on 127.0.0.1 with the fake's additions; yields the URL for ``AWS_ENDPOINT_URL``.
+
+    Sets fake credentials and the region in this process's environment while it runs (the SDK and
+    subprocesses read them there)."""
+    from moto import settings as moto_settings
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.instances import InstanceBackend
+    from moto.ec2.responses.spot_instances import SpotInstances
+    from moto.server import ThreadedMotoServer
+
+    original_run, original_terminate = InstanceBackend.run_instances, InstanceBackend.terminate_instances
+
+    def run_instances(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        return fake.run_instances(original_run, backend, *args, **kwargs)
+
+    def terminate_instances(backend: Any, instance_ids: list[str]) -> Any:
+        return fake.terminate_instances(original_terminate, backend, instance_ids)
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    with ExitStack() as stack:
+        werkzeug = logging.getLogger("werkzeug")  # moto's server logs every request otherwise
+        stack.callback(werkzeug.setLevel, werkzeug.level)
+        werkzeug.setLevel(logging.WARNING)
+        stack.enter_context(mock.patch.dict(os.environ))  # restored as it was at the end
+        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=REGION,
+                          AWS_EC2_METADATA_DISABLED="true")
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+            os.environ.pop(name, None)
+        stack.enter_context(mock.patch.object(moto_settings, "ENABLE_AMI_VALIDATION", True))
+        stack.enter_context(mock.patch.object(moto_settings, "ENABLE_KEYPAIR_VALIDATION", True))
+        stack.enter_context(mock.patch.object(InstanceBackend, "run_instances", run_instances))
+        stack.enter_context(mock.patch.object(InstanceBackend, "terminate_instances", terminate_instances))
+        stack.enter_context(mock.patch.object(SpotInstances, "describe_spot_price_history",
+                                              lambda response: fake.price_history(response)))
+        ec2_backends.reset()  # moto's state lives in this process: each fake starts from an empty account
+        server.start()
+        stack.callback(server.stop)
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        os.environ["AWS_ENDPOINT_URL"] = url
+        for region in (REGION, OTHER_REGION):
+            fake.add_images(region)
+        yield url

@@ -1,0 +1,191 @@
+"""The skypilot provider: tasks validated by SkyPilot's real schema (offline), and the launch /
+status / down path through the SDK stand-in, with SSH over the real sshd via the cluster's alias."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from provisioners.base import Node, NodeState, OfferRequest, ProviderError
+from provisioners.skypilot import SkyPilotProvider, SkyPilotSettings, cluster_state
+from provisioners.skypilot_task import task_config, validate
+from tests.fakes.skypilot_standin import SkyPilotStandIn
+from tests.fakes.sshd import running_sshd
+
+
+@pytest.fixture(autouse=True)
+def _sky_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # SkyPilot keeps a user hash under ~/.sky
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> Iterator[SkyPilotStandIn]:
+    with running_sshd(tmp_path / "sshd") as sshd:
+        sky = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.3)
+        yield sky
+        assert sky.inventory() == [], "a test left a cluster up"
+
+
+def _provider(tmp_path: Path, sky: SkyPilotStandIn) -> SkyPilotProvider:
+    return SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work")), client=sky)
+
+
+def _request(**kw: object) -> OfferRequest:
+    base: dict[str, object] = {"gpu": "H100_SXM", "count": 8, "market": "on-demand", "label": "cellA",
+                               "extra": {"cloud": "lambda"}}
+    return OfferRequest(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def resources_of(task: Any) -> dict[str, Any]:
+    """What SkyPilot parsed, read from its Resources (``to_yaml_config`` would consult the catalog)."""
+    (r,) = task.resources
+    parsed = {"cloud": str(r.cloud).lower(), "region": r.region, "use_spot": r.use_spot,
+              "instance_type": r.instance_type, "image_id": r.image_id, "disk_size": r.disk_size}
+    if r.instance_type is None:  # with an instance type, these come from the catalog
+        parsed.update(accelerators=r.accelerators, cpus=r.cpus)
+    return parsed
+
+
+@pytest.mark.parametrize(("request_kw", "resources"), [
+    ({}, {"cloud": "lambda", "accelerators": {"H100": 8}, "use_spot": False, "region": None}),
+    ({"market": "spot", "region": "us-central1", "extra": {"cloud": "gcp"}},
+     {"cloud": "gcp", "accelerators": {"H100": 8}, "use_spot": True, "region": "us-central1"}),
+    ({"gpu": "", "instance_type": "p5.48xlarge", "region": "us-east-1", "extra": {"cloud": "aws"}},
+     {"cloud": "aws", "instance_type": "p5.48xlarge", "region": "us-east-1", "use_spot": False}),
+    ({"gpu": "A100_SXM", "min_vcpus": 96, "image": "pytorch/pytorch:2.8.0"},
+     {"accelerators": {"A100-80GB": 8}, "cpus": "96+", "image_id": {None: "docker:pytorch/pytorch:2.8.0"}}),
+])
+def test_generated_tasks_validate_with_skypilots_schema(request_kw: dict[str, object],
+                                                        resources: dict[str, object]) -> None:
+    config = task_config(_request(**request_kw), "bc-x--bc-1", disk_size=512)
+    parsed = resources_of(validate(config, "cellA"))
+    for key, value in resources.items():
+        assert parsed[key] == value, (key, parsed)
+    assert parsed["disk_size"] == 512
+    assert set(config) == {"name", "resources"}, "no run, setup, envs or secrets in the task"
+
+
+def test_resources_skypilot_refuses_are_an_error_naming_the_cell() -> None:
+    with pytest.raises(ProviderError, match=r"^cellA: SkyPilot refuses the cell's resources: .*lamda"):
+        validate(task_config(_request(extra={"cloud": "lamda"}), "t", 256), "cellA")
+    with pytest.raises(ProviderError, match=r"^cellB: SkyPilot refuses the cell.s resources: .*memory size"):
+        validate(task_config(_request(gpu="H100:x", label="cellB"), "t", 256), "cellB")
+
+
+@pytest.mark.parametrize(("request_state", "cluster", "spot", "downed", "expected"), [
+    ("RUNNING", None, True, False, NodeState.STARTING),
+    ("PENDING", "INIT", False, False, NodeState.STARTING),
+    ("SUCCEEDED", "UP", True, False, NodeState.RUNNING),
+    (None, "UP", False, False, NodeState.RUNNING),
+    ("SUCCEEDED", None, True, False, NodeState.PREEMPTED),
+    ("SUCCEEDED", "STOPPED", True, False, NodeState.PREEMPTED),
+    ("SUCCEEDED", None, False, False, NodeState.TERMINATED),
+    ("SUCCEEDED", None, True, True, NodeState.TERMINATED),
+    ("FAILED", None, True, False, NodeState.TERMINATED),
+    ("SUCCEEDED", "INIT", True, False, NodeState.UNKNOWN),
+    ("SUCCEEDED", "SOMETHING_NEW", False, False, NodeState.UNKNOWN),
+])
+def test_cluster_states(request_state: str | None, cluster: str | None, spot: bool, downed: bool,
+                        expected: NodeState) -> None:
+    assert cluster_state(request_state, cluster, spot, downed) is expected
+
+
+def test_offers_priced_from_the_catalog(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    (offer,) = provider.offers(_request())
+    assert (offer.offer_id, offer.hourly_usd) == ("lambda:gpu_8x_h100_sxm5", 23.92)
+    assert offer.details["task"]["resources"]["instance_type"] == "gpu_8x_h100_sxm5", "what was priced is launched"
+    assert provider.offers(_request(market="spot")) == [], "no spot H100 on Lambda in the catalog: no offer"
+    with pytest.raises(ProviderError, match="cellA: skypilot cells need `cloud`"):
+        provider.offers(_request(extra={}))
+
+
+def test_catalog_connection_errors_are_retried_then_reported(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    standin.faults += [requests.exceptions.ConnectionError("reset"), ConnectionError("refused")]
+    assert provider.offers(_request())[0].hourly_usd == 23.92
+    standin.faults += [ValueError("bad catalog row")]
+    with pytest.raises(ProviderError, match="skypilot could not read SkyPilot's catalog: ValueError: bad catalog"):
+        provider.offers(_request())
+
+
+def _wait_running(provider: SkyPilotProvider, node: Node) -> None:
+    deadline = time.monotonic() + 60
+    while provider.status(node) is not NodeState.RUNNING:
+        assert time.monotonic() < deadline, "the cluster never came up"
+        time.sleep(0.05)
+
+
+def test_spot_launch_ssh_through_the_alias_preemption_owned_and_down(standin: SkyPilotStandIn,
+                                                                      tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
+    node = provider.launch(offer, "bc-tok1", "bc-camp-1")
+    assert node.node_id == "bc-camp-1--bc-tok1" and node.details["request_id"] == "req-1"
+    assert node.details["billed_usd_per_hour"] == 0.07 and node.details["use_spot"] is True
+    (launched,) = standin.launched
+    assert (launched["cloud"], launched["use_spot"], launched["instance_type"]) == ("lambda", True, "cpu_1x")
+    assert launched["autodown_idle_minutes"] == 30
+    assert provider.status(node) is NodeState.STARTING, "the launch request is still running"
+    with pytest.raises(ProviderError, match="has not written the ssh config"):
+        provider.transport(node)
+    _wait_running(provider, node)
+    transport = provider.transport(node)
+    result = transport.run("echo on-the-node")
+    assert (result.code, result.out.strip()) == (0, "on-the-node")
+    assert "-F" in transport.ssh_args() and transport.ssh_args()[-1] == node.node_id, "ssh to the alias"
+    assert [n.token for n in provider.owned("bc-camp-1")] == ["bc-tok1"] and provider.owned("bc-other") == []
+    standin.preempt(node.node_id)
+    assert provider.status(node) is NodeState.PREEMPTED
+    transport.close()
+    provider.terminate(node)
+    provider.terminate(node)  # gone is success
+    assert provider.status(node) is NodeState.TERMINATED and standin.inventory() == []
+
+
+def test_on_demand_cluster_gone_without_our_down_is_terminated(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    (offer,) = provider.offers(_request(gpu="cpu", count=1))
+    node = provider.launch(offer, "bc-tok2", "bc-camp-1")
+    _wait_running(provider, node)
+    standin.preempt(node.node_id)
+    assert provider.status(node) is NodeState.TERMINATED
+    provider.terminate(node)
+
+
+def test_an_unreachable_api_server_is_reported_plainly(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    standin.faults += [ConnectionError("refused")] * 5
+    with pytest.raises(ProviderError, match=r"API server did not answer while trying to list clusters \(retried\)"):
+        provider.owned("bc-camp-1")
+    assert standin.faults == []
+
+
+def test_a_cluster_gone_before_the_launch_finished_is_terminated(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
+    node = provider.launch(offer, "bc-tok3", "bc-camp-1")
+    standin.preempt(node.node_id)
+    assert provider.status(node) is NodeState.TERMINATED, "the launch failed: no cluster was ever ours"
+    provider.terminate(node)
+
+
+def test_the_example_campaigns_tasks_validate_offline() -> None:
+    from benchctl.providers import offer_request
+    from benchctl.spec import load_campaign
+    from tests.conftest import REPO
+
+    campaign = load_campaign(REPO / "campaigns" / "skypilot-lambda.yaml")
+    settings = campaign.spec.providers.skypilot
+    assert settings is not None
+    parsed = [resources_of(validate(task_config(offer_request(c, c.key, image=campaign.image(c)), c.key,
+                                                settings.disk_size), c.key)) for c in campaign.cells]
+    assert [(p["cloud"], p["use_spot"]) for p in parsed] == [("lambda", False), ("gcp", True)]
+    assert parsed[0]["accelerators"] == {"H100": 8} and parsed[0]["image_id"] is None
+    assert parsed[1]["instance_type"] == "a3-highgpu-8g"
+    assert parsed[1]["image_id"] == {None: "docker:pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"}
