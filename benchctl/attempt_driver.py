@@ -117,7 +117,8 @@ class AttemptDriver:
         campaign = self.ctx.campaign
         done = self._done_phases()
         return Job(campaign=campaign.spec.name, cell=self.key, attempt=attempt.number, token=attempt.token,
-                   gpu=self.spec.gpu or "", count=self.spec.world_size, phases=list(campaign.spec.payload.phases),
+                   gpu=self.spec.gpu or node.offer.gpu, count=self.spec.world_size,
+                   phases=list(campaign.spec.payload.phases),
                    done_phases=done, profile=campaign.profile_config(self.spec),
                    collectives=campaign.collectives_config(), command=campaign.command_config(),
                    preflight_thresholds=dict(campaign.spec.payload.preflight.thresholds), env=dict(self.spec.env),

@@ -134,5 +134,6 @@ def _wait(ctx: RunContext, futures: list[Future[None]]) -> None:
             done.wait()
         except KeyboardInterrupt:
             ctx.log("exiting now; `benchctl resume` terminates what still runs")
+            ctx.hard_exit()
             os._exit(130)
         raise

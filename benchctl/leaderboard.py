@@ -1,59 +1,144 @@
-"""Leaderboard rows: one per cell, cheapest cost-to-train first; cells without a result last."""
+"""Leaderboard rows: one per cell across campaigns, cheapest cost-to-train first; cells without a
+result last.
+
+One query reads every cell with its result (the evidence columns are computed once, with the
+result: ``benchctl.results``), so ranking stays fast on large stores. Where a configuration (the
+cell key without its market) has both a spot and an on-demand price somewhere in the store, each
+of its rows also carries both costs: ``train_hours × spot_usd_per_hour`` and
+``train_hours × on_demand_usd_per_hour`` (each price the median of that market's rows).
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from store import queries as q
+from benchctl.cell_evidence import cell_flags
+from payload.stats import median
+from store.models import Campaign, Cell, Result
 
-COLUMNS = ("campaign", "cell", "provider", "gpu", "count", "market", "env", "hourly_usd", "step_time_ms",
-           "step_time_p10_ms", "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd", "flags",
-           "status")
-TABLE_COLUMNS = ("rank", "campaign", "cell", "market", "env", "flags", "hourly_usd", "step_time_ms", "step_time_p10_ms",
-                 "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd", "status")
+COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market", "env",
+           "model", "hourly_usd", "step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "optimizer_ms",
+           "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "target_steps", "train_hours",
+           "cost_to_train_usd", "spot_usd_per_hour", "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd",
+           "flags", "status")
+"""Every row's keys, in order (JSON and CSV)."""
 
+TABLE_COLUMNS = ("rank", "campaign", "provider", "cell", "configuration", "market", "$/hr", "step ms p50 (p10-p90)",
+                 "optimizer ms", "comm", "busbw GB/s", "target steps", "train h", "cost-to-train $",
+                 "spot | on-demand $", "flags", "status")
+"""What ``table`` and ``md`` show: the same numbers, composed for reading (``display_row``)."""
 
-FLAG_OF_CHECK = {"numa": "numa_split", "cpu": "few_cpus", "nccl_env": "nccl_env", "shm": "small_shm",
-                 "gemm": "slow_gemm", "hbm": "slow_hbm", "nccl_allreduce": "slow_allreduce"}
-
-
-def cell_flags(engine: Engine, cell_id: int) -> list[str]:
-    """Preflight warnings on the node that produced the cell's numbers (its last attempt that ran
-    preflight), nodes replaced after a failed preflight, and preemptions survived."""
-    attempts = q.attempts(engine, cell_id)
-    checks = q.events(engine, cell_id, kind="sample", phase="preflight")
-    judged = [a.id for a in attempts if any(e.attempt_id == a.id for e in checks)]
-    flags = set()
-    for event in checks:
-        data = json.loads(event.data_json)
-        if judged and event.attempt_id == judged[-1] and data.get("status") == "warn":
-            flags.add(FLAG_OF_CHECK.get(str(data.get("name")), str(data.get("name"))))
-    for outcome, label in (("bad_node", "bad_nodes"), ("preempted", "preempted")):
-        times = sum(a.outcome == outcome for a in attempts)
-        if times:
-            flags.add(f"{label}×{times}")
-    return sorted(flags)
+_RESULT_COLUMNS = ("step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "hourly_usd", "target_steps",
+                   "train_hours", "cost_to_train_usd", "model", "interconnect", "vcpus", "numa", "optimizer_ms",
+                   "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "flags_json")
 
 
-def leaderboard_rows(engine: Engine, campaign: str | None = None) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for camp in q.campaigns(engine, campaign):
-        assert camp.id is not None
-        results = {cell.id: result for result, cell, _ in q.results(engine, camp.id)}
-        for cell in q.cells(engine, camp.id):
-            result = results.get(cell.id)
-            row: dict[str, Any] = {"campaign": camp.name, "cell": cell.key, "provider": cell.provider,
-                                   "gpu": cell.gpu, "count": cell.count, "market": cell.market, "status": cell.state,
-                                   "env": json.loads(cell.config_json).get("env", {}),
-                                   "flags": cell_flags(engine, cell.id or 0)}
-            for name in COLUMNS:
-                if name not in row:
-                    row[name] = getattr(result, name, None) if result is not None else None
-            rows.append(row)
+@dataclass(frozen=True)
+class Filters:
+    campaigns: Sequence[str] = ()
+    providers: Sequence[str] = ()
+    markets: Sequence[str] = ()
+    models: Sequence[str] = ()
+
+
+def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filters | None = None,
+                     ) -> list[dict[str, Any]]:
+    """Rows with the keys of COLUMNS, ranked; ``campaign`` is a shorthand for ``filters.campaigns``."""
+    filters = filters or Filters(campaigns=[campaign] if campaign else [])
+    camp, cell, result = (_table(m) for m in (Campaign, Cell, Result))
+    query = (sa.select(camp.c.name, cell.c.id, cell.c.key, cell.c.provider, cell.c.gpu, cell.c.count, cell.c.market,
+                       cell.c.state, cell.c.config_json, *(result.c[c] for c in _RESULT_COLUMNS))
+             .select_from(cell).join(camp, camp.c.id == cell.c.campaign_id)
+             .outerjoin(result, result.c.cell_id == cell.c.id))
+    for column, wanted in ((camp.c.name, filters.campaigns), (cell.c.provider, filters.providers),
+                           (cell.c.market, filters.markets), (result.c.model, filters.models)):
+        if wanted:
+            query = query.where(column.in_(list(wanted)))
+    with engine.connect() as conn:
+        records = conn.execute(query).all()
+    rows = [_row(engine, record) for record in records]
+    _add_both_markets(rows)
     rows.sort(key=lambda r: (r["cost_to_train_usd"] is None, r["cost_to_train_usd"] or 0.0, r["campaign"], r["cell"]))
     for rank, row in enumerate(rows, start=1):
         row["rank"] = rank if row["cost_to_train_usd"] is not None else None
     return rows
+
+
+def _table(model: type) -> sa.Table:
+    table = model.__table__  # type: ignore[attr-defined]
+    assert isinstance(table, sa.Table)
+    return table
+
+
+def _row(engine: Engine, record: Any) -> dict[str, Any]:
+    (campaign, cell_id, key, provider, gpu, count, market, state, config_json, *result) = record
+    values = dict(zip(_RESULT_COLUMNS, result, strict=True))
+    flags_json = values.pop("flags_json")
+    row: dict[str, Any] = {name: None for name in COLUMNS}
+    row.update(values)
+    row.update(campaign=campaign, cell=key, provider=provider, gpu=gpu, count=count, market=market, status=state,
+               env=json.loads(config_json).get("env", {}),
+               flags=list(_flags(flags_json)) if flags_json is not None else cell_flags(engine, cell_id))
+    return row
+
+
+@functools.lru_cache(maxsize=1024)
+def _flags(flags_json: str) -> tuple[str, ...]:
+    return tuple(json.loads(flags_json))  # most cells share a few flag sets
+
+
+def configuration_key(cell_key: str) -> str:
+    """The cell key without its market (``provider:shape:market:...``): what spot and on-demand share."""
+    parts = cell_key.split(":")
+    return ":".join(parts[:2] + parts[3:])
+
+
+def _add_both_markets(rows: list[dict[str, Any]]) -> None:
+    listed: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for row in rows:
+        row["_config"] = configuration_key(row["cell"])
+        if row["hourly_usd"] is not None:
+            listed[(row["_config"], row["market"])].append(row["hourly_usd"])
+    prices = {where: median(values) for where, values in listed.items()}
+    for row in rows:
+        config = row.pop("_config")
+        spot, on_demand = prices.get((config, "spot")), prices.get((config, "on-demand"))
+        if spot is None or on_demand is None:
+            continue
+        row["spot_usd_per_hour"], row["on_demand_usd_per_hour"] = spot, on_demand
+        if row["train_hours"] is not None:
+            row["cost_spot_usd"] = row["train_hours"] * spot
+            row["cost_on_demand_usd"] = row["train_hours"] * on_demand
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def display_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The row composed for a person (TABLE_COLUMNS): configuration = gpu×count, interconnect,
+    vCPUs, NUMA layout and env; step time as median (p10–p90)."""
+    config = [f"{row['gpu']}×{row['count']}", row["interconnect"],
+              f"{row['vcpus']} vCPU" if row["vcpus"] else None, f"NUMA {row['numa']}" if row["numa"] else None,
+              ",".join(f"{k}={v}" for k, v in sorted(row["env"].items())) or None]
+    step = _num(row["step_time_ms"], 1)
+    if row["step_time_ms"] is not None and row["step_time_p10_ms"] != row["step_time_p90_ms"]:
+        step += f" ({_num(row['step_time_p10_ms'], 1)}-{_num(row['step_time_p90_ms'], 1)})"
+    both = ("-" if row["cost_spot_usd"] is None
+            else f"{_num(row['cost_spot_usd'], 2)} | {_num(row['cost_on_demand_usd'], 2)}")
+    return {"rank": row["rank"], "campaign": row["campaign"], "provider": row["provider"], "cell": row["cell"],
+            "configuration": ", ".join(c for c in config if c), "market": row["market"],
+            "$/hr": _num(row["hourly_usd"], 2), "step ms p50 (p10-p90)": step,
+            "optimizer ms": _num(row["optimizer_ms"], 1),
+            "comm": "-" if row["comm_share"] is None else f"{row['comm_share']:.0%}",
+            "busbw GB/s": _num(row["busbw_gbps"], 1), "target steps": _num(row["target_steps"]),
+            "train h": _num(row["train_hours"], 2), "cost-to-train $": _num(row["cost_to_train_usd"], 2),
+            "spot | on-demand $": both, "flags": row["flags"], "status": row["status"]}

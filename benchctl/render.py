@@ -31,8 +31,10 @@ def _cell(value: Any) -> str:
 def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, title: str = "",
            payload: Any = None) -> str:
     """``payload`` replaces ``rows`` for JSON output when the JSON shape is not a list of rows."""
+    if fmt == "json" and payload is None:  # one row per line: readable, and the C encoder keeps 10,000 rows fast
+        return "[\n" + ",\n".join("  " + json.dumps(row) for row in rows) + "\n]" if rows else "[]"
     if fmt == "json":
-        return json.dumps(rows if payload is None else payload, indent=2)
+        return json.dumps(payload, indent=2)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")

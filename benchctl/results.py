@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from benchctl.cell_evidence import allreduce_busbw, cell_flags, node_facts
 from benchctl.cost import cost_to_train, steps_for
 from benchctl.spec import CampaignSpec
+from benchctl.step_split import step_split
 from payload.stats import median, percentile
 from store import queries as q
 from store.models import Result
@@ -28,16 +31,22 @@ class TimedSample:
     step_time_s: float
 
 
-def timed_samples(engine: Engine, cell_id: int) -> list[TimedSample]:
-    """The cell's timed profile steps, one per ``timed_index``, in index order."""
-    seen: dict[int, TimedSample] = {}
+def timed_profile_events(engine: Engine, cell_id: int) -> list[tuple[int, dict[str, Any]]]:
+    """(attempt id, sample data) of the cell's timed profile steps, one per ``timed_index`` (its first
+    recorded copy), in index order."""
+    seen: dict[int, tuple[int, dict[str, Any]]] = {}
     for event in q.events(engine, cell_id, kind="sample", phase="profile"):
         data = json.loads(event.data_json)
         if data.get("warmup") or data.get("timed_index") is None:
             continue
-        index = int(data["timed_index"])
-        seen.setdefault(index, TimedSample(event.attempt_id, index, float(data["step_time_s"])))
+        seen.setdefault(int(data["timed_index"]), (event.attempt_id, data))
     return [seen[i] for i in sorted(seen)]
+
+
+def timed_samples(engine: Engine, cell_id: int) -> list[TimedSample]:
+    """The cell's timed profile steps, one per ``timed_index``, in index order."""
+    return [TimedSample(attempt_id, int(data["timed_index"]), float(data["step_time_s"]))
+            for attempt_id, data in timed_profile_events(engine, cell_id)]
 
 
 def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result | None:
@@ -54,7 +63,16 @@ def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result |
     target = spec.target
     cost = cost_to_train(median(times), steps_for(target.model, target.target_param_data_ratio,
                                                   target.total_batch_size, target.vocab_size), hourly)
+    split = step_split(json.loads(e.data_json) for e in q.events(engine, cell_id, kind="sample", phase="profile"))
+    facts = node_facts(engine, cell_id)
+    busbw = allreduce_busbw(engine, cell_id)
     return Result(cell_id=cell_id, step_time_ms=cost.step_time_s * 1000, step_time_p10_ms=percentile(times, 10) * 1000,
                   step_time_p90_ms=percentile(times, 90) * 1000, timed_steps=len(times), hourly_usd=cost.hourly_usd,
                   market=cell.market, target_steps=cost.target_steps, train_hours=cost.train_hours,
-                  cost_to_train_usd=cost.cost_usd, computed_at=time.time())
+                  cost_to_train_usd=cost.cost_usd, computed_at=time.time(), model=target.model,
+                  interconnect=facts.interconnect, vcpus=facts.vcpus, numa=facts.numa,
+                  optimizer_ms=split.optimizer_s * 1000 if split else None,
+                  optimizer_share=split.optimizer_share if split else None,
+                  comm_share=split.comm_share if split else None,
+                  busbw_gbps=busbw[0] if busbw else None, busbw_bytes=busbw[1] if busbw else None,
+                  flags_json=json.dumps(cell_flags(engine, cell_id)))

@@ -32,6 +32,8 @@ class RunContext:
     """Between asks of the provider for the node's state (preemption), heartbeats and budget checks."""
     ready_timeout_s: float = READY_TIMEOUT_S
     log: Callable[[str], None] = print
+    hard_exit: Callable[[], None] = lambda: None
+    """Called just before a second Ctrl-C ends the process with ``os._exit`` (a live view restores the terminal)."""
 
     @property
     def campaign_tag(self) -> str:

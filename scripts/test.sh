@@ -12,6 +12,15 @@ if [ ! -x /usr/sbin/sshd ]; then
         exit 2
     fi
 fi
+# The report tests render the HTML report in headless Chromium (Debian's package).
+if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "scripts/test.sh: the report tests need /usr/bin/chromium: install Debian's chromium" >&2
+        exit 2
+    fi
+fi
 .venv/bin/ruff check .
 .venv/bin/mypy
 # Two workers: most tests wait on subprocesses and polls, so this machine's 2 cores fit two of them.

@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 from sqlalchemy.engine import Connection, Engine
+
+if TYPE_CHECKING:
+    from alembic.operations import Operations
 
 VERSION_TABLE = "schema_migrations"
 _LOCK_KEY = 0x62656E6368  # "bench": the advisory lock that serialises migrations on PostgreSQL
@@ -144,12 +146,24 @@ def _v5_artifact_sha256(op: Operations) -> None:
     op.add_column("artifact", sa.Column("sha256", sa.String, nullable=True))
 
 
+def _v6_result_evidence(op: Operations) -> None:
+    # What the leaderboard shows next to cost-to-train, computed once with the result so that
+    # ranking 10,000 rows is one query; and imported campaigns (kind 'imported') beside run ones.
+    op.add_column("campaign", sa.Column("kind", sa.String, nullable=False, server_default="run"))
+    for name, kind in (("model", sa.String), ("interconnect", sa.String), ("vcpus", sa.Integer),
+                       ("numa", sa.String), ("optimizer_ms", sa.Float), ("optimizer_share", sa.Float),
+                       ("comm_share", sa.Float), ("busbw_gbps", sa.Float), ("busbw_bytes", sa.BigInteger),
+                       ("flags_json", sa.String)):
+        op.add_column("result", sa.Column(name, kind, nullable=True))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial: campaign, cell, attempt, event", _v1_initial),
     Migration(2, "results and artifacts", _v2_results_and_artifacts),
     Migration(3, "campaign uid (part of the node tag)", _v3_campaign_uid),
     Migration(4, "cell lease (two controllers, one database)", _v4_cell_lease),
     Migration(5, "artifact sha256", _v5_artifact_sha256),
+    Migration(6, "result evidence columns, campaign kind", _v6_result_evidence),
 )
 HEAD = MIGRATIONS[-1].version
 
@@ -187,6 +201,9 @@ def upgrade(engine: Engine, target: int = HEAD) -> list[int]:
             migration = next((m for m in MIGRATIONS if version < m.version <= target), None)
             if migration is None:
                 return applied
+            from alembic.migration import MigrationContext  # imported only when a migration runs: it is slow
+            from alembic.operations import Operations
+
             migration.upgrade(Operations(MigrationContext.configure(conn)))
             conn.execute(_versions.insert().values(version=migration.version, name=migration.name,
                                                    applied_at=time.time()))

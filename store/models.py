@@ -6,6 +6,7 @@ them); change both together, with a new migration.
 
 from __future__ import annotations
 
+from sqlalchemy import BigInteger
 from sqlmodel import Field, SQLModel, UniqueConstraint
 
 
@@ -19,6 +20,8 @@ class Campaign(SQLModel, table=True):
     budget_usd: float
     created_at: float
     updated_at: float
+    kind: str = Field(default="run", sa_column_kwargs={"server_default": "run"})
+    """``run``: benchctl ran it; ``imported``: ``benchctl import`` made it (never resumed)."""
 
 
 class Cell(SQLModel, table=True):
@@ -92,6 +95,21 @@ class Result(SQLModel, table=True):
     train_hours: float
     cost_to_train_usd: float
     computed_at: float
+    model: str | None = None
+    """The target model (None for an imported record that gave target_steps only)."""
+    interconnect: str | None = None
+    """The GPU interconnect class preflight saw (e.g. NVSwitch), None where it does not apply."""
+    vcpus: int | None = None
+    numa: str | None = None
+    """NUMA layout, e.g. ``1 node`` or ``2 nodes, GPUs split 0+1``."""
+    optimizer_ms: float | None = None
+    optimizer_share: float | None = None
+    comm_share: float | None = None
+    busbw_gbps: float | None = None
+    """all_reduce bus bandwidth at the largest size measured (``busbw_bytes``)."""
+    busbw_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    flags_json: str | None = None
+    """The cell's flags when the result was computed (None: computed before schema v6)."""
 
 
 class Artifact(SQLModel, table=True):

@@ -153,8 +153,13 @@ def spent_by_outcome(engine: Engine, campaign_id: int, now: float | None = None)
     totals: dict[str, float] = {}
     for a in campaign_attempts(engine, campaign_id):
         key = "open" if a.open else (a.outcome or "unknown")
-        totals[key] = totals.get(key, 0.0) + (attempt_cost(a, now) if a.open else (a.cost_usd or 0.0))
+        totals[key] = totals.get(key, 0.0) + attempt_spent(a, now)
     return totals
+
+
+def attempt_spent(attempt: Attempt, now: float) -> float:
+    """What an attempt cost: its closed cost, or its running cost up to ``now`` while open."""
+    return attempt_cost(attempt, now) if attempt.open else (attempt.cost_usd or 0.0)
 
 
 def campaign_attempts(engine: Engine, campaign_id: int) -> list[Attempt]:
@@ -230,3 +235,25 @@ def add_artifact(engine: Engine, artifact: Artifact) -> None:
 def spent_usd(engine: Engine, campaign_id: int, now: float | None = None) -> float:
     """Money spent: closed attempts' cost plus open attempts' running cost up to ``now``."""
     return sum(spent_by_outcome(engine, campaign_id, now).values())
+
+
+@dataclass(frozen=True)
+class ProgressSnapshot:
+    """What a live progress view shows of a campaign, read in one session."""
+
+    cells: list[Cell]
+    attempts: list[Attempt]
+    latest_events: dict[int, Event]
+    """Cell id → the newest stored payload event of that cell."""
+
+
+def progress_snapshot(engine: Engine, campaign_id: int) -> ProgressSnapshot:
+    """The campaign's cells, their attempts and each cell's newest event (three small selects)."""
+    with Session(engine) as s:
+        cell_rows = list(s.exec(select(Cell).where(Cell.campaign_id == campaign_id).order_by(col(Cell.id))))
+        attempt_rows = list(s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
+                                   .where(Cell.campaign_id == campaign_id).order_by(col(Attempt.id))))
+        newest = (select(func.max(Event.id)).join(Cell, col(Event.cell_id) == col(Cell.id))
+                  .where(Cell.campaign_id == campaign_id).group_by(col(Event.cell_id)))
+        event_rows = s.exec(select(Event).where(col(Event.id).in_(newest)))
+        return ProgressSnapshot(cell_rows, attempt_rows, {e.cell_id: e for e in event_rows})

@@ -3,7 +3,9 @@ a tiny local campaign, and a way to run the real CLI as a subprocess."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -98,3 +100,27 @@ def run_cli(*args: str, home: Path, timeout: float = 180, env: dict[str, str] | 
         full_env.pop("BENCHCTL_DB", None)
     return subprocess.run([sys.executable, "-m", "benchctl", *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=REPO)
+
+
+def run_once(factory: pytest.TempPathFactory, name: str, campaign: str) -> tuple[Path, Path, str]:
+    """(BENCHCTL_HOME, campaign file, what ``benchctl run`` printed) of ``campaign`` run once per test run.
+
+    pytest-xdist's workers share the run's temporary root: the first worker to take the lock runs
+    the campaign, the others wait for it and reuse the store. Read it, or copy it (``copy_home``)
+    before writing to it."""
+    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    root = (factory.getbasetemp().parent if shared else factory.getbasetemp()) / f"run-once-{name}"
+    root.mkdir(exist_ok=True)
+    home, path = root / "home", root / f"{name}.yaml"
+    with (root / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "done").exists():
+            path.write_text(campaign)
+            result = run_cli("run", str(path), home=home, timeout=300)
+            (root / "done").write_text(f"exit {result.returncode}\n{result.stdout}{result.stderr}")
+    return home, path, (root / "done").read_text()
+
+
+def copy_home(source: Path, home: Path) -> None:
+    """A private copy of a finished BENCHCTL_HOME (its SQLite store and node folders) at ``home``."""
+    shutil.copytree(source, home, symlinks=True)

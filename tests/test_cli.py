@@ -5,25 +5,30 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, copy_home, run_cli, run_once
 
-LEADERBOARD_KEYS = ["campaign", "cell", "provider", "gpu", "count", "market", "env", "hourly_usd", "step_time_ms",
-                    "step_time_p10_ms", "step_time_p90_ms", "target_steps", "train_hours", "cost_to_train_usd",
-                    "flags", "status"]
+LEADERBOARD_KEYS = ["rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market",
+                    "env", "model", "hourly_usd", "step_time_ms", "step_time_p10_ms", "step_time_p90_ms",
+                    "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "target_steps",
+                    "train_hours", "cost_to_train_usd", "spot_usd_per_hour", "on_demand_usd_per_hour",
+                    "cost_spot_usd", "cost_on_demand_usd", "flags", "status"]
 
 
 @pytest.fixture
-def finished(home: Path, write_campaign) -> Path:  # type: ignore[no-untyped-def]
-    path = write_campaign()
-    result = run_cli("run", str(path), home=home)
-    assert result.returncode == 0, result.stderr
-    assert "cost-to-train" in result.stdout and "local:cpux2:on-demand" in result.stdout
+def finished(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny two-cell campaign, run once per test run; each test gets its own copy of the store."""
+    shared_home, path, output = run_once(tmp_path_factory, "tiny", TINY_CAMPAIGN.format(
+        name="tiny", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2))
+    assert output.startswith("exit 0\n"), output
+    assert "cost-to-train" in output and "local:cpux2:on-demand" in output
+    copy_home(shared_home, home)
     return path
 
 
@@ -68,15 +73,22 @@ def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, fi
         assert row["train_hours"] == pytest.approx(row["step_time_ms"] / 1000 * row["target_steps"] / 3600)
         assert row["cost_to_train_usd"] == pytest.approx(row["train_hours"] * row["hourly_usd"])
         assert row["status"] == "done"
+        # the evidence beside the number: preflight's facts and the step's split (no collectives phase here)
+        assert row["model"] == "nanochat-d1" and row["vcpus"] == os.cpu_count()
+        assert row["numa"].endswith(("node", "nodes"))
+        assert 0 < row["comm_share"] <= row["optimizer_share"] < 1
+        assert row["optimizer_ms"] == pytest.approx(row["optimizer_share"] * row["step_time_ms"], rel=0.5)
+        assert row["busbw_gbps"] is None and row["interconnect"] is None
 
 
 def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None:
     parsed = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv", home=home).stdout)))
     assert len(parsed) == 2 and list(parsed[0]) == LEADERBOARD_KEYS
     md = run_cli("leaderboard", "--format", "md", home=home).stdout.splitlines()
-    assert md[0].startswith("| campaign | cell |") and md[1].startswith("|---|") and len(md) == 4
+    assert md[0].startswith("| rank | campaign | provider | cell | configuration |") and md[1].startswith("|---|")
+    assert len(md) == 4
     table = run_cli("leaderboard", home=home).stdout
-    assert "rank" in table and "cost_to_train_usd" in table and "\x1b[" not in table, "plain text when piped"
+    assert "rank" in table and "cost-to-train $" in table and "\x1b[" not in table, "plain text when piped"
     only = run_cli("leaderboard", "--campaign", "tiny", "--format", "json", home=home)
     assert [r["campaign"] for r in json.loads(only.stdout)] == ["tiny", "tiny"]
 

@@ -46,6 +46,7 @@ def _with_run_options(fn: Callable[..., None]) -> Callable[..., None]:
 def run(state: CliState, file: str, concurrency: int, poll_interval: float, status_interval: float, yes: bool,
         confirm_above: float) -> None:
     """Run (or continue) the campaign in FILE; print its leaderboard."""
+    from benchctl.errors import UsageError
     from benchctl.providers import Providers
     from benchctl.settings import home
     from benchctl.spec import load_campaign
@@ -54,8 +55,11 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
     campaign = load_campaign(file)
     providers = Providers(home(), campaign.spec.providers)
     providers.check(cell.provider for cell in campaign.cells)
+    providers.check_cells(campaign.cells, campaign.spec.defaults.image)
     engine = state.engine()
     previous = q.campaigns(engine, campaign.spec.name)
+    if previous and previous[0].kind == "imported":
+        raise UsageError(f"campaign {campaign.spec.name!r} holds imported results; give this campaign another name")
     if previous:
         _check_same_measurement(engine, previous[0], campaign)
     _confirm_spend(engine, campaign, previous[0] if previous else None, providers, yes, confirm_above)
@@ -200,6 +204,7 @@ def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency:
     from benchctl.engine import pending_cells, run_campaign, terminate_orphans
     from benchctl.errors import BenchctlError
     from benchctl.lease import Leases
+    from benchctl.progress import pick_progress
     from benchctl.providers import Providers
     from benchctl.run_context import RunContext
     from benchctl.settings import home, lease_ttl_s
@@ -208,18 +213,20 @@ def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency:
     name = campaign.spec.name
     assert row.id is not None
     leases = Leases(engine, lease_ttl_s())
+    view = pick_progress(engine, row.id, [c.key for c in campaign.cells], name, campaign.spec.budget_usd)
     ctx = RunContext(engine=engine, campaign=campaign, campaign_id=row.id, campaign_uid=row.uid,
                      providers=Providers(home(), campaign.spec.providers),
                      artifacts_dir=home() / "artifacts" / name, leases=leases,
                      budget=Budget(engine, row.id, campaign.spec.budget_usd, attempt_worst_case_s(campaign.spec)),
-                     poll_interval_s=poll_interval, status_interval_s=status_interval, log=progress)
+                     poll_interval_s=poll_interval, status_interval_s=status_interval, log=view.log,
+                     hard_exit=view.hard_exit)
     terminate_orphans(ctx)
     if not pending_cells(ctx):
         click.echo(f"campaign {name} is complete: all {len(campaign.cells)} cells are done; nothing to run")
         print_leaderboard(engine, name, "table")
         return
     try:
-        with _termination_as_interrupt():
+        with _termination_as_interrupt(), view:  # the view stops first: messages after it print plainly
             summary = run_campaign(ctx, concurrency)
     finally:
         leases.close()

@@ -26,7 +26,7 @@ def down(state: CliState, name: str | None, all_campaigns: bool) -> None:
     if (name is None) == (not all_campaigns):
         raise UsageError("name one campaign (`benchctl down NAME`) or pass --all; `benchctl status` lists them")
     engine = state.engine()
-    rows = q.campaigns(engine, name)
+    rows = [r for r in q.campaigns(engine, name) if r.kind != "imported"]  # imports rent nothing
     if name is not None and not rows:
         raise CampaignNotFound(f"no campaign named {name!r} in the store; `benchctl status` lists them")
     failures = []

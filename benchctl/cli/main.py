@@ -14,7 +14,8 @@ from benchctl.cli.down_commands import down
 from benchctl.cli.payload_commands import comm_volume_command
 from benchctl.cli.plan_commands import plan
 from benchctl.cli.preflight_commands import preflight_command
-from benchctl.cli.report_commands import leaderboard, status
+from benchctl.cli.report_commands import import_command, leaderboard, status
+from benchctl.cli.report_page_commands import report_command
 from benchctl.cli.state import CliState
 
 
@@ -34,11 +35,14 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
       benchctl status                           cells, attempts and spend
       benchctl down NAME                        terminate every node of a campaign
       benchctl leaderboard                      cost-to-train per provider and configuration
+      benchctl import rows.json nccl.log        measurements taken elsewhere join the ranking
+      benchctl report NAME --out DIR            one HTML page: plots, leaderboard, preflight, spend
     """
     ctx.obj = CliState(db=db, debug=debug)
 
 
-for command in (run, plan, resume, down, status, leaderboard, comm_volume_command, preflight_command):
+for command in (run, plan, resume, down, status, leaderboard, import_command, report_command,
+                comm_volume_command, preflight_command):
     cli.add_command(command)
 
 

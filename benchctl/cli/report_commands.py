@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -10,6 +11,8 @@ from benchctl.cli.state import CliState, pass_state
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+
+    from benchctl.leaderboard import Filters
 
 _FORMATS = click.Choice(["table", "json", "csv", "md"])
 
@@ -55,30 +58,57 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
 
 
 @click.command()
-@click.option("--campaign", help="Only this campaign.")
+@click.option("--campaign", "campaigns", multiple=True, help="Only this campaign (repeatable).")
+@click.option("--provider", "providers", multiple=True, help="Only this provider (repeatable).")
+@click.option("--market", "markets", multiple=True, type=click.Choice(["spot", "on-demand"]),
+              help="Only this market (repeatable).")
+@click.option("--model", "models", multiple=True, help="Only results for this target model, e.g. nanochat-d26.")
 @click.option("--format", "fmt", type=_FORMATS, default="table", show_default=True)
 @pass_state
-def leaderboard(state: CliState, campaign: str | None, fmt: str) -> None:
-    """Cost-to-train per cell, cheapest first."""
+def leaderboard(state: CliState, campaigns: tuple[str, ...], providers: tuple[str, ...], markets: tuple[str, ...],
+                models: tuple[str, ...], fmt: str) -> None:
+    """Cost-to-train per cell across campaigns, cheapest first."""
     from benchctl.errors import CampaignNotFound
+    from benchctl.leaderboard import Filters
     from store import queries as q
 
     engine = state.engine()
-    if campaign is not None and not q.campaigns(engine, campaign):
-        raise CampaignNotFound(f"no campaign named {campaign!r} in the store; `benchctl status` lists them")
-    print_leaderboard(engine, campaign, fmt)
+    known = {c.name for c in q.campaigns(engine)}
+    for name in campaigns:
+        if name not in known:
+            raise CampaignNotFound(f"no campaign named {name!r} in the store; `benchctl status` lists them")
+    print_leaderboard(engine, Filters(campaigns=campaigns, providers=providers, markets=markets, models=models), fmt)
 
 
-def print_leaderboard(engine: Engine, campaign: str | None, fmt: str) -> None:
-    from benchctl.leaderboard import COLUMNS, TABLE_COLUMNS, leaderboard_rows
+def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str) -> None:
+    """``filters``: a campaign name, or Filters (None: everything)."""
+    from benchctl.leaderboard import COLUMNS, TABLE_COLUMNS, Filters, display_row, leaderboard_rows
     from benchctl.render import render
 
-    rows = leaderboard_rows(engine, campaign)
+    if not isinstance(filters, Filters):
+        filters = Filters(campaigns=[filters] if filters else [])
+    rows = leaderboard_rows(engine, filters=filters)
     if fmt == "json":
-        click.echo(render([{k: r[k] for k in COLUMNS} for r in rows], COLUMNS, "json"))
+        click.echo(render(rows, COLUMNS, "json"))
     elif fmt == "csv":
         click.echo(render(rows, COLUMNS, "csv"))
     elif not rows:
         click.echo("no results yet: run a campaign with `benchctl run FILE`")
     else:
-        click.echo(render(rows, TABLE_COLUMNS if fmt == "table" else COLUMNS, fmt, title="cost-to-train"))
+        click.echo(render([display_row(r) for r in rows], TABLE_COLUMNS, fmt, title="cost-to-train"))
+
+
+@click.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--campaign", help="The campaign the imports join (default: imported); never one benchctl ran.")
+@click.option("--config", "config", metavar="KEY",
+              help="The cell an nccl-tests log measured (needed when the campaign has several).")
+@pass_state
+def import_command(state: CliState, files: tuple[Path, ...], campaign: str | None, config: str | None) -> None:
+    """Import result records (.json/.yaml) and nccl-tests logs; all or nothing."""
+    from benchctl.importer import import_files
+
+    summary = import_files(state.engine(), list(files), campaign, config)
+    skipped = f", skipped {summary.skipped} rows without a result" if summary.skipped else ""
+    click.echo(f"imported {summary.results} results and {summary.collectives} nccl-tests logs into campaign "
+               f"{summary.campaign}{skipped}; `benchctl leaderboard` ranks them")

@@ -39,6 +39,6 @@ pass_state = click.make_pass_decorator(CliState, ensure=True)
 
 def progress(line: str) -> None:
     """A progress line on stderr (stdout carries results)."""
-    import time
+    from benchctl.progress import print_line
 
-    click.echo(f"{time.strftime('%H:%M:%S')} {line}", err=True)
+    print_line(line)

@@ -1,0 +1,89 @@
+"""``benchctl import FILE...``: result records and nccl-tests logs join the store.
+
+Every file is read and checked before anything is written; then one transaction stores it all
+(``store.imports``). A ``.json``/``.yaml``/``.yml`` file holds result records
+(``benchctl.result_records``); any other file must be an nccl-tests log (``benchctl.nccl_log``),
+whose rows belong to the cell named by ``config`` (a cell of the import campaign, existing or
+imported in the same command; optional when the campaign has one cell).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from benchctl.cell_evidence import largest_allreduce
+from benchctl.errors import SpecError, UsageError
+from benchctl.nccl_log import NcclLogError, looks_like_nccl_log, read_nccl_log
+from benchctl.result_records import read_records
+from store import queries as q
+from store.imports import CellCollectives, CellResult, NotAnImportCampaign, UnknownCell, save_import
+
+RECORD_SUFFIXES = (".json", ".yaml", ".yml")
+DEFAULT_CAMPAIGN = "imported"
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    campaign: str
+    results: int
+    skipped: int
+    collectives: int
+
+
+def import_files(engine: Engine, files: list[Path], campaign: str | None, config: str | None) -> ImportSummary:
+    results: list[CellResult] = []
+    logs: list[tuple[Path, list[dict]]] = []
+    skipped = 0
+    for path in files:
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file")
+        if path.suffix.lower() in RECORD_SUFFIXES:
+            found, dropped = read_records(path)
+            skipped += dropped
+            results += found
+        else:
+            logs.append((path, _nccl_rows(path)))
+    name = campaign or DEFAULT_CAMPAIGN
+    keys = [r.key for r in results]
+    duplicated = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicated:
+        raise UsageError(f"cell {duplicated[0]!r} is in more than one of the files; import them one at a time or "
+                         "tell the records apart with `cell`")
+    collectives = [CellCollectives(key=_config_for(engine, name, keys, config, path), source=str(path), rows=rows,
+                                   busbw=largest_allreduce(rows)) for path, rows in logs]
+    try:
+        save_import(engine, name, [str(f) for f in files], results, collectives)
+    except NotAnImportCampaign:
+        raise UsageError(f"campaign {name!r} was run by benchctl; import into a campaign of its own "
+                         "(--campaign NAME)") from None
+    except UnknownCell as exc:
+        raise UsageError(f"campaign {name!r} has no cell {exc.args[0]!r}: import its result record first (or in "
+                         "the same command), or name an existing cell with --config") from None
+    return ImportSummary(name, len(results), skipped, len(collectives))
+
+
+def _nccl_rows(path: Path) -> list[dict]:
+    text = path.read_text(errors="replace")
+    if not looks_like_nccl_log(text):
+        raise SpecError(str(path), None, "", "neither a result-record file (.json, .yaml) nor an nccl-tests log "
+                        "(no '#  size  count  type' header line)")
+    try:
+        return read_nccl_log(path)
+    except NcclLogError as exc:
+        raise SpecError(str(path), exc.line, "", exc.problem) from None
+
+
+def _config_for(engine: Engine, campaign: str, importing: list[str], config: str | None, path: Path) -> str:
+    """The cell an nccl-tests log belongs to: ``config``, else the campaign's only cell."""
+    if config:
+        return config
+    existing = q.campaigns(engine, campaign)
+    cells = set(importing) | {c.key for c in q.cells(engine, existing[0].id or 0)} if existing else set(importing)
+    if len(cells) == 1:
+        return cells.pop()
+    raise UsageError(f"{path}: which configuration did this nccl-tests log measure? name its cell with --config "
+                     f"KEY (campaign {campaign!r} has {len(cells)} cells; `benchctl leaderboard --campaign "
+                     f"{campaign}` lists them)")

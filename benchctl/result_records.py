@@ -1,0 +1,148 @@
+"""Result records taken elsewhere: read, checked and priced for ``benchctl import``.
+
+A records file is JSON or YAML: a list of records (``leaderboard --format json`` emits one) or a
+single record. A record needs ``provider, gpu, count, market, hourly_usd, step_time_ms`` and a
+``target: {model, target_param_data_ratio, total_batch_size[, vocab_size]}`` or ``target_steps``.
+It may carry the leaderboard's evidence columns (interconnect, vcpus, numa, optimizer_ms,
+optimizer_share, comm_share, busbw_gbps, busbw_bytes, flags, env, model) and its cell key
+(``cell``). What the leaderboard derives (rank, train hours, costs, status, campaign) is accepted
+and recomputed: train_hours = step_time × target_steps / 3600, cost = train_hours × hourly_usd.
+Leaderboard rows without a result (no step time) are skipped. Problems raise SpecError with the
+file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from benchctl.cost import cost_to_train, steps_for
+from benchctl.errors import SpecError
+from benchctl.spec import Target
+from benchctl.yaml_source import format_path, line_of, load_yaml
+from store.imports import CellResult
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
+DERIVED = ("rank", "campaign", "train_hours", "cost_to_train_usd", "status", "spot_usd_per_hour",
+           "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd")
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = Field(pattern=_NAME)
+    gpu: str = Field(pattern=_NAME)
+    count: int = Field(ge=1)
+    market: Literal["spot", "on-demand"]
+    hourly_usd: float = Field(ge=0)
+    step_time_ms: float = Field(gt=0)
+    step_time_p10_ms: float | None = Field(default=None, gt=0)
+    step_time_p90_ms: float | None = Field(default=None, gt=0)
+    target: Target | None = None
+    target_steps: int | None = Field(default=None, ge=1)
+    model: str | None = None
+    cell: str | None = Field(default=None, min_length=1)
+    region: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    interconnect: str | None = None
+    vcpus: int | None = Field(default=None, ge=1)
+    numa: str | None = None
+    optimizer_ms: float | None = Field(default=None, ge=0)
+    optimizer_share: float | None = Field(default=None, ge=0, le=1)
+    comm_share: float | None = Field(default=None, ge=0, le=1)
+    busbw_gbps: float | None = Field(default=None, ge=0)
+    busbw_bytes: int | None = Field(default=None, ge=1)
+    flags: list[str] = Field(default_factory=list)
+    timed_steps: int | None = Field(default=None, ge=1)
+    # what the leaderboard derives: accepted, then recomputed
+    rank: int | None = None
+    campaign: str | None = None
+    train_hours: float | None = None
+    cost_to_train_usd: float | None = None
+    status: str | None = None
+    spot_usd_per_hour: float | None = None
+    on_demand_usd_per_hour: float | None = None
+    cost_spot_usd: float | None = None
+    cost_on_demand_usd: float | None = None
+
+    @model_validator(mode="after")
+    def _target(self) -> Record:
+        if self.target is None and self.target_steps is None:
+            raise ValueError("give target: {model, target_param_data_ratio, total_batch_size} or target_steps")
+        if self.target is not None:
+            steps = steps_for(self.target.model, self.target.target_param_data_ratio, self.target.total_batch_size,
+                              self.target.vocab_size)
+            if self.target_steps is not None and self.target_steps != steps:
+                raise ValueError(f"target_steps {self.target_steps} disagrees with target, which gives {steps}; "
+                                 "keep one of them")
+            self.target_steps = steps
+            if self.model is not None and self.model != self.target.model:
+                raise ValueError(f"model {self.model!r} disagrees with target.model {self.target.model!r}")
+            self.model = self.target.model
+        return self
+
+    def key(self) -> str:
+        """``cell`` when given, else ``provider:GPUxN:market[:region=…][:env=…]`` like a campaign's cells."""
+        if self.cell:
+            return self.cell
+        parts = [self.provider, f"{self.gpu}x{self.count}", self.market]
+        if self.region:
+            parts.append(f"region={self.region}")
+        if self.env:
+            parts.append("env=" + ",".join(f"{k}={v}" for k, v in sorted(self.env.items())))
+        return ":".join(_KEY_UNSAFE.sub("_", part) for part in parts)
+
+
+def read_records(path: Path) -> tuple[list[CellResult], int]:
+    """The file's records, priced, and how many result-less leaderboard rows were skipped."""
+    file = str(path)
+    data, lines = load_yaml(path.read_text(), file)
+    items = data if isinstance(data, list) else [data]
+    found: list[tuple[CellResult, int | None]] = []
+    skipped = 0
+    for index, raw in enumerate(items):
+        at: tuple[str | int, ...] = (index,) if isinstance(data, list) else ()
+        line = line_of(lines, at)
+        if not isinstance(raw, dict):
+            raise SpecError(file, line, format_path(at), "a record is a mapping with provider, gpu, count, market, "
+                            "hourly_usd, step_time_ms and target (see docs/leaderboard.md)")
+        if raw.get("step_time_ms") is None and raw.get("status") is not None:
+            skipped += 1  # a leaderboard row of a cell that has no result
+            continue
+        try:
+            record = Record.model_validate(raw)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            sub = (*at, *error["loc"])
+            raise SpecError(file, line_of(lines, sub), format_path(sub), str(error["msg"]).removeprefix(
+                "Value error, ")) from None
+        found.append((_priced(record), line))
+    keys = [item.key for item, _ in found]
+    for item, line in found:
+        if keys.count(item.key) > 1:
+            raise SpecError(file, line, "", f"two records for the cell {item.key!r}; keep one, or tell them apart "
+                            "with `cell`")
+    return [item for item, _ in found], skipped
+
+
+def _priced(record: Record) -> CellResult:
+    assert record.target_steps is not None
+    cost = cost_to_train(record.step_time_ms / 1000, record.target_steps, record.hourly_usd)
+    config = record.model_dump(mode="json", exclude_none=True, exclude=set(DERIVED))
+    result = {"step_time_ms": record.step_time_ms,
+              "step_time_p10_ms": record.step_time_p10_ms or record.step_time_ms,
+              "step_time_p90_ms": record.step_time_p90_ms or record.step_time_ms,
+              "timed_steps": record.timed_steps or 0, "hourly_usd": record.hourly_usd, "market": record.market,
+              "target_steps": cost.target_steps, "train_hours": cost.train_hours,
+              "cost_to_train_usd": cost.cost_usd, "model": record.model, "interconnect": record.interconnect,
+              "vcpus": record.vcpus, "numa": record.numa, "optimizer_ms": record.optimizer_ms,
+              "optimizer_share": record.optimizer_share, "comm_share": record.comm_share,
+              "busbw_gbps": record.busbw_gbps, "busbw_bytes": record.busbw_bytes,
+              "flags_json": json.dumps(sorted(record.flags))}
+    return CellResult(key=record.key(), provider=record.provider, gpu=record.gpu, count=record.count,
+                      market=record.market, config=config, result=result)
