@@ -81,8 +81,10 @@ def allreduce_busbw(engine: Engine, cell_id: int) -> tuple[float, int] | None:
 
 def largest_allreduce(rows: list[dict[str, Any]]) -> tuple[float, int] | None:
     """(busbw GB/s, bytes): the median all_reduce busbw at the largest size among ``rows``
-    (collectives samples; nccl-tests' out-of-place and in-place rows both count)."""
-    rows = [r for r in rows if r.get("op") == "all_reduce" and r.get("busbw_gbps") is not None]
+    (collectives samples; nccl-tests' out-of-place and in-place rows both count). None without
+    all_reduce rows, or when they ran on one rank: busbw is 0 there by definition, no measurement."""
+    rows = [r for r in rows if r.get("op") == "all_reduce" and r.get("busbw_gbps") is not None
+            and r.get("ranks") != 1]
     if not rows:
         return None
     size = max(int(r["bytes"]) for r in rows)

@@ -1,7 +1,9 @@
 """``benchctl import FILE...``: result records and nccl-tests logs join the store.
 
 Every file is read and checked before anything is written; then one transaction stores it all
-(``store.imports``). A ``.json``/``.yaml``/``.yml`` file holds result records
+(``store.imports``). Records go to ``--campaign`` when given, else to the campaign they name
+(``leaderboard --format json`` rows do: an export of several campaigns imports back into them),
+else to ``imported``. A ``.json``/``.yaml``/``.yml`` file holds result records
 (``benchctl.result_records``); any other file must be an nccl-tests log (``benchctl.nccl_log``),
 whose rows belong to the cell named by ``config`` (a cell of the import campaign, existing or
 imported in the same command; optional when the campaign has one cell).
@@ -9,7 +11,7 @@ imported in the same command; optional when the campaign has one cell).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -28,6 +30,7 @@ DEFAULT_CAMPAIGN = "imported"
 @dataclass(frozen=True)
 class ImportSummary:
     campaign: str
+    """The campaigns written, comma-separated."""
     results: int
     skipped: int
     collectives: int
@@ -37,32 +40,39 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
     results: list[CellResult] = []
     logs: list[tuple[Path, list[dict]]] = []
     skipped = 0
+    came_from: dict[tuple[str, str], Path] = {}
+    name = campaign or DEFAULT_CAMPAIGN
     for path in files:
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
         if path.suffix.lower() in RECORD_SUFFIXES:
             found, dropped = read_records(path)
+            if campaign:
+                found = [replace(item, campaign=None) for item in found]
+            for item in found:
+                where = (item.campaign or name, item.key)
+                if where in came_from:
+                    raise SpecError(str(path), None, "", f"the cell {item.key!r} of campaign {where[0]!r} is also "
+                                    f"in {came_from[where]}; import the files one at a time (--campaign each) or "
+                                    "tell the records apart with `cell`")
+                came_from[where] = path
             skipped += dropped
             results += found
         else:
             logs.append((path, _nccl_rows(path)))
-    name = campaign or DEFAULT_CAMPAIGN
-    keys = [r.key for r in results]
-    duplicated = sorted({k for k in keys if keys.count(k) > 1})
-    if duplicated:
-        raise UsageError(f"cell {duplicated[0]!r} is in more than one of the files; import them one at a time or "
-                         "tell the records apart with `cell`")
+    keys = [r.key for r in results if (r.campaign or name) == name]
     collectives = [CellCollectives(key=_config_for(engine, name, keys, config, path), source=str(path), rows=rows,
                                    busbw=largest_allreduce(rows)) for path, rows in logs]
     try:
         save_import(engine, name, [str(f) for f in files], results, collectives)
-    except NotAnImportCampaign:
-        raise UsageError(f"campaign {name!r} was run by benchctl; import into a campaign of its own "
+    except NotAnImportCampaign as exc:
+        raise UsageError(f"campaign {exc.args[0]!r} was run by benchctl; import into a campaign of its own "
                          "(--campaign NAME)") from None
     except UnknownCell as exc:
         raise UsageError(f"campaign {name!r} has no cell {exc.args[0]!r}: import its result record first (or in "
                          "the same command), or name an existing cell with --config") from None
-    return ImportSummary(name, len(results), skipped, len(collectives))
+    into = sorted({r.campaign or name for r in results} | ({name} if collectives else set())) or [name]
+    return ImportSummary(", ".join(into), len(results), skipped, len(collectives))
 
 
 def _nccl_rows(path: Path) -> list[dict]:

@@ -62,10 +62,13 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
                            (cell.c.market, filters.markets), (result.c.model, filters.models)):
         if wanted:
             query = query.where(column.in_(list(wanted)))
+    prices = (sa.select(cell.c.key, cell.c.market, result.c.hourly_usd)
+              .select_from(cell).join(result, result.c.cell_id == cell.c.id))
     with engine.connect() as conn:
         records = conn.execute(query).all()
+        listed = conn.execute(prices).all()
     rows = [_row(engine, record) for record in records]
-    _add_both_markets(rows)
+    _add_both_markets(rows, listed)
     rows.sort(key=lambda r: (r["cost_to_train_usd"] is None, r["cost_to_train_usd"] or 0.0, r["campaign"], r["cell"]))
     for rank, row in enumerate(rows, start=1):
         row["rank"] = rank if row["cost_to_train_usd"] is not None else None
@@ -101,15 +104,16 @@ def configuration_key(cell_key: str) -> str:
     return ":".join(parts[:2] + parts[3:])
 
 
-def _add_both_markets(rows: list[dict[str, Any]]) -> None:
-    listed: dict[tuple[str, str], list[float]] = defaultdict(list)
+def _add_both_markets(rows: list[dict[str, Any]], listed: Sequence[Any]) -> None:
+    """Both costs on ``rows`` from ``listed`` (cell key, market, $/hr of every result in the store:
+    a filter on market or campaign must not hide the other market's price)."""
+    by_market: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for key, market, hourly in listed:
+        if hourly is not None:
+            by_market[(configuration_key(key), market)].append(float(hourly))
+    prices = {where: median(values) for where, values in by_market.items()}
     for row in rows:
-        row["_config"] = configuration_key(row["cell"])
-        if row["hourly_usd"] is not None:
-            listed[(row["_config"], row["market"])].append(row["hourly_usd"])
-    prices = {where: median(values) for where, values in listed.items()}
-    for row in rows:
-        config = row.pop("_config")
+        config = configuration_key(row["cell"])
         spot, on_demand = prices.get((config, "spot")), prices.get((config, "on-demand"))
         if spot is None or on_demand is None:
             continue

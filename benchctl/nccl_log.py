@@ -2,9 +2,10 @@
 
 The rows have the keys the payload's ``collectives`` samples have (op, bytes, count, dtype,
 in_place, time_us, algbw_gbps, busbw_gbps, wrong, ranks): one per size for out-of-place and one
-for in-place. The collective comes from the ``Collective test starting: <op>_perf`` line, else
-from the file name; ranks from the ``#  Rank N`` lines. A line that looks like data but does not
-read raises ``NcclLogError`` with its line number.
+for in-place. The collective comes from the ``Collective test starting: <op>_perf`` line above
+the rows (a file may hold several runs, each starting with its ``# nThread`` line), else from the
+file name; ranks from the ``#  Rank N`` lines of the same run. A line that looks like data but does not read raises
+``NcclLogError`` with its line number.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather",
        "scatter", "hypercube")
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)_perf")
+_RUN = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(r"^#\s*Rank\s+\d+\s")
 _HEADER = re.compile(r"^#\s*size\s+count\s+type\b")
 _DATA = re.compile(r"^\s*\d+\s+\d+\s")
@@ -38,10 +40,7 @@ def _wrong(text: str, line: int) -> int | None:
     return None if text == "N/A" else int(_number(text, line))
 
 
-def _op(text: str, path: Path) -> str:
-    found = _STARTING.search(text)
-    if found:
-        return found.group(1)
+def _op_from_name(path: Path) -> str:
     for op in sorted(OPS, key=len, reverse=True):
         if op in path.name or op.replace("_", "") in path.name:
             return op
@@ -56,12 +55,23 @@ def looks_like_nccl_log(text: str) -> bool:
 def read_nccl_log(path: Path) -> list[dict[str, Any]]:
     """The log's rows; raises NcclLogError when it has none or a data line cannot be read."""
     text = path.read_text(errors="replace")
-    op = _op(text, path)
-    ranks = sum(1 for line in text.splitlines() if _RANK.match(line)) or None
+    op: str | None = None
+    ranks = 0
     rows: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), start=1):
+        if _RUN.match(line):
+            op, ranks = None, 0  # a new run of a test binary: its own collective and ranks
+            continue
+        if (starting := _STARTING.search(line)) is not None:
+            op = starting.group(1)
+            continue
+        if _RANK.match(line):
+            ranks += 1
+            continue
         if not _DATA.match(line):
             continue
+        if op is None:
+            op = _op_from_name(path)
         fields = line.split()
         if len(fields) != 13:
             raise NcclLogError(number, f"expected 13 columns (size count type redop root, then time algbw busbw "
@@ -70,7 +80,8 @@ def read_nccl_log(path: Path) -> list[dict[str, Any]]:
         for in_place, (time_us, algbw, busbw, wrong) in ((False, fields[5:9]), (True, fields[9:13])):
             rows.append({"op": op, "bytes": size, "count": count, "dtype": dtype, "in_place": in_place,
                          "time_us": _number(time_us, number), "algbw_gbps": _number(algbw, number),
-                         "busbw_gbps": _number(busbw, number), "wrong": _wrong(wrong, number), "ranks": ranks})
+                         "busbw_gbps": _number(busbw, number), "wrong": _wrong(wrong, number),
+                         "ranks": ranks or None})
     if not rows:
         raise NcclLogError(None, "no result lines (size count type ... busbw) found: is this an nccl-tests log?")
     return rows

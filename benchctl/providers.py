@@ -87,15 +87,27 @@ class Providers:
 
     def check_cells(self, cells: Iterable[CellSpec], image: str | None = None) -> None:
         """Raise before anything is written when a provider refuses a cell's shape (checked offline,
-        e.g. SkyPilot's schema): one line per such cell. Call after ``check``."""
+        e.g. SkyPilot's schema: one line per such cell), or, once every shape passed, when its
+        credentials cannot serve the cells (one line per provider, e.g. a cloud SkyPilot has not
+        enabled). Call after ``check``."""
         problems = []
+        by_provider: dict[str, list[OfferRequest]] = {}
         for cell in cells:
+            request = offer_request(cell, cell.key, image=image)
             try:
-                self.get(cell.provider).validate(offer_request(cell, cell.key, image=image))
+                self.get(cell.provider).validate(request)
+            except ProviderError as exc:
+                problems.append(str(exc))
+            by_provider.setdefault(cell.provider, []).append(request)
+        if problems:
+            raise UsageError("\n".join(problems))
+        for name, requests in sorted(by_provider.items()):
+            try:
+                self.get(name).check_access(requests)
             except ProviderError as exc:
                 problems.append(str(exc))
         if problems:
-            raise UsageError("\n".join(problems))
+            raise ProviderUnavailable("\n".join(problems))
 
 
 def _runpod(home: Path, settings: ProvidersSpec) -> Provider:

@@ -19,7 +19,7 @@ from benchctl.leaderboard import leaderboard_rows
 from benchctl.results import timed_profile_events
 from benchctl.step_split import StepSplit, step_split
 from store import queries as q
-from store.models import Attempt
+from store.models import Attempt, Result
 
 PUBLISHED_STEP_MS = {("nanochat-d26", 524_288): (702.0, "published 8×H100 SXM, one NUMA node: 702 ms")}
 """Measured step times from REFERENCE.md, by (model, tokens per step)."""
@@ -95,12 +95,16 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
                               step_times_ms=[float(data["step_time_s"]) * 1000 for data in timed],
                               step_summary_ms=(result.step_time_p10_ms, result.step_time_ms,
                                                result.step_time_p90_ms) if result else None,
-                              split=step_split(timed), busbw=busbw_series(engine, cell_id),
+                              split=step_split(timed) or _recorded_split(result),
+                              busbw=busbw_series(engine, cell_id),
                               cost_usd=result.cost_to_train_usd if result else None,
                               hourly_usd=result.hourly_usd if result else None,
                               preflight=preflight_runs(engine, cell_id)))
-    if model == "?":  # an imported campaign: its results say what they were priced for
+    if model == "?":  # an imported campaign: its records say what they were priced for
         model = next((str(r.model) for r in results.values() if r.model), "?")
+        targets = [json.loads(c.config_json or "{}").get("target") or {} for c in q.cells(engine, camp.id)]
+        tokens_per_step = next((int(t["total_batch_size"]) for t in targets
+                                if t.get("model") == model and t.get("total_batch_size")), 0)
     attempts = q.campaign_attempts(engine, camp.id)
     curve = spend_curve(attempts, now)
     return CampaignData(name=camp.name, budget_usd=camp.budget_usd, spent_usd=curve[-1][1] if curve else 0.0,
@@ -108,6 +112,22 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
                         spend_curve=curve, spend_by_provider=spend_by_provider(attempts, now),
                         leaderboard=leaderboard_rows(engine, camp.name),
                         reference=PUBLISHED_STEP_MS.get((model, tokens_per_step)), now=now)
+
+
+def _recorded_split(result: Result | None) -> StepSplit | None:
+    """The split an imported record states (optimizer time or share, communication share), where
+    there are no timed samples to compute it from."""
+    if result is None or result.step_time_ms is None:
+        return None
+    step_s = result.step_time_ms / 1000
+    if result.optimizer_ms is not None:
+        optimizer_s = result.optimizer_ms / 1000
+    elif result.optimizer_share is not None:
+        optimizer_s = result.optimizer_share * step_s
+    else:
+        return None
+    comm_s = (result.comm_share or 0.0) * step_s
+    return StepSplit(step_s=step_s, fwd_bwd_s=max(0.0, step_s - optimizer_s), optimizer_s=optimizer_s, comm_s=comm_s)
 
 
 def busbw_series(engine: Engine, cell_id: int) -> dict[str, list[tuple[int, float]]]:

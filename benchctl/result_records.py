@@ -5,8 +5,9 @@ single record. A record needs ``provider, gpu, count, market, hourly_usd, step_t
 ``target: {model, target_param_data_ratio, total_batch_size[, vocab_size]}`` or ``target_steps``.
 It may carry the leaderboard's evidence columns (interconnect, vcpus, numa, optimizer_ms,
 optimizer_share, comm_share, busbw_gbps, busbw_bytes, flags, env, model) and its cell key
-(``cell``). What the leaderboard derives (rank, train hours, costs, status, campaign) is accepted
-and recomputed: train_hours = step_time × target_steps / 3600, cost = train_hours × hourly_usd.
+(``cell``) and campaign (``campaign``: where the record goes unless ``import --campaign`` says).
+What the leaderboard derives (rank, train hours, costs, status) is accepted and recomputed:
+train_hours = step_time × target_steps / 3600, cost = train_hours × hourly_usd.
 Leaderboard rows without a result (no step time) are skipped. Problems raise SpecError with the
 file and line.
 """
@@ -101,7 +102,12 @@ class Record(BaseModel):
 def read_records(path: Path) -> tuple[list[CellResult], int]:
     """The file's records, priced, and how many result-less leaderboard rows were skipped."""
     file = str(path)
-    data, lines = load_yaml(path.read_text(), file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(file, None, "", f"not UTF-8 text (byte {exc.start}); a records file is JSON or YAML") from None
+    data, lines = load_yaml(text, file, needs="a records file holds a list of result records (see "
+                            "docs/leaderboard.md)")
     items = data if isinstance(data, list) else [data]
     found: list[tuple[CellResult, int | None]] = []
     skipped = 0
@@ -122,9 +128,9 @@ def read_records(path: Path) -> tuple[list[CellResult], int]:
             raise SpecError(file, line_of(lines, sub), format_path(sub), str(error["msg"]).removeprefix(
                 "Value error, ")) from None
         found.append((_priced(record), line))
-    keys = [item.key for item, _ in found]
+    keys = [(item.campaign, item.key) for item, _ in found]
     for item, line in found:
-        if keys.count(item.key) > 1:
+        if keys.count((item.campaign, item.key)) > 1:
             raise SpecError(file, line, "", f"two records for the cell {item.key!r}; keep one, or tell them apart "
                             "with `cell`")
     return [item for item, _ in found], skipped
@@ -145,4 +151,4 @@ def _priced(record: Record) -> CellResult:
               "busbw_gbps": record.busbw_gbps, "busbw_bytes": record.busbw_bytes,
               "flags_json": json.dumps(sorted(record.flags))}
     return CellResult(key=record.key(), provider=record.provider, gpu=record.gpu, count=record.count,
-                      market=record.market, config=config, result=result)
+                      market=record.market, config=config, result=result, campaign=record.campaign)

@@ -63,7 +63,8 @@ def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result |
     target = spec.target
     cost = cost_to_train(median(times), steps_for(target.model, target.target_param_data_ratio,
                                                   target.total_batch_size, target.vocab_size), hourly)
-    split = step_split(json.loads(e.data_json) for e in q.events(engine, cell_id, kind="sample", phase="profile"))
+    # the same timed steps as the step time (one per timed index, as the report draws them)
+    split = step_split(data for _, data in timed_profile_events(engine, cell_id))
     facts = node_facts(engine, cell_id)
     busbw = allreduce_busbw(engine, cell_id)
     return Result(cell_id=cell_id, step_time_ms=cost.step_time_s * 1000, step_time_p10_ms=percentile(times, 10) * 1000,

@@ -210,13 +210,14 @@ class SkyPilotSpec(_Strict):
 class AWSSpec(_Strict):
     region: str = Field(default="us-east-1", min_length=1, description="for cells that name no region")
     ami: str | None = Field(default=None, description="an image id; default: the newest AMI matching ami_name")
-    ami_name: str = Field(default="Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *", min_length=1)
+    ami_name: str = Field(default="Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu *) *", min_length=1)
     ami_owner: str = Field(default="amazon", min_length=1)
     ssh_user: str = Field(default="ubuntu", min_length=1)
     ssh_port: int = Field(default=22, ge=1, le=65535)
     ssh_cidr: str | None = Field(default=None, description="who may SSH in; default: this machine's public IP")
     disk_gb: int = Field(default=200, ge=8)
-    python: str = Field(default="python3", description="the instance's interpreter with PyTorch")
+    python: str = Field(default="/opt/pytorch/bin/python", description="the instance's interpreter with PyTorch "
+                        "(the Deep Learning AMI's; the campaign's `image` does not apply to aws)")
     workdir: str = Field(default="benchctl", min_length=1)
 
     @field_validator("ssh_cidr")

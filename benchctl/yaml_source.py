@@ -16,21 +16,33 @@ from benchctl.errors import SpecError
 Path_ = tuple[str | int, ...]
 
 
-def load_yaml(text: str, file: str) -> tuple[Any, dict[Path_, int]]:
-    loader = yaml.SafeLoader(text)
+CAMPAIGN_NEEDS = "a campaign needs name, budget_usd, target, matrix (see docs/campaign-reference.md)"
+
+
+def load_yaml(text: str, file: str, needs: str = CAMPAIGN_NEEDS) -> tuple[Any, dict[Path_, int]]:
+    """``needs`` completes the error for an empty file: what the file should hold."""
+    try:
+        loader = yaml.SafeLoader(text)  # its reader refuses characters YAML does not allow, at once
+    except yaml.YAMLError as exc:
+        raise _unreadable(file, exc) from None
     try:
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         raise SpecError(file, line, "", f"YAML syntax error: {exc.problem or exc}; fix the YAML") from None
+    except yaml.YAMLError as exc:
+        raise _unreadable(file, exc) from None
     finally:
         loader.dispose()
     if root is None:
-        raise SpecError(file, None, "", "the file is empty; a campaign needs name, budget_usd, target, matrix "
-                        "(see docs/campaign-reference.md)")
+        raise SpecError(file, None, "", f"the file is empty; {needs}")
     lines: dict[Path_, int] = {}
     return _build(loader, root, (), lines, file), lines
+
+
+def _unreadable(file: str, exc: yaml.YAMLError) -> SpecError:
+    return SpecError(file, None, "", f"not readable as YAML ({' '.join(str(exc).split())}); fix the file")
 
 
 def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, file: str) -> Any:

@@ -53,13 +53,13 @@ UNKNOWN_GRACE_S = 120.0
 class AWSSettings:
     region: str = "us-east-1"
     ami: str | None = None
-    ami_name: str = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *"
+    ami_name: str = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu *) *"
     ami_owner: str = "amazon"
     ssh_user: str = "ubuntu"
     ssh_port: int = 22
     ssh_cidr: str | None = None
     disk_gb: int = 200
-    python: str = "python3"
+    python: str = "/opt/pytorch/bin/python"  # where the Deep Learning AMI keeps PyTorch
     workdir: str = "benchctl"
     security_group: str = "benchctl-ssh"
     read_timeout_s: float = 30.0
@@ -96,6 +96,19 @@ class AWSProvider(Provider):
         return {zone: price for zone, (_, price) in latest.items()}
 
     # -- Provider ---------------------------------------------------------------------------------
+    def validate(self, request: OfferRequest) -> None:
+        """Offline: the instance type is in the table and the region is one botocore knows."""
+        try:
+            resolve(request.instance_type, request.gpu or None, request.count)
+        except UnknownInstance as exc:
+            raise ProviderError(f"{request.label}: {exc}") from None
+        region = request.region or self.settings.region
+        known = {r for partition in self.session.get_available_partitions()
+                 for r in self.session.get_available_regions("ec2", partition_name=partition)}
+        if known and region not in known:
+            raise ProviderError(f"{request.label}: aws has no region {region!r} (e.g. us-east-1, us-west-2, "
+                                "eu-west-1); fix `region`")
+
     def offers(self, request: OfferRequest) -> list[Offer]:
         try:
             kind = resolve(request.instance_type, request.gpu or None, request.count)

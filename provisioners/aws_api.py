@@ -48,37 +48,43 @@ class EC2:
 
     def __init__(self, boto_session: Any, region: str, read_timeout_s: float = 30.0, attempts: int = 5) -> None:
         from botocore.config import Config
+        from botocore.exceptions import BotoCoreError
 
         self.region = region
         config = Config(retries={"mode": "standard", "max_attempts": attempts}, connect_timeout=10,
                         read_timeout=read_timeout_s)
-        self.client = boto_session.client("ec2", region_name=region, config=config)
+        try:
+            self.client = boto_session.client("ec2", region_name=region, config=config)
+        except (BotoCoreError, ValueError) as exc:  # e.g. InvalidRegionError for "us_east_1"
+            raise AWSError(f"aws: cannot make an EC2 client for region {region!r}: {exc}; fix `region`") from exc
 
     def call(self, what: str, method: str, **kwargs: Any) -> dict[str, Any]:
         """``client.<method>(**kwargs)``; ``what`` says what for, in the error."""
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
-
         try:
             return dict(getattr(self.client, method)(**kwargs))
-        except ClientError as exc:
-            raise _client_error(what, self.region, exc) from exc
-        except (NoCredentialsError, PartialCredentialsError) as exc:
-            raise AWSError(f"aws: no usable credentials while trying to {what}: {CREDENTIALS_HELP}") from exc
-        except BotoCoreError as exc:
-            raise AWSError(f"aws API unavailable in {self.region} while trying to {what} (retried): "
-                           f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            raise _translated(what, self.region, exc) from exc
 
     def pages(self, what: str, method: str, **kwargs: Any) -> list[dict[str, Any]]:
         """Every page of a paginated call."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
             return [dict(page) for page in self.client.get_paginator(method).paginate(**kwargs)]
-        except ClientError as exc:
-            raise _client_error(what, self.region, exc) from exc
-        except BotoCoreError as exc:
-            raise AWSError(f"aws API unavailable in {self.region} while trying to {what} (retried): "
-                           f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            raise _translated(what, self.region, exc) from exc
+
+
+def _translated(what: str, region: str, exc: Exception) -> Exception:
+    """The AWSError for a failed call (``exc`` itself when it is not botocore's)."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
+
+    if isinstance(exc, ClientError):
+        return _client_error(what, region, exc)
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return AWSError(f"aws: no usable credentials while trying to {what}: {CREDENTIALS_HELP}")
+    if isinstance(exc, BotoCoreError):
+        return AWSError(f"aws API unavailable in {region} while trying to {what} (retried): "
+                        f"{type(exc).__name__}: {exc}")
+    return exc
 
 
 def _client_error(what: str, region: str, exc: Any) -> AWSError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -156,6 +157,12 @@ class Provider(ABC):
     def validate(self, request: OfferRequest) -> None:
         """Raise ProviderError (naming ``request.label``) when the provider refuses the request's shape,
         checked offline before anything is written or rented. Default: every shape is accepted."""
+        return None
+
+    def check_access(self, requests: Sequence[OfferRequest]) -> None:
+        """Raise ProviderError (one line, naming what to set up) when the credentials at hand cannot
+        serve these requests, e.g. a cloud SkyPilot has not enabled. Called before anything is
+        written or rented; may ask the provider's API. Default: the constructor's checks suffice."""
         return None
 
     def all_busy(self, request: OfferRequest) -> bool:

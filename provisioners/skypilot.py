@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -105,6 +105,17 @@ class SkyPilotProvider(Provider):
             raise ProviderError(f"{request.label}: skypilot cells need `cloud` (e.g. cloud: lambda)")
         validate(task_config(request, "benchctl", self.settings.disk_size), request.label)
 
+    def check_access(self, requests: Sequence[OfferRequest]) -> None:
+        wanted = sorted({str(r.extra.get("cloud", "")).lower() for r in requests} - {""})
+        if not wanted:
+            return
+        enabled = set(self._call("read the enabled clouds", self.client.enabled_clouds))
+        missing = [cloud for cloud in wanted if cloud not in enabled]
+        if missing:
+            raise ProviderError(f"skypilot: no credentials for {', '.join(missing)} (enabled: "
+                                f"{', '.join(sorted(enabled)) or 'none'}): set them up and run "
+                                f"`sky check {' '.join(missing)}`")
+
     def offers(self, request: OfferRequest) -> list[Offer]:
         self.validate(request)
         cloud = str(request.extra["cloud"])
@@ -138,11 +149,17 @@ class SkyPilotProvider(Provider):
         return found[0].status if found else None
 
     def status(self, node: Node) -> NodeState:
+        """The node's state; ProviderError with SkyPilot's reason when its launch failed without a cluster."""
         request_id = node.details.get("request_id")
         request = self._call("read the launch request", self.client.request_status, request_id) if request_id \
             else None
-        return cluster_state(request, self._cluster(node.node_id), bool(node.details.get("use_spot")),
-                             node.node_id in self._downed)
+        cluster = self._cluster(node.node_id)
+        downed = node.node_id in self._downed
+        if request == "FAILED" and cluster is None and not downed:
+            why = self._call("read why the launch failed", self.client.launch_error, request_id)
+            raise ProviderError(f"skypilot could not launch {node.node_id}: {why or 'SkyPilot gives no reason'} "
+                                f"(`sky api logs {request_id}` has the whole log)")
+        return cluster_state(request, cluster, bool(node.details.get("use_spot")), downed)
 
     def transport(self, node: Node) -> SSHTransport:
         config = self.root / "ssh_config" / node.node_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,12 @@ class SkyClient(Protocol):
 
     def ssh_config(self, cluster_name: str) -> Path:
         """The ssh config file that defines ``cluster_name`` as a host alias."""
+
+    def enabled_clouds(self) -> list[str]:
+        """The clouds SkyPilot has credentials for (``sky check``), lower-case names."""
+
+    def launch_error(self, request_id: str) -> str:
+        """Why a FAILED launch request failed, as SkyPilot says it ("" when it does not say)."""
 
 
 class SkySDK:
@@ -106,6 +112,18 @@ class SkySDK:
         hourly = (provider.instance_type_to_hourly_cost(instance_type, use_spot, region, None)
                   + provider.accelerators_to_hourly_cost(accs, use_spot, region, None))
         return CatalogPrice(instance_type, float(hourly))
+
+    def enabled_clouds(self) -> list[str]:
+        from sky.client import sdk
+
+        return [str(cloud).lower() for cloud in self.sky.get(sdk.enabled_clouds())]
+
+    def launch_error(self, request_id: str) -> str:
+        try:
+            self.sky.get(cast(Any, request_id))  # a failed request raises the exception it failed with
+        except Exception as exc:  # SkyPilot's reason, whatever its type, is the message
+            return f"{type(exc).__name__}: {exc}"
+        return ""
 
     def ssh_config(self, cluster_name: str) -> Path:
         from sky.skylet import constants

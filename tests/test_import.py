@@ -88,6 +88,22 @@ def test_export_then_import_round_trips(home: Path, tmp_path: Path, write_campai
     assert refused.returncode == 2 and "holds imported results" in refused.stderr
 
 
+def test_an_export_of_several_campaigns_imports_back_into_them(home: Path, tmp_path: Path) -> None:
+    assert imported(home, tmp_path, PUBLISHED, "--campaign", "a").returncode == 0
+    assert imported(home, tmp_path, PUBLISHED.replace("23.92", "30.0"), "--campaign", "b").returncode == 0
+    exported = leaderboard(home)
+    assert len(exported) == 6, "the same three cells in two campaigns"
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(exported))
+    elsewhere = tmp_path / "elsewhere"
+    result = run_cli("import", str(export), home=elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert "into campaign a, b" in result.stdout
+    assert leaderboard(elsewhere) == exported, "every row back in its own campaign, ranked the same"
+    merged = run_cli("import", str(export), "--campaign", "one", home=elsewhere)
+    assert merged.returncode == 2 and "of campaign 'one' is also in" in merged.stderr, merged.stderr
+
+
 def test_nccl_tests_log_gives_a_configuration_its_busbw(home: Path, tmp_path: Path) -> None:
     assert imported(home, tmp_path, PUBLISHED, "--campaign", "published").returncode == 0
     ambiguous = run_cli("import", str(NCCL_LOG), "--campaign", "published", home=home)
@@ -98,7 +114,11 @@ def test_nccl_tests_log_gives_a_configuration_its_busbw(home: Path, tmp_path: Pa
     row = next(r for r in leaderboard(home) if r["cell"] == "lambda:H100_SXMx8:on-demand")
     assert row["busbw_bytes"] == 8_589_934_592
     assert row["busbw_gbps"] == pytest.approx((481.25 + 476.49) / 2)
-    assert "481" in run_cli("leaderboard", home=home).stdout or "478.9" in run_cli("leaderboard", home=home).stdout
+    assert "478.9" in run_cli("leaderboard", home=home).stdout, "the median of out-of-place and in-place, 1 decimal"
+    again = imported(home, tmp_path, PUBLISHED.replace("23.92", "24.5"), "--campaign", "published")
+    assert again.returncode == 0, again.stderr
+    row = next(r for r in leaderboard(home) if r["cell"] == "lambda:H100_SXMx8:on-demand")
+    assert (row["hourly_usd"], row["busbw_bytes"]) == (24.5, 8_589_934_592), "a new record keeps the log's busbw"
 
 
 def test_both_markets_and_filters(home: Path, tmp_path: Path) -> None:
@@ -116,7 +136,12 @@ def test_both_markets_and_filters(home: Path, tmp_path: Path) -> None:
         assert row["cost_on_demand_usd"] == pytest.approx(row["train_hours"] * 23.92)
     assert rows["runpod:H100_NVLx8:on-demand"]["cost_spot_usd"] is None, "no spot price known for NVL"
     assert {r["provider"] for r in leaderboard(home, "--provider", "runpod")} == {"runpod"}
-    assert {r["market"] for r in leaderboard(home, "--market", "spot")} == {"spot"}
+    spot_only = {r["cell"]: r for r in leaderboard(home, "--market", "spot")}
+    assert {r["market"] for r in spot_only.values()} == {"spot"}
+    filtered = spot_only["lambda:H100_SXMx8:spot"]
+    assert (filtered["spot_usd_per_hour"], filtered["on_demand_usd_per_hour"]) == (12.0, 23.92), \
+        "a market filter does not hide the other market's price"
+    assert filtered["cost_on_demand_usd"] == pytest.approx(spot["cost_on_demand_usd"])
     assert len(leaderboard(home, "--model", "nanochat-d26")) == 4, "the target_steps-only record has no model"
     (nvl,) = leaderboard(home, "--provider", "runpod", "--market", "on-demand")
     assert nvl["cell"] == "runpod:H100_NVLx8:on-demand"
@@ -168,7 +193,8 @@ def test_bad_nccl_logs_import_nothing(home: Path, tmp_path: Path) -> None:
 
 
 def test_report_of_imported_results_draws_their_step_times(home: Path, tmp_path: Path) -> None:
-    assert imported(home, tmp_path, PUBLISHED, "--campaign", "published").returncode == 0
+    stated = PUBLISHED.replace("step_time_ms: 702,", "step_time_ms: 702, optimizer_share: 0.25, comm_share: 0.1,")
+    assert imported(home, tmp_path, stated, "--campaign", "published").returncode == 0
     result = run_cli("report", "published", "--out", str(tmp_path / "report"), home=home)
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "report" / "index.html").read_text()
@@ -177,4 +203,57 @@ def test_report_of_imported_results_draws_their_step_times(home: Path, tmp_path:
     assert "no timed profile steps yet" not in figure
     for label in ("702.0 ms", "1,295.0 ms", "980.0 ms"):
         assert label in figure, label
+    assert "published 8×H100 SXM, one NUMA node: 702 ms" in figure, "the record's target gives the reference"
+    split = page[page.index('id="c0-split"'):]
+    split = split[:split.index("</svg>")]
+    assert "optimizer 25%, of which comm 10%" in split and split.count("no phase timings") == 2
     assert "nanochat-d26" in page
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"\xff\xfe- {provider: x}\n", "not UTF-8 text (byte 0)"),
+    (b"", "the file is empty; a records file holds a list of result records"),
+    (b"- {provider: x\x07}\n", "not readable as YAML"),
+])
+def test_unreadable_records_files_are_spec_errors(tmp_path: Path, content: bytes, words: str) -> None:
+    from benchctl.errors import SpecError
+    from benchctl.result_records import read_records
+
+    path = tmp_path / "rows.yaml"
+    path.write_bytes(content)
+    with pytest.raises(SpecError) as caught:
+        read_records(path)
+    assert str(path) in str(caught.value) and words in str(caught.value), caught.value
+
+
+def test_one_cell_in_two_files_names_both_and_imports_nothing(tmp_path: Path) -> None:
+    from benchctl.errors import SpecError
+    from benchctl.importer import import_files
+    from store.database import open_store
+
+    engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(PUBLISHED)
+    second.write_text(PUBLISHED.splitlines()[0] + "\n" + "\n".join(PUBLISHED.splitlines()[3:5]) + "\n")
+    with pytest.raises(SpecError) as caught:
+        import_files(engine, [first, second], "c", None)
+    assert str(caught.value).startswith(f"{second}: the cell 'runpod:H100_SXMx8:spot' of campaign 'c' is also in {first}")
+    from store import queries as q
+
+    assert q.campaigns(engine) == [], "nothing half-imported"
+
+
+def test_a_log_of_several_nccl_tests_labels_each_run(tmp_path: Path) -> None:
+    from benchctl.nccl_log import read_nccl_log
+
+    text = NCCL_LOG.read_text()
+    two_ranks = [line for line in text.splitlines() if not line.startswith("#  Rank  ")][:3]
+    second = text.replace("all_reduce_perf", "all_gather_perf").splitlines()
+    second = second[:3] + ["#  Rank  0 Group  0 Pid  1 on b device  0 [0x00] NVIDIA H100",
+                           "#  Rank  1 Group  0 Pid  2 on b device  1 [0x01] NVIDIA H100"] + second[11:]
+    path = tmp_path / "sweep.log"
+    path.write_text(text + "\n".join(second) + "\n")
+    rows = read_nccl_log(path)
+    assert {(r["op"], r["ranks"]) for r in rows} == {("all_reduce", 8), ("all_gather", 2)}
+    assert len(rows) == 2 * 2 * 14, "14 sizes, out-of-place and in-place, in each run"
+    assert two_ranks[0].startswith("# nThread")

@@ -59,6 +59,18 @@ def test_a_cell_without_offer_is_a_warning(home: Path, tmp_path: Path, fakes) ->
     assert "worst case $" in result.stdout
 
 
+def test_a_region_aws_does_not_have_stops_plan_naming_the_cell(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
+    _, _, env = fakes
+    path = tmp_path / "p.yaml"
+    path.write_text((REPO / "campaigns" / "h100-matrix.yaml").read_text().replace(
+        "instance_type: p5.48xlarge, region: us-east-1", "instance_type: p5.48xlarge, region: us_east_1"))
+    result = run_cli("plan", str(path), home=home, env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == ("error: aws:p5.48xlarge:spot:region=us_east_1: aws has no region 'us_east_1' "
+                                     "(e.g. us-east-1, us-west-2, eu-west-1); fix `region`")
+    assert not (home / "benchctl.db").exists()
+
+
 def test_missing_credentials_are_one_line_per_provider(home: Path, tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"), "RUNPOD_API_KEY": "",
            "VAST_API_KEY": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
@@ -131,6 +143,18 @@ def test_resources_skypilot_refuses_stop_plan_naming_the_cell(home: Path, tmp_pa
     err = capsys.readouterr().err
     assert err.startswith("error: skypilot:H100_SXMx8:spot:cloud=gpc: SkyPilot refuses the cell's resources: ")
     assert "gpc" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (home / "benchctl.db").exists()
+
+
+def test_a_cloud_skypilot_has_no_credentials_for_stops_plan(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    sky_standin.enabled = ["lambda"]
+    path = tmp_path / "sky.yaml"
+    path.write_text(SKY_CAMPAIGN)
+    assert _plan_in_process(str(path)) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("error: skypilot: no credentials for gcp (enabled: lambda): set them up and run "
+                           "`sky check gcp`")
     assert not (home / "benchctl.db").exists()
 
 

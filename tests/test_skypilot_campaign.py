@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from store import queries as q
+from tests.cloud_checks import measuring
 from tests.fakes.skypilot_standin import SkyPilotStandIn
 from tests.fakes.sshd import running_sshd
 from tests.local_campaign import home_store, wait_for
@@ -56,13 +57,6 @@ def sky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SkyPilotSta
         assert standin.inventory() == [], "a cluster was left up"
 
 
-def _measuring(work: Path, key: str) -> bool:
-    """Attempt 1 of ``key`` has a timed profile sample on its node and has not finished."""
-    events = work / "benchctl" / "skyrun" / key / "1" / "events.jsonl"
-    text = events.read_text() if events.exists() else ""
-    return '"warmup": false' in text and '"kind": "done"' not in text
-
-
 def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path, tmp_path: Path,
                                                                       sky: SkyPilotStandIn) -> None:
     from benchctl.cli.main import main
@@ -74,7 +68,7 @@ def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path
 
     def reclaim() -> None:
         try:
-            wait_for(lambda: _measuring(tmp_path / "work", SPOT), timeout=180)
+            wait_for(lambda: measuring(tmp_path / "work", "skyrun", SPOT), timeout=180)
             (cluster,) = [e["cluster"] for e in sky.launched if e["use_spot"]]
             sky.preempt(cluster)
             preempted.append(cluster)

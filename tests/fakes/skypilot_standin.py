@@ -50,6 +50,10 @@ class SkyPilotStandIn:
     launched: list[dict[str, Any]] = field(default_factory=list)
     """Every launch: cluster name, the task's resources and the autodown minutes."""
     requests: dict[str, str] = field(default_factory=dict)
+    enabled: list[str] = field(default_factory=lambda: ["aws", "gcp", "lambda"])
+    """What ``sky check`` enabled."""
+    errors: dict[str, str] = field(default_factory=dict)
+    """Why each failed launch request failed."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -114,6 +118,15 @@ class SkyPilotStandIn:
         found = self.prices.get((cloud, instance_type or accelerators or "", use_spot))
         return CatalogPrice(*found) if found else None
 
+    def enabled_clouds(self) -> list[str]:
+        self._fault()
+        return list(self.enabled)
+
+    def launch_error(self, request_id: str) -> str:
+        self._fault()
+        with self.lock:
+            return self.errors.get(request_id, "")
+
     def ssh_config(self, cluster_name: str) -> Path:
         (self.root / "ssh").mkdir(exist_ok=True)
         return self.root / "ssh" / cluster_name
@@ -129,6 +142,8 @@ class SkyPilotStandIn:
         if cluster is not None:
             if self.requests[cluster.request_id] == "RUNNING":
                 self.requests[cluster.request_id] = "FAILED"  # the launch did not see the cluster up
+                self.errors[cluster.request_id] = (f"ResourcesUnavailableError: {cluster_name} was reclaimed "
+                                                   "while it was being provisioned")
             kill_container(self.workdir, cluster_name.rsplit("--", 1)[1])
         self.ssh_config(cluster_name).unlink(missing_ok=True)
 

@@ -38,10 +38,11 @@ def aws(tmp_path: Path) -> Iterator[AWS]:
     with running_fake_aws(fake):
         provider = AWSProvider(tmp_path / "aws", AWSSettings(ssh_cidr=CIDR, ssh_port=2222, disk_gb=120))
         yield AWS(fake, provider, tmp_path / "aws")
-        if fake.live():  # what a test launched and left: the provider must find and end it (a scan of every region)
+        left = fake.live()
+        if left:  # what a test launched and left: end it (the provider must find it, in any region), then fail
             for node in provider.owned("camp-a") + provider.owned("camp-b"):
                 provider.terminate(node)
-        assert fake.live() == [], "an instance was left running in moto"
+        assert left == [] and fake.live() == [], "an instance was left running in moto"
 
 
 def _spot(aws: AWS, itype: str = "c5.large") -> OfferRequest:
@@ -199,10 +200,32 @@ def test_api_errors_say_what_to_do(code: str, wording: str) -> None:
     assert wording in str(error) and error.code == code
 
 
+@pytest.mark.parametrize(("request_kw", "problem"), [
+    ({"region": "us_east_1"}, "cellA: aws has no region 'us_east_1' (e.g. us-east-1, us-west-2, eu-west-1); "
+                              "fix `region`"),
+    ({"region": "us-east-9"}, "cellA: aws has no region 'us-east-9'"),
+    ({"instance_type": "p9.48xlarge"}, "cellA: "),
+])
+def test_cells_aws_cannot_serve_are_refused_offline(aws: AWS, request_kw: dict[str, str], problem: str) -> None:
+    request = OfferRequest(**{"gpu": "", "count": 1, "market": "spot", "instance_type": "p5.48xlarge",
+                              "label": "cellA", **request_kw})  # type: ignore[arg-type]
+    with pytest.raises(ProviderError) as caught:
+        aws.provider.validate(request)
+    assert str(caught.value).startswith(problem), caught.value
+    aws.provider.validate(OfferRequest(gpu="", count=1, market="spot", instance_type="p5.48xlarge",
+                                       region="eu-west-1", label="ok"))
+
+
+def test_a_malformed_region_is_a_provider_error_not_a_crash(aws: AWS) -> None:
+    with pytest.raises(ProviderError, match=r"cannot make an EC2 client for region 'us_east_1'.*fix `region`"):
+        aws.provider.ec2("us_east_1")
+
+
 def test_the_transport_is_ssh_to_the_public_ip_as_the_configured_user(aws: AWS) -> None:
     node = aws.provider.launch(aws.provider.offers(_spot(aws))[0], "bc-ssh", "camp-a")
     endpoint = aws.provider.transport(node).endpoint
     assert (endpoint.host, endpoint.port, endpoint.user, endpoint.workdir) == ("127.0.0.1", 2222, "ubuntu", "benchctl")
+    assert endpoint.python == "/opt/pytorch/bin/python", "the Deep Learning AMI keeps PyTorch there"
     assert endpoint.key == str(aws.root / "keys" / "camp-a")
     assert aws.provider.idle_shutdown_command(node) == "sudo shutdown -h now"
 

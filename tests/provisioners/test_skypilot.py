@@ -166,13 +166,29 @@ def test_an_unreachable_api_server_is_reported_plainly(standin: SkyPilotStandIn,
     assert standin.faults == []
 
 
-def test_a_cluster_gone_before_the_launch_finished_is_terminated(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+def test_a_failed_launch_is_reported_with_skypilots_reason(standin: SkyPilotStandIn, tmp_path: Path) -> None:
     provider = _provider(tmp_path, standin)
     (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
     node = provider.launch(offer, "bc-tok3", "bc-camp-1")
-    standin.preempt(node.node_id)
-    assert provider.status(node) is NodeState.TERMINATED, "the launch failed: no cluster was ever ours"
+    standin.preempt(node.node_id)  # reclaimed while SkyPilot was still provisioning it: the request fails
+    with pytest.raises(ProviderError, match=r"could not launch bc-camp-1--bc-tok3: ResourcesUnavailableError: .* "
+                                            r"reclaimed while it was being provisioned \(`sky api logs req-1`"):
+        provider.status(node)
     provider.terminate(node)
+    assert provider.status(node) is NodeState.TERMINATED, "after our down, no reason is asked for"
+
+
+def test_access_needs_every_cells_cloud_enabled(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    provider.check_access([_request(), _request(extra={"cloud": "gcp"})])
+    standin.enabled = ["lambda"]
+    with pytest.raises(ProviderError) as info:
+        provider.check_access([_request(), _request(extra={"cloud": "GCP"}), _request(extra={"cloud": "azure"})])
+    assert str(info.value) == ("skypilot: no credentials for azure, gcp (enabled: lambda): set them up and run "
+                               "`sky check azure gcp`")
+    standin.faults += [ConnectionError("refused")] * 5
+    with pytest.raises(ProviderError, match="API server did not answer while trying to read the enabled clouds"):
+        provider.check_access([_request()])
 
 
 def test_the_example_campaigns_tasks_validate_offline() -> None:
