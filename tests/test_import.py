@@ -237,7 +237,8 @@ def test_one_cell_in_two_files_names_both_and_imports_nothing(tmp_path: Path) ->
     second.write_text(PUBLISHED.splitlines()[0] + "\n" + "\n".join(PUBLISHED.splitlines()[3:5]) + "\n")
     with pytest.raises(SpecError) as caught:
         import_files(engine, [first, second], "c", None)
-    assert str(caught.value).startswith(f"{second}: the cell 'runpod:H100_SXMx8:spot' of campaign 'c' is also in {first}")
+    assert str(caught.value).startswith(f"{second}: the cell 'runpod:H100_SXMx8:spot' of campaign 'c' is also "
+                                        f"in {first}")
     from store import queries as q
 
     assert q.campaigns(engine) == [], "nothing half-imported"
@@ -247,13 +248,12 @@ def test_a_log_of_several_nccl_tests_labels_each_run(tmp_path: Path) -> None:
     from benchctl.nccl_log import read_nccl_log
 
     text = NCCL_LOG.read_text()
-    two_ranks = [line for line in text.splitlines() if not line.startswith("#  Rank  ")][:3]
-    second = text.replace("all_reduce_perf", "all_gather_perf").splitlines()
-    second = second[:3] + ["#  Rank  0 Group  0 Pid  1 on b device  0 [0x00] NVIDIA H100",
-                           "#  Rank  1 Group  0 Pid  2 on b device  1 [0x01] NVIDIA H100"] + second[11:]
+    lines = text.replace("all_reduce_perf", "all_gather_perf").splitlines()
+    assert lines[0].startswith("# nThread") and lines[3].startswith("#  Rank  0") and lines[11] == "#"
+    two_ranks = [*lines[:3], "#  Rank  0 Group  0 Pid  1 on b device  0 [0x00] NVIDIA H100",
+                 "#  Rank  1 Group  0 Pid  2 on b device  1 [0x01] NVIDIA H100", *lines[11:]]
     path = tmp_path / "sweep.log"
-    path.write_text(text + "\n".join(second) + "\n")
+    path.write_text(text + "\n".join(two_ranks) + "\n")
     rows = read_nccl_log(path)
     assert {(r["op"], r["ranks"]) for r in rows} == {("all_reduce", 8), ("all_gather", 2)}
     assert len(rows) == 2 * 2 * 14, "14 sizes, out-of-place and in-place, in each run"
-    assert two_ranks[0].startswith("# nThread")

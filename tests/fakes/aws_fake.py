@@ -13,7 +13,10 @@ moto's server runs in a thread of the test process, so the fake can adjust moto'
 - ``spot_terminate(id)``: EC2 reclaims a spot instance (terminated, state reason
   ``Server.SpotInstanceTermination``) and every process of the node dies, as they do when
   ``terminate_instances`` ends one (a payload never outlives its instance on the shared sshd);
-- ``live()``: instances still pending or running (a test ends with none).
+- ``live()``: instances still pending or running (a test ends with none);
+- the account has ``ENABLED_REGIONS`` only (``describe_regions``), as an account with few regions
+  opted in: moto builds a backend per region on first use, seconds each, and the provider's
+  ``owned`` scans every enabled region.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ SPOT_PRICES = {("c5.large", "us-east-1a"): 0.041, ("c5.large", "us-east-1b"): 0.
                ("c5.large", "us-east-1c"): 0.052, ("p5.48xlarge", "us-east-1a"): 31.4,
                ("p5.48xlarge", "us-east-1d"): 29.9}
 SPOT_REASON = "Server.SpotInstanceTermination"
+ENABLED_REGIONS = (REGION, OTHER_REGION, "eu-west-1")
 
 
 class FakeAWS:
@@ -126,6 +130,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
     subprocesses read them there)."""
     from moto import settings as moto_settings
     from moto.ec2.models import ec2_backends
+    from moto.ec2.models.availability_zones_and_regions import RegionsAndZonesBackend
     from moto.ec2.models.instances import InstanceBackend
     from moto.ec2.responses.spot_instances import SpotInstances
     from moto.server import ThreadedMotoServer
@@ -137,6 +142,11 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
 
     def terminate_instances(backend: Any, instance_ids: list[str]) -> Any:
         return fake.terminate_instances(original_terminate, backend, instance_ids)
+
+    original_regions = RegionsAndZonesBackend.describe_regions
+
+    def describe_regions(backend: Any, region_names: list[str] | None = None) -> Any:
+        return [r for r in original_regions(backend, region_names) if r.name in ENABLED_REGIONS]
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     with ExitStack() as stack:
@@ -152,6 +162,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         stack.enter_context(mock.patch.object(moto_settings, "ENABLE_KEYPAIR_VALIDATION", True))
         stack.enter_context(mock.patch.object(InstanceBackend, "run_instances", run_instances))
         stack.enter_context(mock.patch.object(InstanceBackend, "terminate_instances", terminate_instances))
+        stack.enter_context(mock.patch.object(RegionsAndZonesBackend, "describe_regions", describe_regions))
         stack.enter_context(mock.patch.object(SpotInstances, "describe_spot_price_history",
                                               lambda response: fake.price_history(response)))
         ec2_backends.reset()  # moto's state lives in this process: each fake starts from an empty account
