@@ -60,9 +60,15 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
             results += found
         else:
             logs.append((path, _nccl_rows(path)))
-    keys = [r.key for r in results if (r.campaign or name) == name]
-    collectives = [CellCollectives(key=_config_for(engine, name, keys, config, path), source=str(path), rows=rows,
-                                   busbw=largest_allreduce(rows)) for path, rows in logs]
+    counts = _gpu_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
+    collectives = []
+    for path, rows in logs:
+        key = _config_for(list(counts), name, config, path)
+        ranks = max((int(r["ranks"]) for r in rows if r.get("ranks")), default=None)
+        if ranks is not None and key in counts and ranks != counts[key]:
+            raise SpecError(str(path), None, "", f"this log ran on {ranks} ranks but the cell {key!r} has "
+                            f"{counts[key]} GPUs; name the cell it measured with --config")
+        collectives.append(CellCollectives(key=key, source=str(path), rows=rows, busbw=largest_allreduce(rows)))
     try:
         save_import(engine, name, [str(f) for f in files], results, collectives)
     except NotAnImportCampaign as exc:
@@ -86,14 +92,19 @@ def _nccl_rows(path: Path) -> list[dict]:
         raise SpecError(str(path), exc.line, "", exc.problem) from None
 
 
-def _config_for(engine: Engine, campaign: str, importing: list[str], config: str | None, path: Path) -> str:
-    """The cell an nccl-tests log belongs to: ``config``, else the campaign's only cell."""
+def _gpu_counts(engine: Engine, campaign: str) -> dict[str, int]:
+    """Cell key → GPU count of the cells ``campaign`` already has in the store."""
+    existing = q.campaigns(engine, campaign)
+    return {c.key: c.count for c in q.cells(engine, existing[0].id or 0)} if existing else {}
+
+
+def _config_for(cells: list[str], campaign: str, config: str | None, path: Path) -> str:
+    """The cell an nccl-tests log belongs to: ``config``, else the campaign's only cell (``cells``:
+    the campaign's cells, stored or being imported)."""
     if config:
         return config
-    existing = q.campaigns(engine, campaign)
-    cells = set(importing) | {c.key for c in q.cells(engine, existing[0].id or 0)} if existing else set(importing)
     if len(cells) == 1:
-        return cells.pop()
+        return cells[0]
     raise UsageError(f"{path}: which configuration did this nccl-tests log measure? name its cell with --config "
                      f"KEY (campaign {campaign!r} has {len(cells)} cells; `benchctl leaderboard --campaign "
                      f"{campaign}` lists them)")

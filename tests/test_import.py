@@ -257,3 +257,20 @@ def test_a_log_of_several_nccl_tests_labels_each_run(tmp_path: Path) -> None:
     rows = read_nccl_log(path)
     assert {(r["op"], r["ranks"]) for r in rows} == {("all_reduce", 8), ("all_gather", 2)}
     assert len(rows) == 2 * 2 * 14, "14 sizes, out-of-place and in-place, in each run"
+
+
+def test_a_log_from_another_gpu_count_is_refused(tmp_path: Path) -> None:
+    from benchctl.errors import SpecError
+    from benchctl.importer import import_files
+    from store import queries as q
+    from store.database import open_store
+
+    engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    records = tmp_path / "two.yaml"
+    records.write_text(PUBLISHED.replace("gpu: H100_NVL, count: 8", "gpu: H100_NVL, count: 2"))
+    with pytest.raises(SpecError) as caught:
+        import_files(engine, [records, NCCL_LOG], "c", "runpod:H100_NVLx2:on-demand")
+    assert str(caught.value) == (f"{NCCL_LOG}: this log ran on 8 ranks but the cell 'runpod:H100_NVLx2:on-demand' "
+                                 "has 2 GPUs; name the cell it measured with --config")
+    assert q.campaigns(engine) == [], "nothing half-imported"
+    assert import_files(engine, [records, NCCL_LOG], "c", "runpod:H100_SXMx8:spot").collectives == 1
