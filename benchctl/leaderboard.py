@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from benchctl.cell_evidence import cell_flags
+from payload.collective_math import format_bytes
 from payload.stats import median
 from store.models import Campaign, Cell, Result
 
@@ -32,7 +33,7 @@ COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "interconnect
 """Every row's keys, in order (JSON and CSV)."""
 
 TABLE_COLUMNS = ("rank", "campaign", "provider", "cell", "configuration", "market", "$/hr", "step ms p50 (p10-p90)",
-                 "optimizer ms", "comm", "busbw GB/s", "target steps", "train h", "cost-to-train $",
+                 "optimizer ms", "comm", "busbw GB/s @size", "target steps", "train h", "cost-to-train $",
                  "spot | on-demand $", "flags", "status")
 """What ``table`` and ``md`` show: the same numbers, composed for reading (``display_row``)."""
 
@@ -143,6 +144,8 @@ def display_row(row: dict[str, Any]) -> dict[str, Any]:
             "$/hr": _num(row["hourly_usd"], 2), "step ms p50 (p10-p90)": step,
             "optimizer ms": _num(row["optimizer_ms"], 1),
             "comm": "-" if row["comm_share"] is None else f"{row['comm_share']:.0%}",
-            "busbw GB/s": _num(row["busbw_gbps"], 1), "target steps": _num(row["target_steps"]),
+            "busbw GB/s @size": "-" if row["busbw_gbps"] is None else
+            f"{_num(row['busbw_gbps'], 1)} @{format_bytes(row['busbw_bytes'] or 0)}",
+            "target steps": _num(row["target_steps"]),
             "train h": _num(row["train_hours"], 2), "cost-to-train $": _num(row["cost_to_train_usd"], 2),
             "spot | on-demand $": both, "flags": row["flags"], "status": row["status"]}

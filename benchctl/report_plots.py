@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from benchctl.report_data import CampaignData
+from payload.collective_math import format_bytes
 from payload.stats import median, percentile
 
 matplotlib.use("Agg")  # figures are drawn off screen (``Figure`` needs no pyplot, no display)
@@ -156,10 +157,7 @@ def _first_split(data: CampaignData) -> int:
 
 
 def _bytes_label(value: float, _pos: Any = None) -> str:
-    for unit, size in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if value >= size:
-            return f"{value / size:g}{unit}"
-    return f"{value:g}"
+    return format_bytes(value)
 
 
 def busbw(data: CampaignData) -> Figure:

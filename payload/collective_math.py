@@ -39,6 +39,14 @@ def parse_bytes(value: int | str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
+def format_bytes(value: float) -> str:
+    """Bytes → ``8G``, ``64K``, ``1.5M``, ``512``: the shortest form in binary multiples (``parse_bytes``'s inverse)."""
+    for unit, size in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if value >= size:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}"
+
+
 def sweep(min_bytes: int, max_bytes: int, factor: int, granule: int) -> list[int]:
     """Sizes from ``min_bytes`` to ``max_bytes`` multiplied by ``factor``, each rounded down to a
     multiple of ``granule`` (element size × ranks) and at least one granule; no repeats."""

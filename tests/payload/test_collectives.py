@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from payload.collective_math import bandwidths, bus_factor, parse_bytes, sweep
+from payload.collective_math import bandwidths, bus_factor, format_bytes, parse_bytes, sweep
 from tests.conftest import REPO
 
 
@@ -31,6 +31,8 @@ def test_parse_bytes_and_sweep() -> None:
                                                                                2 * 1024**3]
     with pytest.raises(ValueError, match="not a size"):
         parse_bytes("lots")
+    assert [format_bytes(v) for v in (8, 65536, 1536 * 1024, 8 * 1024**3)] == ["8", "64K", "1.5M", "8G"]
+    assert all(parse_bytes(format_bytes(v)) == v for v in (8, 65536, 8 * 1024**3)), "the inverse of parse_bytes"
     assert sweep(8, 1024, 2, 8) == [8, 16, 32, 64, 128, 256, 512, 1024]
     assert sweep(8, 100, 4, 16) == [16, 32]  # rounded to the granule, no repeats
     assert sweep(1, 1, 2, 8) == [8]
