@@ -18,6 +18,25 @@ from store import queries as q
 from store.database import open_store
 from tests.conftest import REPO
 
+REPORT_CAMPAIGN = """\
+name: rep
+budget_usd: 5
+target: {model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 128}
+defaults: {market: on-demand, max_attempts: 1}
+payload:
+  phases: [preflight, collectives, profile]
+  collectives: {min_bytes: 8, max_bytes: 64K, factor: 16, warmup_iters: 1, iters: 2}
+  profile: {device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: 3}
+matrix:
+  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}
+  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0}
+  - {provider: local, gpu: cpu, count: 2, market: spot, price_usd_per_hour: 0.3, faults: {shm_mb: 64}}
+"""
+"""A local campaign with every phase, a healthy 1- and 2-rank cell and one whose node fails
+preflight (``REPORT_FAILING_CELL``, max_attempts 1): run once per test run (``run_once``) and
+shared by the report and import tests."""
+REPORT_FAILING_CELL = "local:cpux2:spot"
+
 
 def start(home: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "BENCHCTL_HOME": str(home)}

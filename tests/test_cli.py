@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,13 @@ def test_the_quick_start_campaign_runs_end_to_end(home: Path) -> None:
 
     result = run_cli("run", str(REPO / "campaigns" / "local-smoke.yaml"), home=home)
     assert result.returncode == 0, result.stderr
+    # not a terminal: progress is plain timestamped lines on stderr, no live table (tests/test_progress.py has it)
+    for stream in (result.stdout, result.stderr):
+        assert "\x1b" not in stream and not set("│┃━─┏┓┗┛") & set(stream)
+    for key in ("local:cpux1:on-demand", "local:cpux2:on-demand"):
+        for state in ("provisioning", "preflight", "running", "collecting", "done"):
+            assert re.search(rf"^\d\d:\d\d:\d\d {re.escape(key)}: {state}$", result.stderr, re.M), (key, state)
+    assert "last event" not in result.stderr
     rows = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)
     assert [(r["cell"], r["status"]) for r in sorted(rows, key=lambda r: r["cell"])] == [
         ("local:cpux1:on-demand", "done"), ("local:cpux2:on-demand", "done")]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, copy_home, run_cli, run_once
+from tests.local_campaign import REPORT_CAMPAIGN
 
 NCCL_LOG = REPO / "tests" / "fixtures" / "all_reduce_perf_8xh100.log"
 D26 = "{model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}"
@@ -59,31 +60,35 @@ def test_published_measurements_rank_by_arithmetic_a_reader_can_redo(home: Path,
     assert "14,889" in table and "69.45" in table and "H100_NVL×8" in table
 
 
-def test_export_then_import_round_trips(home: Path, tmp_path: Path, write_campaign) -> None:
-    campaign = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 0.5}\n")
-    text = campaign.read_text().replace("phases: [preflight, profile]", "phases: [preflight, collectives, profile]")
-    campaign.write_text(text.replace("  profile:", "  collectives: {ops: [all_reduce], min_bytes: 1024, "
-                                                   "max_bytes: 65536, iters: 2, warmup_iters: 1}\n  profile:"))
-    ran = run_cli("run", str(campaign), home=home)
-    assert ran.returncode == 0, ran.stderr
-    (measured,) = leaderboard(home)
-    assert measured["busbw_bytes"] == 65536 and measured["busbw_gbps"] > 0, "collectives reach the leaderboard"
+def test_export_then_import_round_trips(home: Path, tmp_path: Path,
+                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    source, _, ran = run_once(tmp_path_factory, "rep", REPORT_CAMPAIGN)
+    assert "local:cpux2:on-demand: done" in ran, ran
+    copy_home(source, home)
+    measured = leaderboard(home)
+    two_ranks = next(r for r in measured if r["cell"] == "local:cpux2:on-demand")
+    assert two_ranks["busbw_bytes"] == 32768 and two_ranks["busbw_gbps"] > 0, "collectives reach the leaderboard"
     export = tmp_path / "export.json"
     export.write_text(run_cli("leaderboard", "--format", "json", home=home).stdout)
     result = run_cli("import", str(export), "--campaign", "copy", home=home)
     assert result.returncode == 0, result.stderr
-    (copy,) = leaderboard(home, "--campaign", "copy")
-    assert copy["campaign"] == "copy" and set(copy) == set(measured)
-    for key, value in measured.items():
-        if key != "campaign":
-            assert copy[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+    with_result = [r for r in measured if r["step_time_ms"] is not None]
+    assert f"imported {len(with_result)} results" in result.stdout and "skipped 1 rows without a result" in \
+        result.stdout, "the cell whose node failed preflight has no result to carry"
+    copies = {r["cell"]: r for r in leaderboard(home, "--campaign", "copy")}
+    assert set(copies) == {r["cell"] for r in with_result}
+    for row in with_result:
+        copy = copies[row["cell"]]
+        assert copy["campaign"] == "copy" and set(copy) == set(row)
+        for key, value in row.items():
+            if key != "campaign":
+                assert copy[key] == (pytest.approx(value) if isinstance(value, float) else value), key
 
-    clash = run_cli("import", str(export), "--campaign", "tiny", home=home)
+    clash = run_cli("import", str(export), "--campaign", "rep", home=home)
     assert clash.returncode == 2 and "was run by benchctl" in clash.stderr
-    rerun = run_cli("run", str(campaign), home=home)
-    assert rerun.returncode == 0 and "campaign tiny is complete" in rerun.stdout, "imports left the run alone"
-    named_like_import = campaign.with_name("copy.yaml")
-    named_like_import.write_text(campaign.read_text().replace("name: tiny", "name: copy"))
+    assert leaderboard(home, "--campaign", "rep") == measured, "imports left the run alone"
+    named_like_import = tmp_path / "copy.yaml"
+    named_like_import.write_text(REPORT_CAMPAIGN.replace("name: rep", "name: copy"))
     refused = run_cli("run", str(named_like_import), home=home)
     assert refused.returncode == 2 and "holds imported results" in refused.stderr
 
