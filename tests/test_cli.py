@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, copy_home, run_cli, run_once
+from tests.conftest import REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
 
 LEADERBOARD_KEYS = ["rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market",
                     "env", "model", "hourly_usd", "step_time_ms", "step_time_p10_ms", "step_time_p90_ms",
@@ -34,17 +34,17 @@ def finished(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_second_run_reruns_nothing(home: Path, finished: Path) -> None:
-    before = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    before = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     again = run_cli("run", str(finished), home=home)
     assert again.returncode == 0, again.stderr
     assert "campaign tiny is complete" in again.stdout
-    after = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    after = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     assert after == before, "no attempt, no spend, no state change"
     assert [c["attempts"] for c in after["campaigns"][0]["cells"]] == [1, 1]
 
 
 def test_status_json_shape(home: Path, finished: Path) -> None:
-    status = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     (campaign,) = status["campaigns"]
     assert campaign["name"] == "tiny"
     assert campaign["spent_usd"] > 0 and campaign["remaining_usd"] == pytest.approx(5 - campaign["spent_usd"])
@@ -53,7 +53,7 @@ def test_status_json_shape(home: Path, finished: Path) -> None:
 
 
 def test_status_and_resume_on_an_empty_store(home: Path) -> None:
-    assert json.loads(run_cli("status", "--format", "json", home=home).stdout) == {"campaigns": []}
+    assert json.loads(cli_here("status", "--format", "json", home=home).stdout) == {"campaigns": []}
     resumed = run_cli("resume", home=home)
     assert resumed.returncode == 0 and "nothing to resume" in resumed.stdout
     missing = run_cli("resume", "nope", home=home)
@@ -62,7 +62,7 @@ def test_status_and_resume_on_an_empty_store(home: Path) -> None:
 
 
 def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, finished: Path) -> None:
-    rows = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)
+    rows = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)
     assert [list(r) for r in rows] == [LEADERBOARD_KEYS] * 2
     assert [r["cost_to_train_usd"] for r in rows] == sorted(r["cost_to_train_usd"] for r in rows)
     prices = {"local:cpux1:on-demand": 0.5, "local:cpux2:on-demand": 1.0}
@@ -83,14 +83,14 @@ def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, fi
 
 
 def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None:
-    parsed = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv", home=home).stdout)))
+    parsed = list(csv.DictReader(io.StringIO(cli_here("leaderboard", "--format", "csv", home=home).stdout)))
     assert len(parsed) == 2 and list(parsed[0]) == LEADERBOARD_KEYS
-    md = run_cli("leaderboard", "--format", "md", home=home).stdout.splitlines()
+    md = cli_here("leaderboard", "--format", "md", home=home).stdout.splitlines()
     assert md[0].startswith("| rank | campaign | provider | cell | configuration |") and md[1].startswith("|---|")
     assert len(md) == 4
-    table = run_cli("leaderboard", home=home).stdout
+    table = cli_here("leaderboard", home=home).stdout
     assert "rank" in table and "cost-to-train $" in table and "\x1b[" not in table, "plain text when piped"
-    only = run_cli("leaderboard", "--campaign", "tiny", "--format", "json", home=home)
+    only = cli_here("leaderboard", "--campaign", "tiny", "--format", "json", home=home)
     assert [r["campaign"] for r in json.loads(only.stdout)] == ["tiny", "tiny"]
 
 
@@ -138,7 +138,7 @@ def test_bad_database_arguments(home: Path, tmp_path: Path) -> None:
 
 
 def test_leaderboard_of_an_unknown_campaign(home: Path, finished: Path) -> None:
-    result = run_cli("leaderboard", "--campaign", "nope", home=home)
+    result = cli_here("leaderboard", "--campaign", "nope", home=home)
     assert result.returncode == 2 and "no campaign named 'nope'" in result.stderr
 
 
@@ -155,7 +155,7 @@ def test_the_quick_start_campaign_runs_end_to_end(home: Path) -> None:
         for state in ("provisioning", "preflight", "running", "collecting", "done"):
             assert re.search(rf"^\d\d:\d\d:\d\d {re.escape(key)}: {state}$", result.stderr, re.M), (key, state)
     assert "last event" not in result.stderr
-    rows = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)
+    rows = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)
     assert [(r["cell"], r["status"]) for r in sorted(rows, key=lambda r: r["cell"])] == [
         ("local:cpux1:on-demand", "done"), ("local:cpux2:on-demand", "done")]
     engine = open_store(f"sqlite:///{home / 'benchctl.db'}")

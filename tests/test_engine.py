@@ -15,7 +15,7 @@ import pytest
 from provisioners.base import Node, NodeState
 from provisioners.local import LocalProvider
 from store import queries as q
-from tests.conftest import run_cli
+from tests.conftest import cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
 ONE_CELL = "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 2.0}\n"
@@ -117,7 +117,7 @@ def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> Non
     result = run_cli("run", str(write_campaign(matrix=matrix)), home=home)
     assert result.returncode == 1
     assert "not complete" in result.stderr and "Traceback" not in result.stderr
-    status = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     (cell,) = status["campaigns"][0]["cells"]
     assert cell["state"] == "failed" and cell["attempts"] == 0
 
@@ -141,7 +141,7 @@ def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaig
     second = run_cli("run", str(write_campaign(matrix=ONE_CELL)), home=home)
     assert second.returncode == 0, second.stderr
     assert "H100_SXM" not in second.stderr and "campaign tiny is complete" in second.stdout
-    status = json.loads(run_cli("status", "--format", "json", home=home).stdout)
+    status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     assert {c["key"]: c["state"] for c in status["campaigns"][0]["cells"]} == {
         "local:cpux2:on-demand": "done", "local:H100_SXMx2:on-demand": "failed"}
 
@@ -169,14 +169,14 @@ def test_resume_goes_through_every_campaign(home: Path, write_campaign) -> None:
 def test_changed_payload_is_refused_and_changed_target_recomputes(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL)
     assert run_cli("run", str(path), home=home).returncode == 0
-    before = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)[0]
+    before = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)[0]
     path.write_text(path.read_text().replace("steps: 3", "steps: 4"))
     refused = run_cli("run", str(path), home=home)
     assert refused.returncode == 2 and "different payload section" in refused.stderr
     path.write_text(path.read_text().replace("steps: 4", "steps: 3").replace("ratio: 8.5", "ratio: 17"))
     again = run_cli("run", str(path), home=home)
     assert again.returncode == 0, again.stderr
-    after = json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)[0]
+    after = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)[0]
     assert after["step_time_ms"] == before["step_time_ms"]
     assert after["target_steps"] == 2 * before["target_steps"]
     assert after["cost_to_train_usd"] == pytest.approx(2 * before["cost_to_train_usd"], rel=1e-3)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, copy_home, run_cli, run_once
+from tests.conftest import REPO, cli_here, copy_home, run_cli, run_once
 from tests.local_campaign import REPORT_CAMPAIGN
 
 NCCL_LOG = REPO / "tests" / "fixtures" / "all_reduce_perf_8xh100.log"
@@ -28,7 +28,7 @@ PUBLISHED = f"""\
 
 
 def leaderboard(home: Path, *args: str) -> list[dict]:
-    result = run_cli("leaderboard", "--format", "json", *args, home=home)
+    result = cli_here("leaderboard", "--format", "json", *args, home=home)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -36,7 +36,7 @@ def leaderboard(home: Path, *args: str) -> list[dict]:
 def imported(home: Path, tmp_path: Path, text: str, *args: str, name: str = "rows.yaml"):  # type: ignore[no-untyped-def]
     path = tmp_path / name
     path.write_text(text)
-    return run_cli("import", str(path), *args, home=home)
+    return cli_here("import", str(path), *args, home=home)
 
 
 def test_published_measurements_rank_by_arithmetic_a_reader_can_redo(home: Path, tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_published_measurements_rank_by_arithmetic_a_reader_can_redo(home: Path,
         assert row["cost_to_train_usd"] == pytest.approx(by_hand[row["cell"]][1])
         assert row["campaign"] == "published" and row["status"] == "done"
     assert rows[1]["flags"] == ["numa_split"]
-    table = run_cli("leaderboard", home=home).stdout
+    table = cli_here("leaderboard", home=home).stdout
     assert "14,889" in table and "69.45" in table and "H100_NVL×8" in table
 
 
@@ -69,8 +69,8 @@ def test_export_then_import_round_trips(home: Path, tmp_path: Path,
     two_ranks = next(r for r in measured if r["cell"] == "local:cpux2:on-demand")
     assert two_ranks["busbw_bytes"] == 32768 and two_ranks["busbw_gbps"] > 0, "collectives reach the leaderboard"
     export = tmp_path / "export.json"
-    export.write_text(run_cli("leaderboard", "--format", "json", home=home).stdout)
-    result = run_cli("import", str(export), "--campaign", "copy", home=home)
+    export.write_text(cli_here("leaderboard", "--format", "json", home=home).stdout)
+    result = cli_here("import", str(export), "--campaign", "copy", home=home)
     assert result.returncode == 0, result.stderr
     with_result = [r for r in measured if r["step_time_ms"] is not None]
     assert f"imported {len(with_result)} results" in result.stdout and "skipped 1 rows without a result" in \
@@ -84,7 +84,7 @@ def test_export_then_import_round_trips(home: Path, tmp_path: Path,
             if key != "campaign":
                 assert copy[key] == (pytest.approx(value) if isinstance(value, float) else value), key
 
-    clash = run_cli("import", str(export), "--campaign", "rep", home=home)
+    clash = cli_here("import", str(export), "--campaign", "rep", home=home)
     assert clash.returncode == 2 and "was run by benchctl" in clash.stderr
     assert leaderboard(home, "--campaign", "rep") == measured, "imports left the run alone"
     named_like_import = tmp_path / "copy.yaml"
@@ -101,25 +101,25 @@ def test_an_export_of_several_campaigns_imports_back_into_them(home: Path, tmp_p
     export = tmp_path / "export.json"
     export.write_text(json.dumps(exported))
     elsewhere = tmp_path / "elsewhere"
-    result = run_cli("import", str(export), home=elsewhere)
+    result = cli_here("import", str(export), home=elsewhere)
     assert result.returncode == 0, result.stderr
     assert "into campaign a, b" in result.stdout
     assert leaderboard(elsewhere) == exported, "every row back in its own campaign, ranked the same"
-    merged = run_cli("import", str(export), "--campaign", "one", home=elsewhere)
+    merged = cli_here("import", str(export), "--campaign", "one", home=elsewhere)
     assert merged.returncode == 2 and "of campaign 'one' is also in" in merged.stderr, merged.stderr
 
 
 def test_nccl_tests_log_gives_a_configuration_its_busbw(home: Path, tmp_path: Path) -> None:
     assert imported(home, tmp_path, PUBLISHED, "--campaign", "published").returncode == 0
-    ambiguous = run_cli("import", str(NCCL_LOG), "--campaign", "published", home=home)
+    ambiguous = cli_here("import", str(NCCL_LOG), "--campaign", "published", home=home)
     assert ambiguous.returncode == 2 and "--config" in ambiguous.stderr
-    result = run_cli("import", str(NCCL_LOG), "--campaign", "published", "--config", "lambda:H100_SXMx8:on-demand",
+    result = cli_here("import", str(NCCL_LOG), "--campaign", "published", "--config", "lambda:H100_SXMx8:on-demand",
                      home=home)
     assert result.returncode == 0, result.stderr
     row = next(r for r in leaderboard(home) if r["cell"] == "lambda:H100_SXMx8:on-demand")
     assert row["busbw_bytes"] == 8_589_934_592
     assert row["busbw_gbps"] == pytest.approx((481.25 + 476.49) / 2)
-    assert "478.9 @8G" in run_cli("leaderboard", home=home).stdout, "the median of both placements, at its size"
+    assert "478.9 @8G" in cli_here("leaderboard", home=home).stdout, "the median of both placements, at its size"
     again = imported(home, tmp_path, PUBLISHED.replace("23.92", "24.5"), "--campaign", "published")
     assert again.returncode == 0, again.stderr
     row = next(r for r in leaderboard(home) if r["cell"] == "lambda:H100_SXMx8:on-demand")
@@ -171,7 +171,7 @@ def test_bad_records_name_file_and_line_and_import_nothing(home: Path, tmp_path:
     good.write_text(PUBLISHED)
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
-    result = run_cli("import", str(good), str(bad), str(NCCL_LOG), "--config", "lambda:H100_SXMx8:on-demand",
+    result = cli_here("import", str(good), str(bad), str(NCCL_LOG), "--config", "lambda:H100_SXMx8:on-demand",
                      home=home)
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"{bad}:{line}" in result.stderr and words in result.stderr and "Traceback" not in result.stderr
@@ -186,14 +186,14 @@ def test_bad_nccl_logs_import_nothing(home: Path, tmp_path: Path) -> None:
     garbled.write_text("\n".join(lines) + "\n")
     good = tmp_path / "good.yaml"
     good.write_text(PUBLISHED)
-    result = run_cli("import", str(good), str(garbled), "--config", "lambda:H100_SXMx8:on-demand", home=home)
+    result = cli_here("import", str(good), str(garbled), "--config", "lambda:H100_SXMx8:on-demand", home=home)
     assert result.returncode == 2 and f"{garbled}:{broken_at + 1}" in result.stderr, result.stderr
     notes = tmp_path / "notes.txt"
     notes.write_text("step time was fine\n")
-    result = run_cli("import", str(notes), home=home)
+    result = cli_here("import", str(notes), home=home)
     assert result.returncode == 2 and "nccl-tests log" in result.stderr
     assert leaderboard(home) == []
-    unknown = run_cli("import", str(good), str(NCCL_LOG), "--config", "nope", home=home)
+    unknown = cli_here("import", str(good), str(NCCL_LOG), "--config", "nope", home=home)
     assert unknown.returncode == 2 and "no cell 'nope'" in unknown.stderr and leaderboard(home) == []
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from store import queries as q
 from store.database import open_store
-from tests.conftest import run_cli
+from tests.conftest import cli_here, run_cli
 
 FAULTY = """\
   - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0, faults: {shm_mb: 64}}
@@ -48,12 +48,12 @@ def test_bad_nodes_are_replaced_remembered_and_accounted(home: Path, write_campa
     assert (evidence / "facts" / "dev-shm.txt").read_text().splitlines()[1].split()[:2] == ["shm", "65536"]
     assert "shm:" in (first.detail or "")
 
-    status = json.loads(run_cli("status", "--format", "json", home=home).stdout)["campaigns"][0]
+    status = json.loads(cli_here("status", "--format", "json", home=home).stdout)["campaigns"][0]
     bad = [a.cost_usd or 0.0 for c in cells.values() for a in q.attempts(engine, c.id or 0) if a.outcome == "bad_node"]
     assert sum(bad) > 0 and status["bad_node_spent_usd"] == pytest.approx(sum(bad))
     assert status["spent_by_outcome_usd"]["done"] + status["bad_node_spent_usd"] == pytest.approx(status["spent_usd"])
 
-    rows = {r["cell"]: r for r in json.loads(run_cli("leaderboard", "--format", "json", home=home).stdout)}
+    rows = {r["cell"]: r for r in json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)}
     assert rows["local:cpux2:on-demand:env=KNOB=numa"]["flags"] == ["numa_split"]
     assert rows["local:cpux2:on-demand"]["flags"] == ["bad_nodes×1"]
     assert rows["local:cpux1:on-demand"]["flags"] == []
