@@ -21,7 +21,8 @@ FAULTY = """\
 
 
 def test_bad_nodes_are_replaced_remembered_and_accounted(home: Path, write_campaign) -> None:
-    result = run_cli("run", str(write_campaign(matrix=FAULTY)), "--concurrency", "1", home=home)
+    result = run_cli("run", str(write_campaign(matrix=FAULTY)), "--concurrency", "1", "--poll-interval", "0.2",
+                     home=home)
     assert result.returncode == 0, result.stderr
     engine = open_store(f"sqlite:///{home / 'benchctl.db'}")
     (campaign,) = q.campaigns(engine)
