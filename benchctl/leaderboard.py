@@ -108,19 +108,17 @@ def configuration_key(cell_key: str) -> str:
 def _add_both_markets(rows: list[dict[str, Any]], listed: Sequence[Any]) -> None:
     """Both costs on ``rows`` from ``listed`` (cell key, market, $/hr of every result in the store:
     a filter on market or campaign must not hide the other market's price)."""
-    config_of: dict[str, str] = {}
     by_market: dict[tuple[str, str], list[float]] = defaultdict(list)
     for key, market, hourly in listed:
         if hourly is not None:
-            config = config_of[key] = config_of.get(key) or configuration_key(key)
-            by_market[(config, market)].append(float(hourly))
+            by_market[(configuration_key(key), market)].append(float(hourly))
     prices = {config: (median(values), median(by_market[(config, "on-demand")]))
               for (config, market), values in by_market.items()
               if market == "spot" and (config, "on-demand") in by_market}
     if not prices:
         return
     for row in rows:
-        both = prices.get(config_of.get(row["cell"]) or configuration_key(row["cell"]))
+        both = prices.get(configuration_key(row["cell"]))
         if both is None:
             continue
         spot, on_demand = both

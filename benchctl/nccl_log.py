@@ -4,8 +4,8 @@ The rows have the keys the payload's ``collectives`` samples have (op, bytes, co
 in_place, time_us, algbw_gbps, busbw_gbps, wrong, ranks): one per size for out-of-place and one
 for in-place. The collective comes from the ``Collective test starting: <op>_perf`` line above
 the rows (a file may hold several runs, each starting with its ``# nThread`` line), else from the
-file name; ranks from the ``#  Rank N`` lines of the same run. A line that looks like data but does not read raises
-``NcclLogError`` with its line number.
+file name; ranks from the ``#  Rank N`` lines of the same run. A line that looks like data but
+does not read raises ``NcclLogError`` with its line number.
 """
 
 from __future__ import annotations

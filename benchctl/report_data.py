@@ -117,7 +117,7 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
 def _recorded_split(result: Result | None) -> StepSplit | None:
     """The split an imported record states (optimizer time or share, communication share), where
     there are no timed samples to compute it from."""
-    if result is None or result.step_time_ms is None:
+    if result is None:
         return None
     step_s = result.step_time_ms / 1000
     if result.optimizer_ms is not None:
