@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--rank", type=int, required=True)
     worker.add_argument("--world-size", type=int, required=True)
     worker.add_argument("--rendezvous", required=True, help="file path for torch.distributed's FileStore")
+    worker.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout (the phase's budget)")
     args = parser.parse_args(argv)
 
     if args.command == "run":
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_job(args.job)
     from payload.distributed import run_worker
 
-    return run_worker(args.job, args.phase, args.rank, args.world_size, args.rendezvous)
+    return run_worker(args.job, args.phase, args.rank, args.world_size, args.rendezvous, args.timeout_s)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ from payload.thresholds import (
 )
 
 Check = dict[str, Any]
+NCCL_LOGS = "nccl-debug*.log"
+"""The NCCL_DEBUG=INFO logs of a snapshot: one per rank (``nccl-debug.<host>.<pid>.log``), or one
+``nccl-debug.log`` in snapshots taken before."""
 STATUS_ORDER = {"skip": -1, "pass": 0, "warn": 1, "fail": 2}
 NCCL_COSTS = {
     "NCCL_P2P_DISABLE": ("fail", "GPU-to-GPU traffic falls back to host memory: unset NCCL_P2P_DISABLE"),
@@ -55,6 +58,11 @@ class Facts:
     def text(self, name: str) -> str | None:
         path = self.directory / name
         return path.read_text(errors="replace") if path.is_file() else None
+
+    def texts(self, pattern: str) -> str | None:
+        """Every file matching the glob ``pattern``, in name order, joined; None when none matches."""
+        paths = sorted(p for p in self.directory.glob(pattern) if p.is_file()) if self.directory.is_dir() else []
+        return "".join(p.read_text(errors="replace") for p in paths) if paths else None
 
 
 def _result(name: str, status: str, observed: Any, expected: Any, hint: str = "") -> Check:
@@ -160,10 +168,11 @@ def check_topology(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     topo = nf.parse_topo(text)
     kind = nf.classify_topology(topo)
     observed = {"class": kind, "gpus": len(topo.gpus), "nvlink_width": nf.nvlink_width(topo)}
-    wanted = EXPECTED_TOPOLOGY.get(expect.gpu)
-    if expect.count == 1 or wanted is None:
-        return _result("topology", "pass", observed, wanted or "any")
-    if kind != wanted:
+    classes = EXPECTED_TOPOLOGY.get(expect.gpu)
+    wanted = " or ".join(classes) if classes else "any"
+    if expect.count == 1 or not classes:
+        return _result("topology", "pass", observed, wanted)
+    if kind not in classes:
         return _result("topology", "fail", observed, wanted,
                        f"a {expect.gpu} node should be an {wanted} but this one is {kind}: it is not the "
                        "interconnect you pay for; replace it")
@@ -308,7 +317,7 @@ check_hbm = _per_gpu_check("hbm", "hbm_gbps", EXPECTED_HBM_GBPS, "hbm_min_fracti
 def check_nccl_allreduce(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     if not expect.wants_gpu:
         return _result("nccl_allreduce", "skip", "cpu cell", None, "no GPU needed")
-    log = facts.text("nccl-debug.log")
+    log = facts.texts(NCCL_LOGS)
     triage = nf.triage_nccl_log(log) if log else {}
     probe = _probes(facts).get("allreduce")
     if not probe:

@@ -1,8 +1,9 @@
 """The collectives phase: a bus-bandwidth sweep like nccl-tests, on NCCL (GPU) or gloo (CPU).
 
-For each op and size: warm-up and timed iterations, out-of-place and (where torch has it)
-in-place, the slowest rank's time, algbw and busbw (``payload.collective_math``), and a
-correctness check counting wrong elements. Rank 0 emits one ``sample`` event per (op, size,
+For each op and size: a correctness check counting wrong elements (one untimed run after filling
+the inputs), then warm-up and timed iterations of the collective alone (the inputs are not filled
+again inside the timing, as nccl-tests), out-of-place and (where torch has it) in-place, the
+slowest rank's time, algbw and busbw (``payload.collective_math``). Rank 0 emits one ``sample`` event per (op, size,
 placement) and writes ``artifacts/collectives.txt``, a table in nccl-tests' layout.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,20 @@ from payload.job import Job
 ELEMENT = 4  # float32, nccl-tests' default "float"
 
 
-def _cases(op: str, n: int, rank: int, world: int, device: Any) -> list[tuple[bool, Callable[[], object], Any]]:
-    """(in_place, run once, expected-check) for one op with ``n`` elements in the whole array."""
+@dataclass(frozen=True)
+class Case:
+    """One placement of an op: ``prepare`` fills the inputs, ``run`` is the collective alone (what
+    is timed), ``wrong`` counts the elements that differ from the expected result after
+    ``prepare`` + ``run``."""
+
+    in_place: bool
+    prepare: Callable[[], object]
+    run: Callable[[], object]
+    wrong: Callable[[], Any]
+
+
+def _cases(op: str, n: int, rank: int, world: int, device: Any) -> list[Case]:
+    """The placements of ``op`` with ``n`` elements in the whole array, buffers on ``device``."""
     import torch
     import torch.distributed as dist
 
@@ -32,65 +46,67 @@ def _cases(op: str, n: int, rank: int, world: int, device: Any) -> list[tuple[bo
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     if op == "all_reduce":
         buf = torch.empty(n, device=device)
-        return [(True, lambda: (buf.fill_(fill), dist.all_reduce(buf)), lambda: (buf != total).sum())]
+        return [Case(True, lambda: buf.fill_(fill), lambda: dist.all_reduce(buf), lambda: (buf != total).sum())]
     if op == "all_gather":
         out = torch.empty(n, device=device)
         src = torch.full((chunk,), fill, device=device)
         expected = torch.arange(1, world + 1, device=device, dtype=torch.float32).repeat_interleave(chunk)
         mine = out[rank * chunk:(rank + 1) * chunk]
-        return [(False, lambda: gather(out, src), lambda: (out != expected).sum()),
-                (True, lambda: (mine.fill_(fill), gather(out, mine)), lambda: (out != expected).sum())]
+        return [Case(False, lambda: out.zero_(), lambda: gather(out, src), lambda: (out != expected).sum()),
+                Case(True, lambda: mine.fill_(fill), lambda: gather(out, mine), lambda: (out != expected).sum())]
     if op == "reduce_scatter":
         full = torch.empty(n, device=device)
         out = torch.empty(chunk, device=device)
         mine = full[rank * chunk:(rank + 1) * chunk]
-        return [(False, lambda: (full.fill_(fill), scatter(out, full)), lambda: (out != total).sum()),
-                (True, lambda: (full.fill_(fill), scatter(mine, full)), lambda: (mine != total).sum())]
+        return [Case(False, lambda: full.fill_(fill), lambda: scatter(out, full), lambda: (out != total).sum()),
+                Case(True, lambda: full.fill_(fill), lambda: scatter(mine, full), lambda: (mine != total).sum())]
     if op == "broadcast":
         buf = torch.empty(n, device=device)
-        return [(True, lambda: (buf.fill_(fill), dist.broadcast(buf, 0)), lambda: (buf != 1.0).sum())]
+        return [Case(True, lambda: buf.fill_(fill), lambda: dist.broadcast(buf, 0), lambda: (buf != 1.0).sum())]
     if op == "alltoall":
         # element j of chunk c on rank r is r·world + c; after the exchange chunk c holds c·world + r
         src = (rank * world + torch.arange(world, device=device, dtype=torch.float32)).repeat_interleave(chunk)
         out = torch.empty(n, device=device)
         expected = (torch.arange(world, device=device, dtype=torch.float32) * world + rank).repeat_interleave(chunk)
-        return [(False, lambda: dist.all_to_all_single(out, src), lambda: (out != expected).sum())]
+        return [Case(False, lambda: out.zero_(), lambda: dist.all_to_all_single(out, src),
+                     lambda: (out != expected).sum())]
     raise ValueError(f"unknown collective {op!r}")
 
 
 def collectives_rank(job: Job, rank: int, world_size: int, events: EventLog | None) -> None:
+    """Per (op, size, placement), as nccl-tests: fill the inputs and check one untimed run, then
+    warm up and time ``iters`` runs of the collective alone (no fill inside the timing)."""
     import torch
     import torch.distributed as dist
+
+    from payload.distributed import barrier, group_device, synchronize
 
     cfg = job.collectives
     if cfg is None:
         raise ValueError("job.json has no collectives section")
-    on_gpu = job.gpu.lower() != "cpu"
-    device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
-
-    def sync() -> None:
-        if on_gpu:
-            torch.cuda.synchronize(device)
-
+    device = group_device()
     rows = []
     for op in cfg.ops:
         for size in sweep(cfg.min_bytes, cfg.max_bytes, cfg.factor, ELEMENT * world_size):
-            for in_place, run, wrong in _cases(op, size // ELEMENT, rank, world_size, device):
+            for case in _cases(op, size // ELEMENT, rank, world_size, device):
+                case.prepare()
+                case.run()
+                errors = torch.tensor([int(case.wrong())], dtype=torch.int64, device=device)
                 for _ in range(cfg.warmup_iters):
-                    run()
-                sync()
-                dist.barrier()
+                    case.run()
+                synchronize([device])
+                barrier()
                 start = time.perf_counter()
                 for _ in range(cfg.iters):
-                    run()
-                sync()
-                elapsed = torch.tensor([(time.perf_counter() - start) / cfg.iters], dtype=torch.float64)
+                    case.run()
+                synchronize([device])
+                elapsed = torch.tensor([(time.perf_counter() - start) / cfg.iters], dtype=torch.float64,
+                                       device=device)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-                errors = torch.tensor([int(wrong())], dtype=torch.int64, device=device)
                 dist.all_reduce(errors)
                 seconds = float(elapsed.item())
                 algbw, busbw = bandwidths(op, size, seconds, world_size)
-                row = {"op": op, "bytes": size, "count": size // ELEMENT, "dtype": "float", "in_place": in_place,
+                row = {"op": op, "bytes": size, "count": size // ELEMENT, "dtype": "float", "in_place": case.in_place,
                        "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": busbw,
                        "wrong": int(errors.item()), "ranks": world_size}
                 rows.append(row)

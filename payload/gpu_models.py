@@ -7,6 +7,7 @@ BF16_PEAK_FLOPS = {
     "H100_NVL": 835e12,
     "H100_PCIE": 756e12,
     "H200": 989e12,
+    "H200_NVL": 835e12,
     "GH200": 989e12,
     "B200": 2250e12,
     "A100_SXM": 312e12,
@@ -14,21 +15,30 @@ BF16_PEAK_FLOPS = {
     "L40S": 362e12,
 }
 
+NAME_RULES: tuple[tuple[str, str, str], ...] = (
+    # (family, form-factor marker, model), first match wins: every form factor is tried before its
+    # family's bare name, or "NVIDIA H200 NVL" would be taken for the SXM board (an NVSwitch mesh)
+    ("GH200", "", "GH200"),
+    ("H200", "NVL", "H200_NVL"),
+    ("H200", "PCIE", "H200_NVL"),  # the H200's PCIe card is the NVL
+    ("H200", "", "H200"),
+    ("H100", "NVL", "H100_NVL"),
+    ("H100", "PCIE", "H100_PCIE"),
+    ("H100", "", "H100_SXM"),  # "NVIDIA H100 80GB HBM3"
+    ("A100", "PCIE", "A100_PCIE"),
+    ("A100", "", "A100_SXM"),  # "NVIDIA A100-SXM4-80GB"
+    ("B200", "", "B200"),
+    ("L40S", "", "L40S"),
+)
+
 
 def gpu_model(device_name: str) -> str | None:
-    """``NVIDIA H100 80GB HBM3`` → ``H100_SXM``; None when the name is not in the table."""
+    """``NVIDIA H100 80GB HBM3`` → ``H100_SXM``, ``NVIDIA H200 NVL`` → ``H200_NVL``; None when the
+    name is not in the table."""
     name = device_name.upper()
-    if "GH200" in name:
-        return "GH200"
-    for family in ("H200", "B200", "L40S"):
-        if family in name:
-            return family
-    if "H100" in name:
-        if "NVL" in name:
-            return "H100_NVL"
-        return "H100_PCIE" if "PCIE" in name else "H100_SXM"
-    if "A100" in name:
-        return "A100_PCIE" if "PCIE" in name else "A100_SXM"
+    for family, marker, model in NAME_RULES:
+        if family in name and marker in name:
+            return model
     return None
 
 

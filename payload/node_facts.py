@@ -3,7 +3,7 @@ plain data; none raises on odd input: what cannot be read is left out.
 
 Files (under ``artifacts/facts/``): nvidia-smi-query.csv, nvidia-smi-topo-m.txt,
 nvidia-smi-nvlink-s.txt, dev-shm.txt, nproc.txt, lscpu.txt, numactl-H.txt, env.txt,
-nccl-debug.log, torch.json.
+nccl-debug.<host>.<pid>.log (one per rank), torch.json.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def parse_topo(text: str) -> Topology:
 
 def classify_topology(topo: Topology) -> str:
     """``nvswitch_mesh`` (every pair NV#), ``nvlink_pairs`` (each GPU has exactly one NV peer),
+    ``nvlink_quads`` (NVLink-bridged groups of four, as 4-way bridged H200 NVL cards),
     ``partial_nvlink``, ``pcie_only``, ``single_gpu`` or ``unknown``."""
     n = len(topo.gpus)
     if n == 0:
@@ -102,8 +103,12 @@ def classify_topology(topo: Topology) -> str:
         return "pcie_only"
     if len(nv) == len(pairs):
         return "nvswitch_mesh"
-    peers = {i: sum(1 for a, _ in nv if a == i) for i in range(n)}
-    return "nvlink_pairs" if set(peers.values()) == {1} else "partial_nvlink"
+    groups = {i: frozenset({i} | {b for a, b in nv if a == i}) for i in range(n)}
+    cliques = all(groups[j] == group for group in groups.values() for j in group)
+    sizes = {len(group) for group in groups.values()}
+    if cliques and sizes == {2}:
+        return "nvlink_pairs"
+    return "nvlink_quads" if cliques and sizes == {4} else "partial_nvlink"
 
 
 def nvlink_width(topo: Topology) -> int | None:

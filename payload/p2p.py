@@ -3,11 +3,13 @@ p2pBandwidthLatencyTest). Two modes per pair: ``peer`` (a direct device-to-devic
 peer access where the driver allows it; ``peer_access`` records whether it does) and ``host``
 (staged through pinned host memory: what a pair without peer access gets). Skipped, with the
 reason, on a CPU cell or a node with fewer than two GPUs. One ``sample`` per (src, dst, mode);
-``artifacts/p2p.txt`` holds the bandwidth matrices.
+``artifacts/p2p.txt`` holds the bandwidth matrices. The pairs are measured in a child process
+that exits, so no CUDA context or cached buffer outlives the phase.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +31,39 @@ def skip_reason(job: Job, visible_gpus: int) -> str | None:
 
 
 def run_p2p(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
+    """Runner side: measure every pair in a child process that exits (``payload.child``: the
+    buffers and the CUDA contexts on every GPU go with it), then emit the samples and the table."""
+    from payload.child import run_in_child
+
+    gpus, rows = 0, []
+    if job.gpu.lower() != "cpu":
+        reported, reason = run_in_child(measure_pairs)
+        if reason:
+            raise RuntimeError(f"the p2p measurement failed: {reason}")
+        gpus, rows = reported[0]
+    skip = skip_reason(job, gpus)
+    if skip:
+        log.emit("sample", phase="p2p", name="p2p", status="skip", reason=skip)
+        return {"skipped": skip}
+    for row in rows:
+        log.emit("sample", phase="p2p", **row)
+    table = job_path.parent / "artifacts" / "p2p.txt"
+    table.write_text(_matrices(rows, gpus))
+    log.emit("artifact", phase="p2p", name="p2p.txt", path="artifacts/p2p.txt", bytes=table.stat().st_size)
+    peer_rows = [r for r in rows if r["mode"] == "peer"]
+    return {"pairs": len(peer_rows), "peer_access_pairs": sum(r["peer_access"] for r in peer_rows),
+            "min_peer_bandwidth_gbps": min(r["bandwidth_gbps"] for r in peer_rows)}
+
+
+def measure_pairs(report: Callable[[Any], None]) -> None:
+    """Child side: ``report((visible GPUs, rows))``, one row per ordered pair and mode (none with
+    fewer than two GPUs). Each copy is timed to completion on both ends (``cuda_timed`` with the
+    source and the destination)."""
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    reason = skip_reason(job, gpus)
-    if reason:
-        log.emit("sample", phase="p2p", name="p2p", status="skip", reason=reason)
-        return {"skipped": reason}
     rows: list[dict[str, Any]] = []
-    for src in range(gpus):
+    for src in range(gpus if gpus >= 2 else 0):
         for dst in range(gpus):
             if src == dst:
                 continue
@@ -55,18 +81,11 @@ def run_p2p(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
                 ("peer", lambda a=big_src, b=big_dst: b.copy_(a), lambda a=small_src, b=small_dst: b.copy_(a)),
                 ("host", staged, lambda a=small_src, b=small_dst, h=host: staged(a, b, h)),
             ):
-                seconds = cuda_timed(bulk, ITERS)
-                latency = cuda_timed(tiny, ITERS * 10)
-                row = {"src": src, "dst": dst, "mode": mode, "peer_access": peer, "bytes": COPY_BYTES,
-                       "bandwidth_gbps": COPY_BYTES / seconds / 1e9, "latency_us": latency * 1e6}
-                rows.append(row)
-                log.emit("sample", phase="p2p", **row)
-    table = job_path.parent / "artifacts" / "p2p.txt"
-    table.write_text(_matrices(rows, gpus))
-    log.emit("artifact", phase="p2p", name="p2p.txt", path="artifacts/p2p.txt", bytes=table.stat().st_size)
-    peer_rows = [r for r in rows if r["mode"] == "peer"]
-    return {"pairs": len(peer_rows), "peer_access_pairs": sum(r["peer_access"] for r in peer_rows),
-            "min_peer_bandwidth_gbps": min(r["bandwidth_gbps"] for r in peer_rows)}
+                seconds = cuda_timed(bulk, ITERS, [src, dst])
+                latency = cuda_timed(tiny, ITERS * 10, [src, dst])
+                rows.append({"src": src, "dst": dst, "mode": mode, "peer_access": peer, "bytes": COPY_BYTES,
+                             "bandwidth_gbps": COPY_BYTES / seconds / 1e9, "latency_us": latency * 1e6})
+    report((gpus, rows))
 
 
 def _matrices(rows: list[dict[str, Any]], gpus: int) -> str:

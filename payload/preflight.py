@@ -2,8 +2,8 @@
 
 Within a time budget (``budget_s``, default 90 s): the facts snapshot (``payload.facts_capture``)
 goes to ``artifacts/facts/``; the probes (``payload.probes``) add ``probes.json`` and, on GPUs,
-``nccl-debug.log``; the checks (``payload.checks``) judge the snapshot. Each check is emitted as a
-``sample`` event; ``artifacts/preflight.json`` holds ``{verdict, checks, elapsed_s}``. A probe
+one ``nccl-debug.<host>.<pid>.log`` per rank; the checks (``payload.checks``) judge the snapshot.
+Each check is emitted as a ``sample`` event; ``artifacts/preflight.json`` holds ``{verdict, checks, elapsed_s}``. A probe
 still running when the budget is spent makes its check ``fail`` ("timed out"). Verdict ``fail``
 raises BadNode (runner exit code 3).
 """
@@ -11,9 +11,7 @@ raises BadNode (runner exit code 3).
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,9 @@ from payload.facts_capture import capture, faults
 from payload.job import Job
 from payload.thresholds import resolve
 
+NCCL_DEBUG_FILE = "nccl-debug.%h.%p.log"
+"""One NCCL log per rank: NCCL expands %h to the host name and %p to the process id (ranks writing
+one file would overwrite each other). ``payload.checks`` reads every ``nccl-debug*.log``."""
 PROBE_OF_CHECK = {"cuda_init": "cuda_init", "gemm": "gemm_tflops", "hbm": "hbm_gbps", "nccl_allreduce": "allreduce"}
 
 
@@ -30,43 +31,30 @@ class BadNode(RuntimeError):
     """Preflight decided this node cannot run the cell."""
 
 
-def _with_deadline(fn: Callable[[], Any], deadline: float) -> tuple[bool, Any]:
-    """(finished, value): run ``fn`` in a thread and stop waiting at ``deadline``."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except Exception as exc:  # reported as the probe's error
-            box["value"] = {"error": f"{type(exc).__name__}: {exc}"}
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(max(0.0, deadline - time.monotonic()))
-    return not thread.is_alive(), box.get("value")
-
-
 def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float) -> tuple[dict[str, Any], list[str]]:
-    """Live measurements; returns (probes, names of probes that ran out of time)."""
+    """Live measurements; returns (probes, names of probes that ran out of time). The per-GPU
+    probes run in a child process that exits (``payload.child``), freeing their CUDA contexts
+    and cached memory; the all_reduce runs as its own ranks."""
     from payload import probes as live
+    from payload.child import run_in_child
 
     injected = faults()
     probes: dict[str, Any] = {}
     timed_out: list[str] = []
     wants_gpu = job.gpu.lower() != "cpu"
-    steps: list[tuple[str, Callable[[], Any]]] = []
+    names: list[str] = []
     if wants_gpu or injected.get("cuda_init"):
-        steps.append(("cuda_init", lambda: live.cuda_init(job.count, injected)))
+        names.append("cuda_init")
     if wants_gpu:
-        steps += [("gemm_tflops", lambda: live.gemm_tflops(job.count)), ("hbm_gbps", lambda: live.hbm_gbps(job.count))]
-    for name, fn in steps:
-        finished, value = _with_deadline(fn, deadline)
-        if not finished:
-            timed_out.append(name)
-            break
-        probes[name] = value
-        if name == "cuda_init" and value.get("error"):
-            break  # nothing else can run on a GPU that does not initialise
+        names += ["gemm_tflops", "hbm_gbps"]
+    if names:
+        reported, reason = run_in_child(live.measure, (names, job.count, injected), deadline)
+        probes.update(reported)
+        unfinished = names[len(reported)] if reason and len(reported) < len(names) else None
+        if unfinished and reason == "timed out":
+            timed_out.append(unfinished)
+        elif unfinished:
+            probes[unfinished] = {"error": reason}
     if wants_gpu and not timed_out and not probes.get("cuda_init", {}).get("error"):
         timed_out += _allreduce(job, job_path, facts_dir, deadline, probes)
     (facts_dir / "probes.json").write_text(json.dumps(probes, indent=2))
@@ -78,8 +66,7 @@ def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probe
 
     from payload.distributed import RanksFailed, launch
 
-    log = facts_dir / "nccl-debug.log"
-    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(log)}
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(facts_dir / NCCL_DEBUG_FILE)}
     previous = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -1,13 +1,16 @@
 """Live preflight measurements on the node (torch): CUDA init on every GPU, bf16 GEMM TFLOP/s and
 device-to-device copy GB/s per GPU, and an NCCL all_reduce across all GPUs with its
-``NCCL_DEBUG=INFO`` log. Results land in the facts snapshot (``probes.json``, ``nccl-debug.log``)
-so the checks judge them like any other fact.
+``NCCL_DEBUG=INFO`` logs. Results land in the facts snapshot (``probes.json``, one
+``nccl-debug.<host>.<pid>.log`` per rank) so the checks judge them like any other fact. The
+per-GPU probes run in a child process that exits (``measure``, ``payload.child``), so their CUDA
+contexts and cached memory are gone before the next phase.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from payload.events import EventLog
@@ -36,16 +39,19 @@ def cuda_init(count: int, injected: dict[str, Any]) -> dict[str, Any]:
     return {"ok_devices": ok}
 
 
-def cuda_timed(fn: Any, iters: int) -> float:
-    """Seconds per call of ``fn`` on the GPU: one warm-up call, then ``iters`` between synchronizes."""
-    import torch
+def cuda_timed(fn: Any, iters: int, devices: Sequence[int]) -> float:
+    """Seconds per call of ``fn`` on the GPU: one warm-up call, then ``iters`` calls between
+    synchronizes of every device in ``devices``. Name every device ``fn`` touches: a cross-device
+    copy runs on the source device's stream, so synchronizing only the current device times the
+    enqueue, not the copy."""
+    from payload.distributed import synchronize
 
     fn()
-    torch.cuda.synchronize()
+    synchronize(devices)
     start = time.perf_counter()
     for _ in range(iters):
         fn()
-    torch.cuda.synchronize()
+    synchronize(devices)
     return (time.perf_counter() - start) / iters
 
 
@@ -57,7 +63,7 @@ def gemm_tflops(count: int) -> list[float]:
         a = torch.randn(GEMM_N, GEMM_N, device=f"cuda:{index}", dtype=torch.bfloat16)
         b = torch.randn_like(a)
         with torch.cuda.device(index):
-            seconds = cuda_timed(lambda a=a, b=b: a @ b, 10)
+            seconds = cuda_timed(lambda a=a, b=b: a @ b, 10, [index])
         result.append(2 * GEMM_N**3 / seconds / 1e12)
     return result
 
@@ -70,33 +76,52 @@ def hbm_gbps(count: int) -> list[float]:
         src = torch.empty(HBM_BYTES, dtype=torch.uint8, device=f"cuda:{index}")
         dst = torch.empty_like(src)
         with torch.cuda.device(index):
-            seconds = cuda_timed(lambda s=src, d=dst: d.copy_(s), 10)
+            seconds = cuda_timed(lambda s=src, d=dst: d.copy_(s), 10, [index])
         result.append(2 * HBM_BYTES / seconds / 1e9)  # bytes read + written
     return result
 
 
+def measure(report: Callable[[Any], None], names: Sequence[str], count: int, injected: dict[str, Any]) -> None:
+    """Child-process side of the preflight probes (``payload.child``): run the named probes in
+    order, ``report((name, value))`` after each; an exception is the probe's ``{"error": ...}``;
+    nothing runs after a ``cuda_init`` error."""
+    probes: dict[str, Callable[[], Any]] = {"cuda_init": lambda: cuda_init(count, injected),
+                                            "gemm_tflops": lambda: gemm_tflops(count),
+                                            "hbm_gbps": lambda: hbm_gbps(count)}
+    for name in names:
+        try:
+            value = probes[name]()
+        except Exception as exc:  # the message is the finding
+            value = {"error": f"{type(exc).__name__}: {exc}"}
+        report((name, value))
+        if name == "cuda_init" and value.get("error"):
+            break
+
+
 def allreduce_rank(job: Job, rank: int, world_size: int, events: EventLog | None) -> None:
-    """Rank function of the ``preflight_allreduce`` distributed phase: time a large all_reduce."""
+    """Rank function of the ``preflight_allreduce`` distributed phase: fill and check one untimed
+    all_reduce, then time ``iters`` of the all_reduce alone (no fill inside the timing)."""
     import torch
     import torch.distributed as dist
 
     from payload.collective_math import bandwidths
+    from payload.distributed import group_device, synchronize
 
-    elements = ALLREDUCE_BYTES // 4
-    buf = torch.empty(elements, device=f"cuda:{rank}")
-    for _ in range(3):
-        buf.fill_(float(rank + 1))
+    device = group_device()
+    buf = torch.empty(ALLREDUCE_BYTES // 4, device=device)
+    buf.fill_(float(rank + 1))
+    dist.all_reduce(buf)
+    wrong = torch.tensor([int((buf != world_size * (world_size + 1) / 2).sum())], device=device)
+    for _ in range(2):
         dist.all_reduce(buf)
-    torch.cuda.synchronize()
+    synchronize([device])
     iters = 10
     start = time.perf_counter()
     for _ in range(iters):
-        buf.fill_(float(rank + 1))
         dist.all_reduce(buf)
-    torch.cuda.synchronize()
-    seconds = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=f"cuda:{rank}")
+    synchronize([device])
+    seconds = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=device)
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-    wrong = torch.tensor([int((buf != world_size * (world_size + 1) / 2).sum())], device=f"cuda:{rank}")
     dist.all_reduce(wrong)
     if events is not None:  # rank 0
         algbw, busbw = bandwidths("all_reduce", ALLREDUCE_BYTES, float(seconds.item()), world_size)

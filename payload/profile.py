@@ -41,10 +41,14 @@ def grad_accum_steps(cfg: ProfileConfig, world_size: int) -> int:
 
 
 class PhaseClock:
-    """Marks phase boundaries: CUDA events on GPU (read after the step's synchronize), else perf_counter."""
+    """Marks phase boundaries: CUDA events on GPU (read after the step's synchronize), else
+    perf_counter. On GPU each mark also closes the previous NVTX range and opens the next phase's
+    (``names``, in order), so an ``nsys`` capture shows the phases the step's samples name. The
+    marks sit on the current (compute) stream: a phase's time is when the compute stream reached
+    its boundaries, not when collectives running on NCCL's streams finished."""
 
-    def __init__(self, on_gpu: bool, enabled: bool) -> None:
-        self.on_gpu, self.enabled = on_gpu, enabled
+    def __init__(self, on_gpu: bool, enabled: bool, names: tuple[str, ...] = PHASES) -> None:
+        self.on_gpu, self.enabled, self.names = on_gpu, enabled, names
         self._marks: list[Any] = []
 
     def mark(self) -> None:
@@ -56,13 +60,21 @@ class PhaseClock:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             self._marks.append(event)
+            if len(self._marks) > 1:
+                torch.cuda.nvtx.range_pop()
+            if len(self._marks) <= len(self.names):
+                torch.cuda.nvtx.range_push(self.names[len(self._marks) - 1].removesuffix("_s"))
         else:
             self._marks.append(time.perf_counter())
 
     def durations(self) -> list[float]:
-        """Seconds between consecutive marks; resets the clock."""
+        """Seconds between consecutive marks; resets the clock (closing a phase's NVTX range still open)."""
         marks, self._marks = self._marks, []
         if self.on_gpu:
+            if 0 < len(marks) <= len(self.names):
+                import torch
+
+                torch.cuda.nvtx.range_pop()
             return [a.elapsed_time(b) / 1000.0 for a, b in itertools.pairwise(marks)]
         return [b - a for a, b in itertools.pairwise(marks)]
 

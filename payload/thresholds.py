@@ -15,12 +15,13 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
 
 EXPECTED_GEMM_TFLOPS = {
     # achievable dense bf16 matmul (8192³), about 70% of the published peak
-    "H100_SXM": 690.0, "H100_NVL": 580.0, "H100_PCIE": 520.0, "H200": 690.0, "GH200": 690.0,
+    "H100_SXM": 690.0, "H100_NVL": 580.0, "H100_PCIE": 520.0, "H200": 690.0, "H200_NVL": 580.0, "GH200": 690.0,
     "A100_SXM": 250.0, "A100_PCIE": 230.0, "L40S": 250.0, "B200": 1500.0,
 }
 EXPECTED_HBM_GBPS = {
     # device-to-device copy, bytes read + written, about 80% of the published HBM bandwidth
-    "H100_SXM": 2680.0, "H100_NVL": 3120.0, "H100_PCIE": 1600.0, "H200": 3840.0, "GH200": 3200.0,
+    "H100_SXM": 2680.0, "H100_NVL": 3120.0, "H100_PCIE": 1600.0, "H200": 3840.0, "H200_NVL": 3840.0,
+    "GH200": 3200.0,
     "A100_SXM": 1630.0, "A100_PCIE": 1550.0, "L40S": 690.0, "B200": 6400.0,
 }
 EXPECTED_ALLREDUCE_BUSBW = {
@@ -28,9 +29,13 @@ EXPECTED_ALLREDUCE_BUSBW = {
     ("H100_SXM", 8): 460.0, ("H200", 8): 460.0, ("A100_SXM", 8): 230.0, ("H100_PCIE", 8): 35.0,
     ("H100_NVL", 4): 200.0, ("H200", 4): 337.7,
 }
-EXPECTED_TOPOLOGY = {
-    "H100_SXM": "nvswitch_mesh", "H200": "nvswitch_mesh", "A100_SXM": "nvswitch_mesh", "B200": "nvswitch_mesh",
-    "H100_NVL": "nvlink_pairs", "H100_PCIE": "pcie_only", "A100_PCIE": "pcie_only", "L40S": "pcie_only",
+EXPECTED_TOPOLOGY: dict[str, tuple[str, ...]] = {
+    # the classes (``node_facts.classify_topology``) a healthy multi-GPU node of the model shows
+    "H100_SXM": ("nvswitch_mesh",), "H200": ("nvswitch_mesh",), "A100_SXM": ("nvswitch_mesh",),
+    "B200": ("nvswitch_mesh",),
+    "H100_NVL": ("nvlink_pairs",),  # PCIe cards, NVLink-bridged in pairs
+    "H200_NVL": ("nvlink_pairs", "nvlink_quads"),  # PCIe cards, 2- or 4-way NVLink bridges
+    "H100_PCIE": ("pcie_only",), "A100_PCIE": ("pcie_only",), "L40S": ("pcie_only",),
 }
 MIN_DRIVER_FOR_CUDA_MAJOR = {
     # NVIDIA's CUDA toolkit release notes: minimum driver for minor-version compatibility (Linux)
