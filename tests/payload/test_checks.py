@@ -131,3 +131,36 @@ def test_remapped_rows_and_the_cgroup_cpu_limit(tmp_path: Path) -> None:
     assert checks["cpu"]["status"] == "warn" and checks["cpu"]["observed"]["per_rank"] == 4.0
     single = _judge("h100-single", "H100_SXM", 1)["cpu"]
     assert single["observed"]["cgroup_cpu_limit"] == 16.0 and single["status"] == "pass"
+
+
+def test_every_rank_s_nccl_log_is_read(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    snapshot = tmp_path / "snap"
+    shutil.copytree(FIXTURES / "h100-sxm-healthy", snapshot)
+    lines = (snapshot / "nccl-debug.log").read_text().splitlines(keepends=True)
+    (snapshot / "nccl-debug.log").unlink()
+    half = len(lines) // 2  # two ranks, each its own file (NCCL_DEBUG_FILE=nccl-debug.%h.%p.log)
+    (snapshot / "nccl-debug.node-a.101.log").write_text("".join(lines[:half]))
+    (snapshot / "nccl-debug.node-a.102.log").write_text("".join(lines[half:]))
+    (snapshot / "probes.json").write_text(json.dumps({"allreduce": {"bytes": 1 << 30, "busbw_gbps": 470.0, "wrong": 0}}))
+    log = nf.triage_nccl_log("".join(lines))
+    checks = {c["name"]: c for c in judge(Facts(snapshot), Expect("H100_SXM", 8), resolve())}
+    assert checks["nccl_allreduce"]["observed"]["log"] == log and log["transports"]
+
+
+def test_each_preflight_rank_gets_its_own_nccl_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import time
+
+    from payload import distributed, preflight
+    from payload.job import Job
+
+    seen: dict[str, str | None] = {}
+    monkeypatch.setattr(distributed, "launch", lambda *a, **k: seen.update(
+        {k: os.environ.get(k) for k in ("NCCL_DEBUG", "NCCL_DEBUG_FILE")}))
+    job = Job(campaign="t", cell="c", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"])
+    preflight._allreduce(job, tmp_path / "job.json", tmp_path, time.monotonic() + 60, {})
+    assert seen == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(tmp_path / "nccl-debug.%h.%p.log")}
+    assert "NCCL_DEBUG_FILE" not in os.environ or os.environ["NCCL_DEBUG_FILE"] != seen["NCCL_DEBUG_FILE"]
