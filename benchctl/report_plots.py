@@ -147,7 +147,7 @@ def split(data: CampaignData) -> Figure:
         ax.text(left, i, f" optimizer {s.optimizer_share:.0%}, of which comm {s.comm_share:.0%}", va="center",
                 fontsize=9)
     _cell_axis(ax, [c.key for c in data.cells])
-    ax.set_xlabel("median time per step (ms)")
+    ax.set_xlabel("median time per step (ms); phases as the GPU's compute stream reached them")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, _below(fig)), ncol=2)
     return fig
 

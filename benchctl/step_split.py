@@ -5,8 +5,9 @@ From the timed profile samples (``payload.profile``; seconds per step): forward/
 communication is phase 1 (launching the gradient reduce-scatters and all-reduces) plus phase 3
 (waiting for the all-gathers). Phase 2 waits for the reductions and updates the owned shards: it
 counts as optimizer, not communication, so the communication share is a lower bound on the
-communication a step waits for. Each time is the median over the timed steps; each share is of
-the median step time.
+communication a step waits for. On GPU the phase times mark the compute stream (CUDA events
+recorded on it), not the NCCL streams: a phase ends when the compute stream reaches its end. Each
+time is the median over the timed steps; each share is of the median step time.
 """
 
 from __future__ import annotations
