@@ -3,9 +3,9 @@
 Within a time budget (``budget_s``, default 90 s): the facts snapshot (``payload.facts_capture``)
 goes to ``artifacts/facts/``; the probes (``payload.probes``) add ``probes.json`` and, on GPUs,
 one ``nccl-debug.<host>.<pid>.log`` per rank; the checks (``payload.checks``) judge the snapshot.
-Each check is emitted as a ``sample`` event; ``artifacts/preflight.json`` holds ``{verdict, checks, elapsed_s}``. A probe
-still running when the budget is spent makes its check ``fail`` ("timed out"). Verdict ``fail``
-raises BadNode (runner exit code 3).
+Each check is emitted as a ``sample`` event; ``artifacts/preflight.json`` holds ``{verdict, checks,
+elapsed_s}``. A probe still running when the budget is spent makes its check ``fail`` ("timed
+out"). Verdict ``fail`` raises BadNode (runner exit code 3).
 """
 
 from __future__ import annotations

@@ -144,7 +144,8 @@ def test_every_rank_s_nccl_log_is_read(tmp_path: Path) -> None:
     half = len(lines) // 2  # two ranks, each its own file (NCCL_DEBUG_FILE=nccl-debug.%h.%p.log)
     (snapshot / "nccl-debug.node-a.101.log").write_text("".join(lines[:half]))
     (snapshot / "nccl-debug.node-a.102.log").write_text("".join(lines[half:]))
-    (snapshot / "probes.json").write_text(json.dumps({"allreduce": {"bytes": 1 << 30, "busbw_gbps": 470.0, "wrong": 0}}))
+    probe = {"allreduce": {"bytes": 1 << 30, "busbw_gbps": 470.0, "wrong": 0}}
+    (snapshot / "probes.json").write_text(json.dumps(probe))
     log = nf.triage_nccl_log("".join(lines))
     checks = {c["name"]: c for c in judge(Facts(snapshot), Expect("H100_SXM", 8), resolve())}
     assert checks["nccl_allreduce"]["observed"]["log"] == log and log["transports"]

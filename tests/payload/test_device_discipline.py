@@ -25,8 +25,9 @@ from payload.collectives import collectives_rank
 from payload.distributed import group_device, group_options, launch, run_worker
 from payload.job import CollectivesConfig, Job
 
-COLLECTIVES = tuple(name for name in ("all_reduce", "all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor",
-                                      "reduce_scatter_single", "broadcast", "all_to_all_single", "barrier")
+COLLECTIVES = tuple(name for name in ("all_reduce", "all_gather_into_tensor", "all_gather_single",
+                                      "reduce_scatter_tensor", "reduce_scatter_single", "broadcast",
+                                      "all_to_all_single", "barrier")
                     if hasattr(dist, name))
 
 
@@ -56,10 +57,12 @@ def strict_group(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         dist.destroy_process_group()
 
 
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
+
+
 def _job(gpu: str = "cpu") -> Job:
     return Job(campaign="t", cell="c", attempt=1, token="t", gpu=gpu, count=1, phases=["collectives"],
-               collectives=CollectivesConfig(ops=["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"],
-                                             min_bytes=8, max_bytes=64, factor=8, warmup_iters=1, iters=2))
+               collectives=CollectivesConfig(ops=OPS, min_bytes=8, max_bytes=64, factor=8, warmup_iters=1, iters=2))
 
 
 def test_the_strict_group_refuses_a_tensor_off_its_device(strict_group: list[str]) -> None:
