@@ -60,7 +60,7 @@ class PhaseClock:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             self._marks.append(event)
-            if len(self._marks) > 1:
+            if 1 < len(self._marks) <= len(self.names) + 1:  # the previous mark opened a range
                 torch.cuda.nvtx.range_pop()
             if len(self._marks) <= len(self.names):
                 torch.cuda.nvtx.range_push(self.names[len(self._marks) - 1].removesuffix("_s"))

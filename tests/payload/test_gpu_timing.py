@@ -208,6 +208,10 @@ def test_the_phase_clock_brackets_each_phase_in_an_nvtx_range(monkeypatch: pytes
     clock.mark()
     clock.durations()  # a step cut short still closes its range
     assert ranges[-2:] == ["push fwd_bwd", "pop"]
+    for _ in range(len(PHASES) + 3):  # more marks than phases: no range left open, none closed twice
+        clock.mark()
+    clock.durations()
+    assert ranges.count("pop") == sum(entry.startswith("push") for entry in ranges)
 
 
 def test_no_nvtx_without_a_gpu_or_with_phase_timing_off(monkeypatch: pytest.MonkeyPatch) -> None:
