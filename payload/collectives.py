@@ -3,8 +3,9 @@
 For each op and size: a correctness check counting wrong elements (one untimed run after filling
 the inputs), then warm-up and timed iterations of the collective alone (the inputs are not filled
 again inside the timing, as nccl-tests), out-of-place and (where torch has it) in-place, the
-slowest rank's time, algbw and busbw (``payload.collective_math``). Rank 0 emits one ``sample`` event per (op, size,
-placement) and writes ``artifacts/collectives.txt``, a table in nccl-tests' layout.
+slowest rank's time, algbw and busbw (``payload.collective_math``). Rank 0 emits one ``sample``
+event per (op, size, placement) and writes ``artifacts/collectives.txt``, a table in nccl-tests'
+layout.
 """
 
 from __future__ import annotations
