@@ -39,6 +39,7 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGN
 _CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 CAMPAIGN_NAME_MAX = 100
 MAX_CELLS = 10_000
+MAX_TARGET_STEPS = 10**12
 
 
 def check_campaign_name(name: str) -> str:
@@ -82,11 +83,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+MAX_MODEL_DEPTH = 1000
+
+
 def _check_preset(name: str) -> str:
     try:
-        model_dims(name)
+        depth = model_dims(name).depth
     except UnknownPreset as exc:
         raise ValueError(str(exc)) from None
+    if depth > MAX_MODEL_DEPTH:
+        raise ValueError(f"{name!r} is deeper than the deepest preset benchctl sizes (nanochat-d{MAX_MODEL_DEPTH})")
     return name
 
 
@@ -94,9 +100,9 @@ class Target(_Strict):
     """What "cost-to-train" means: train ``model`` to ``target_param_data_ratio`` tokens per parameter."""
 
     model: str
-    target_param_data_ratio: float = Field(gt=0)
+    target_param_data_ratio: float = Field(gt=0, le=1e6)
     total_batch_size: int = Field(gt=0, description="tokens per optimizer step")
-    vocab_size: int | None = Field(default=None, gt=0)
+    vocab_size: int | None = Field(default=None, gt=0, le=2**31)
 
     _model = field_validator("model")(_check_preset)
 
@@ -455,11 +461,16 @@ def parse_campaign(text: str, file: str) -> Campaign:
     except ValidationError as exc:
         raise _spec_error(exc, file, lines, lambda loc: tuple(loc)) from None
     target = spec.target
-    if target_steps(target.model, target.target_param_data_ratio, target.total_batch_size, target.vocab_size) < 1:
-        where_target: Path_ = ("target", "target_param_data_ratio")
+    steps = target_steps(target.model, target.target_param_data_ratio, target.total_batch_size, target.vocab_size)
+    where_target: Path_ = ("target", "target_param_data_ratio")
+    if steps < 1:
         raise SpecError(file, line_of(lines, where_target), format_path(where_target),
                         "this target trains for less than one step (ratio × scaling params < total_batch_size); "
                         "raise the ratio or lower total_batch_size")
+    if steps > MAX_TARGET_STEPS:
+        raise SpecError(file, line_of(lines, where_target), format_path(where_target),
+                        f"this target trains for {steps:,} steps, over {MAX_TARGET_STEPS:,}; lower the ratio or "
+                        "raise total_batch_size")
     profiled = spec.payload.profile.model
     if profiled is not None and profiled != spec.target.model:
         path: Path_ = ("payload", "profile", "model")
