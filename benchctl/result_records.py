@@ -30,7 +30,7 @@ from store.imports import CellResult
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 MAX_RECORDS = 10_000
-LIMITS = Limits(max_bytes=4 * 1024**2, max_values=2_000_000)
+LIMITS = Limits(max_bytes=4 * 1024**2, max_values=1_000_000)
 _MS = 1e9
 """The longest step (or optimizer) time a record may state, in milliseconds (11.6 days)."""
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
