@@ -72,10 +72,10 @@ class _BoundedLoader(yaml.SafeLoader):
                             f"{self.limits.max_depth} levels (or an alias or merge key that refers to itself); "
                             "flatten the file")
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self._deeper(self.peek_event().start_mark)
         try:
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 

@@ -4,6 +4,7 @@ traceback, quickly, and with nothing written to the store."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import subprocess
@@ -31,8 +32,7 @@ LAUGHS = "abcdefghi"
 def billion_laughs() -> str:
     """Nine lists of nine aliases of the list before: 9^9 (387 million) values from 600 bytes."""
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    lines += [f"{name}: &{name} [{','.join([f'*{before}'] * 9)}]" for before, name in zip(LAUGHS, LAUGHS[1:],
-                                                                                        strict=False)]
+    lines += [f"{name}: &{name} [{','.join([f'*{before}'] * 9)}]" for before, name in itertools.pairwise(LAUGHS)]
     return "\n".join(lines) + "\n"
 
 
@@ -113,8 +113,8 @@ def test_targets_that_overflow_or_hang_are_refused(home: Path, tmp_path: Path, o
 
 
 def test_a_matrix_over_10000_cells_is_refused_before_expanding(home: Path, tmp_path: Path) -> None:
-    matrix = ("  - {provider: local, gpu: cpu, count: [%s], price_usd_per_hour: [%s]}\n"
-              % (",".join(map(str, range(1, 102))), ",".join(str(i / 100) for i in range(100))))
+    counts, prices = ",".join(map(str, range(1, 102))), ",".join(str(i / 100) for i in range(100))
+    matrix = f"  - {{provider: local, gpu: cpu, count: [{counts}], price_usd_per_hour: [{prices}]}}\n"
     text = CAMPAIGN.split("matrix:\n")[0] + "matrix:\n" + matrix
     refused(run_campaign_text(home, tmp_path / "c.yaml", text), "matrix[0]", "expands to 10,100 cells")
 
@@ -208,7 +208,8 @@ def nccl_log(replace: tuple[str, str] | None = None, extra: str = "") -> str:
     return text + extra
 
 
-LAST_ROW = "  8589934592    2147483648     float     sum      -1  31236.1  275.00  481.25      0  31548.5  272.28  476.49"
+LAST_ROW = ("  8589934592    2147483648     float     sum      -1  31236.1  275.00  481.25      0  31548.5  272.28  "
+            "476.49")
 
 
 @pytest.mark.parametrize(("log", "words"), [
@@ -229,7 +230,8 @@ def test_nccl_logs_with_impossible_numbers_import_nothing(home: Path, tmp_path: 
 
 
 def test_a_million_line_nccl_log_is_refused_by_the_caps(home: Path, tmp_path: Path) -> None:
-    row = "     1048576        262144     float     sum      -1    163.5    6.41   11.22      0    165.2    6.35   11.11      0\n"
+    row = ("     1048576        262144     float     sum      -1    163.5    6.41   11.22      0    165.2    6.35   "
+           "11.11      0\n")
     header = nccl_log().split("     1048576")[0]
     records = tmp_path / "rows.yaml"
     records.write_text(RECORD)

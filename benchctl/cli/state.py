@@ -21,12 +21,12 @@ class CliState:
     def engine(self) -> Engine:
         """The store, migrated to the newest schema (opened once per command)."""
         if self._engine is None:
+            from sqlalchemy.exc import DBAPIError
+
             from benchctl.errors import StoreFailure, UsageError
             from benchctl.settings import database_url
             from store.database import BadDatabaseURL, StoreError, open_store
             from store.migrations import SchemaTooNew
-
-            from sqlalchemy.exc import DBAPIError
 
             url = database_url(self.db)
             try:
