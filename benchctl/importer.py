@@ -18,8 +18,9 @@ from sqlalchemy.engine import Engine
 
 from benchctl.cell_evidence import largest_allreduce
 from benchctl.errors import SpecError, UsageError
-from benchctl.nccl_log import NcclLogError, looks_like_nccl_log, read_nccl_log
+from benchctl.nccl_log import NcclLogError, looks_like_nccl_log, read_log_text, read_nccl_log
 from benchctl.result_records import read_records
+from benchctl.spec import check_campaign_name
 from store import queries as q
 from store.imports import CellCollectives, CellResult, NotAnImportCampaign, UnknownCell, save_import
 
@@ -42,24 +43,31 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
     skipped = 0
     came_from: dict[tuple[str, str], Path] = {}
     name = campaign or DEFAULT_CAMPAIGN
+    try:
+        check_campaign_name(name)
+    except ValueError as exc:
+        raise UsageError(f"--campaign: {exc}") from None
     for path in files:
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
-        if path.suffix.lower() in RECORD_SUFFIXES:
+        try:
+            if path.suffix.lower() not in RECORD_SUFFIXES:
+                logs.append((path, _nccl_rows(path)))
+                continue
             found, dropped = read_records(path)
-            if campaign:
-                found = [replace(item, campaign=None) for item in found]
-            for item in found:
-                where = (item.campaign or name, item.key)
-                if where in came_from:
-                    raise SpecError(str(path), None, "", f"the cell {item.key!r} of campaign {where[0]!r} is also "
-                                    f"in {came_from[where]}; import the files one at a time (--campaign each) or "
-                                    "tell the records apart with `cell`")
-                came_from[where] = path
-            skipped += dropped
-            results += found
-        else:
-            logs.append((path, _nccl_rows(path)))
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
+        if campaign:
+            found = [replace(item, campaign=None) for item in found]
+        for item in found:
+            where = (item.campaign or name, item.key)
+            if where in came_from:
+                raise SpecError(str(path), None, "", f"the cell {item.key!r} of campaign {where[0]!r} is also "
+                                f"in {came_from[where]}; import the files one at a time (--campaign each) or "
+                                "tell the records apart with `cell`")
+            came_from[where] = path
+        skipped += dropped
+        results += found
     counts = _gpu_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
     collectives = []
     for path, rows in logs:
@@ -82,12 +90,12 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
 
 
 def _nccl_rows(path: Path) -> list[dict]:
-    text = path.read_text(errors="replace")
-    if not looks_like_nccl_log(text):
-        raise SpecError(str(path), None, "", "neither a result-record file (.json, .yaml) nor an nccl-tests log "
-                        "(no '#  size  count  type' header line)")
     try:
-        return read_nccl_log(path)
+        text = read_log_text(path)
+        if not looks_like_nccl_log(text):
+            raise SpecError(str(path), None, "", "neither a result-record file (.json, .yaml) nor an nccl-tests log "
+                            "(no '#  size  count  type' header line)")
+        return read_nccl_log(path, text)
     except NcclLogError as exc:
         raise SpecError(str(path), exc.line, "", exc.problem) from None
 

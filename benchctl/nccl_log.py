@@ -5,7 +5,8 @@ in_place, time_us, algbw_gbps, busbw_gbps, wrong, ranks): one per size for out-o
 for in-place. The collective comes from the ``Collective test starting: <op>_perf`` line above
 the rows (a file may hold several runs, each starting with its ``# nThread`` line), else from the
 file name; ranks from the ``#  Rank N`` lines of the same run. A line that looks like data but
-does not read raises ``NcclLogError`` with its line number.
+does not read raises ``NcclLogError`` with its line number, and so does a number that is not
+finite, negative or absurdly large. A log holds at most 8 MiB and 10,000 result lines.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ _RUN = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(r"^#\s*Rank\s+\d+\s")
 _HEADER = re.compile(r"^#\s*size\s+count\s+type\b")
 _DATA = re.compile(r"^\s*\d+\s+\d+\s")
+MAX_LOG_BYTES = 8 * 1024**2
+MAX_RESULT_LINES = 10_000
+_LARGEST = 1e12
+"""No time (µs) or bandwidth (GB/s) nccl-tests prints is larger."""
+_INT_MAX = 2**63 - 1
 
 
 class NcclLogError(ValueError):
@@ -30,10 +36,22 @@ class NcclLogError(ValueError):
 
 
 def _number(text: str, line: int) -> float:
+    """A time or bandwidth: finite, not negative, below ``_LARGEST``."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise NcclLogError(line, f"{text!r} is not a number where nccl-tests prints one") from None
+    if not 0 <= value <= _LARGEST:  # also NaN, inf and -inf
+        raise NcclLogError(line, f"{text!r} is not a time or bandwidth nccl-tests prints (negative, infinite or "
+                                 "too large); fix or remove the line")
+    return value
+
+
+def _integer(text: str, line: int) -> int:
+    value = int(text) if len(text) <= 19 else _INT_MAX + 1  # the data pattern makes it digits only
+    if value > _INT_MAX:
+        raise NcclLogError(line, f"{text[:30]!r} is too large for a size or count (at most {_INT_MAX})")
+    return value
 
 
 def _wrong(text: str, line: int) -> int | None:
@@ -52,11 +70,24 @@ def looks_like_nccl_log(text: str) -> bool:
     return any(_HEADER.match(line) for line in text.splitlines())
 
 
-def read_nccl_log(path: Path) -> list[dict[str, Any]]:
-    """The log's rows; raises NcclLogError when it has none or a data line cannot be read."""
-    text = path.read_text(errors="replace")
+def read_log_text(path: Path) -> str:
+    """The file's text (undecodable bytes replaced); NcclLogError when it is over ``MAX_LOG_BYTES``."""
+    with path.open("rb") as handle:
+        data = handle.read(MAX_LOG_BYTES + 1)
+    if len(data) > MAX_LOG_BYTES:
+        raise NcclLogError(None, f"the file is over {MAX_LOG_BYTES // 1024**2} MiB, more than an nccl-tests log "
+                                 "holds; import the runs' own output (a log per run)")
+    return data.decode(errors="replace")
+
+
+def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
+    """The log's rows (``text``: the file's, when already read with ``read_log_text``); raises
+    NcclLogError when it has none, too many, or a data line cannot be read."""
+    if text is None:
+        text = read_log_text(path)
     op: str | None = None
     ranks = 0
+    results = 0
     rows: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if _RUN.match(line):
@@ -72,11 +103,15 @@ def read_nccl_log(path: Path) -> list[dict[str, Any]]:
             continue
         if op is None:
             op = _op_from_name(path)
+        results += 1
+        if results > MAX_RESULT_LINES:
+            raise NcclLogError(number, f"more than {MAX_RESULT_LINES:,} result lines; import the runs in "
+                                       "several files")
         fields = line.split()
         if len(fields) != 13:
             raise NcclLogError(number, f"expected 13 columns (size count type redop root, then time algbw busbw "
                                        f"#wrong out-of-place and in-place), found {len(fields)}")
-        size, count, dtype = int(fields[0]), int(fields[1]), fields[2]
+        size, count, dtype = _integer(fields[0], number), _integer(fields[1], number), fields[2]
         for in_place, (time_us, algbw, busbw, wrong) in ((False, fields[5:9]), (True, fields[9:13])):
             rows.append({"op": op, "bytes": size, "count": count, "dtype": dtype, "in_place": in_place,
                          "time_us": _number(time_us, number), "algbw_gbps": _number(algbw, number),

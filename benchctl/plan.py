@@ -3,7 +3,9 @@
 Per cell: the offer the engine would take (the provider's cheapest that fits), its $/hr and
 market, and the worst-case spend (max_attempts × price × the attempt's worst-case duration);
 warnings for cells with no offer and for a matrix whose worst case exceeds ``budget_usd``
-(cells would wait for budget or end with reason ``budget``).
+(cells would wait for budget or end with reason ``budget``). A cell without an offer has an
+unknown worst case (None), never 0, and so has the matrix then. When no provider answered at
+all there is no plan: ``NoProviderAnswered``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchctl.budget import attempt_worst_case_s
+from benchctl.errors import BenchctlError
 from benchctl.providers import Providers, offer_request
 from benchctl.spec import Campaign
 from provisioners.base import ProviderError
@@ -19,10 +22,17 @@ from provisioners.base import ProviderError
 COLUMNS = ("cell", "provider", "market", "offer", "host", "vcpus", "hourly_usd", "worst_case_usd", "warning")
 
 
+class NoProviderAnswered(BenchctlError):
+    """Every provider's offers failed: nothing could be priced (exit 1: try again later)."""
+
+
 @dataclass(frozen=True)
 class Plan:
     rows: list[dict[str, Any]]
-    worst_case_usd: float
+    worst_case_usd: float | None
+    """None when a cell has no offer (its spend is unknown)."""
+    priced_usd: float
+    """The worst case of the cells that have an offer."""
     budget_usd: float
     warnings: list[str]
 
@@ -30,14 +40,19 @@ class Plan:
 def plan_campaign(campaign: Campaign, providers: Providers) -> Plan:
     hours = attempt_worst_case_s(campaign.spec) / 3600.0
     rows, warnings = [], []
+    failed: dict[str, str] = {}
+    answered: set[str] = set()
     for cell in campaign.cells:
         row: dict[str, Any] = {"cell": cell.key, "provider": cell.provider, "market": cell.market, "offer": None,
-                               "host": None, "vcpus": None, "hourly_usd": None, "worst_case_usd": 0.0, "warning": None}
+                               "host": None, "vcpus": None, "hourly_usd": None, "worst_case_usd": None,
+                               "warning": None}
         try:
             offers = providers.get(cell.provider).offers(offer_request(cell, cell.key,
                                                                        image=campaign.spec.defaults.image))
+            answered.add(cell.provider)
         except ProviderError as exc:
             offers, row["warning"] = [], f"offers failed: {exc}"
+            failed.setdefault(cell.provider, str(exc))
         if offers:
             best = offers[0]
             row.update(offer=best.offer_id, host=best.host or None, vcpus=best.vcpus or None,
@@ -47,8 +62,12 @@ def plan_campaign(campaign: Campaign, providers: Providers) -> Plan:
         if row["warning"]:
             warnings.append(f"{cell.key}: {row['warning']}")
         rows.append(row)
-    total = sum(r["worst_case_usd"] for r in rows)
-    if total > campaign.spec.budget_usd:
-        warnings.append(f"the worst case ${total:.2f} is over budget_usd ${campaign.spec.budget_usd:.2f}: cells "
+    if failed and not answered:
+        raise NoProviderAnswered("no provider answered for offers, so nothing could be planned: " + "; ".join(
+            f"{name}: {problem}" for name, problem in sorted(failed.items())) + ". Fix that (or wait) and plan again")
+    priced = sum(r["worst_case_usd"] for r in rows if r["worst_case_usd"] is not None)
+    if priced > campaign.spec.budget_usd:
+        warnings.append(f"the worst case ${priced:.2f} is over budget_usd ${campaign.spec.budget_usd:.2f}: cells "
                         "will wait for budget, or end with reason budget")
-    return Plan(rows, round(total, 4), campaign.spec.budget_usd, warnings)
+    unknown = any(r["worst_case_usd"] is None for r in rows)
+    return Plan(rows, None if unknown else round(priced, 4), round(priced, 4), campaign.spec.budget_usd, warnings)

@@ -9,7 +9,8 @@ optimizer_share, comm_share, busbw_gbps, busbw_bytes, flags, env, model) and its
 What the leaderboard derives (rank, train hours, costs, status) is accepted and recomputed:
 train_hours = step_time × target_steps / 3600, cost = train_hours × hourly_usd.
 Leaderboard rows without a result (no step time) are skipped. Problems raise SpecError with the
-file and line.
+file and line. The file is untrusted: at most 4 MiB and 10,000 records, numbers finite and within
+bounds (no negative times or bandwidths), campaign names as in campaign files.
 """
 
 from __future__ import annotations
@@ -19,44 +20,48 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchctl.cost import cost_to_train, steps_for
 from benchctl.errors import SpecError
-from benchctl.spec import Target
-from benchctl.yaml_source import format_path, line_of, load_yaml
+from benchctl.spec import MAX_TARGET_STEPS, Target, check_campaign_name
+from benchctl.yaml_source import Limits, format_path, line_of, load_yaml, read_capped
 from store.imports import CellResult
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+MAX_RECORDS = 10_000
+LIMITS = Limits(max_bytes=4 * 1024**2, max_values=1_000_000)
+_MS = 1e9
+"""The longest step (or optimizer) time a record may state, in milliseconds (11.6 days)."""
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
 DERIVED = ("rank", "campaign", "train_hours", "cost_to_train_usd", "status", "spot_usd_per_hour",
            "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd")
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    provider: str = Field(pattern=_NAME)
-    gpu: str = Field(pattern=_NAME)
-    count: int = Field(ge=1)
+    provider: str = Field(pattern=_NAME, max_length=100)
+    gpu: str = Field(pattern=_NAME, max_length=100)
+    count: int = Field(ge=1, le=1_000_000)
     market: Literal["spot", "on-demand"]
-    hourly_usd: float = Field(ge=0)
-    step_time_ms: float = Field(gt=0)
-    step_time_p10_ms: float | None = Field(default=None, gt=0)
-    step_time_p90_ms: float | None = Field(default=None, gt=0)
+    hourly_usd: float = Field(ge=0, le=1e6)
+    step_time_ms: float = Field(gt=0, le=_MS)
+    step_time_p10_ms: float | None = Field(default=None, gt=0, le=_MS)
+    step_time_p90_ms: float | None = Field(default=None, gt=0, le=_MS)
     target: Target | None = None
-    target_steps: int | None = Field(default=None, ge=1)
+    target_steps: int | None = Field(default=None, ge=1, le=MAX_TARGET_STEPS)
     model: str | None = None
-    cell: str | None = Field(default=None, min_length=1)
+    cell: str | None = Field(default=None, min_length=1, max_length=1000)
     region: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     interconnect: str | None = None
-    vcpus: int | None = Field(default=None, ge=1)
+    vcpus: int | None = Field(default=None, ge=1, le=1_000_000)
     numa: str | None = None
-    optimizer_ms: float | None = Field(default=None, ge=0)
+    optimizer_ms: float | None = Field(default=None, ge=0, le=_MS)
     optimizer_share: float | None = Field(default=None, ge=0, le=1)
     comm_share: float | None = Field(default=None, ge=0, le=1)
-    busbw_gbps: float | None = Field(default=None, ge=0)
+    busbw_gbps: float | None = Field(default=None, ge=0, le=1e6)
     busbw_bytes: int | None = Field(default=None, ge=1)
     flags: list[str] = Field(default_factory=list)
     timed_steps: int | None = Field(default=None, ge=1)
@@ -71,6 +76,11 @@ class Record(BaseModel):
     cost_spot_usd: float | None = None
     cost_on_demand_usd: float | None = None
 
+    @field_validator("campaign")
+    @classmethod
+    def _campaign_name(cls, name: str | None) -> str | None:
+        return name if name is None else check_campaign_name(name)
+
     @model_validator(mode="after")
     def _target(self) -> Record:
         if self.target is None and self.target_steps is None:
@@ -81,6 +91,8 @@ class Record(BaseModel):
             if self.target_steps is not None and self.target_steps != steps:
                 raise ValueError(f"target_steps {self.target_steps} disagrees with target, which gives {steps}; "
                                  "keep one of them")
+            if not 1 <= steps <= MAX_TARGET_STEPS:
+                raise ValueError(f"target gives {steps:,} steps; a target trains for 1 to {MAX_TARGET_STEPS:,} steps")
             self.target_steps = steps
             if self.model is not None and self.model != self.target.model:
                 raise ValueError(f"model {self.model!r} disagrees with target.model {self.target.model!r}")
@@ -103,12 +115,15 @@ def read_records(path: Path) -> tuple[list[CellResult], int]:
     """The file's records, priced, and how many result-less leaderboard rows were skipped."""
     file = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, file, LIMITS.max_bytes, "a records file")
     except UnicodeDecodeError as exc:
         raise SpecError(file, None, "", f"not UTF-8 text (byte {exc.start}); a records file is JSON or YAML") from None
     data, lines = load_yaml(text, file, needs="a records file holds a list of result records (see "
-                            "docs/leaderboard.md)")
+                            "docs/leaderboard.md)", limits=LIMITS)
     items = data if isinstance(data, list) else [data]
+    if len(items) > MAX_RECORDS:
+        raise SpecError(file, None, "", f"{len(items):,} records, over the {MAX_RECORDS:,} one file may hold; "
+                        "split it into several files")
     found: list[tuple[CellResult, int | None]] = []
     skipped = 0
     for index, raw in enumerate(items):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchctl.errors import SpecError
-from benchctl.yaml_source import Path_, format_path, line_of, load_yaml
+from benchctl.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, line_of, load_yaml, read_capped
 from payload.collective_math import parse_bytes
 from payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
 from payload.presets import UnknownPreset, model_dims, target_steps
@@ -34,6 +36,44 @@ PRICED_BY_USER = ("local",)
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+CAMPAIGN_NAME_MAX = 100
+MAX_CELLS = 10_000
+MAX_TARGET_STEPS = 10**12
+
+
+def check_campaign_name(name: str) -> str:
+    """``name`` when it can name a campaign (in the store, in artifact paths, on pages); else ValueError."""
+    if len(name) > CAMPAIGN_NAME_MAX or not _CAMPAIGN_NAME.fullmatch(name):
+        shown = name if len(name) <= 40 else name[:40] + "…"
+        raise ValueError(f"{shown!r} is not a campaign name: use letters, digits, '_', '.' and '-' (starting with a "
+                         f"letter or digit), at most {CAMPAIGN_NAME_MAX} characters")
+    return name
+
+
+def upload_problem(folder: Path, upload: str) -> str | None:
+    """What is wrong with ``payload.command.upload`` (``upload``) for a campaign file in ``folder``,
+    or None. It must be a directory inside ``folder``, reached and holding no symlink: everything
+    under it is shipped to rented nodes, so it must not reach outside what the campaign's folder holds."""
+    if Path(upload).is_absolute():
+        return f"{upload} is an absolute path; give a directory relative to the campaign file's folder"
+    base = folder.resolve()
+    target = base / upload
+    if not target.resolve().is_relative_to(base):
+        return f"{upload} is outside the campaign file's folder ({base}); move the directory under it"
+    for step in (target, *target.parents):
+        if step == base or not step.is_relative_to(base):
+            break
+        if step.is_symlink():
+            return f"{step} is a symlink; upload directories hold no symlinks (copy the files in instead)"
+    if not target.is_dir():
+        return f"{target} is not a directory; give a directory relative to the campaign file"
+    for root, dirs, files in os.walk(target):
+        for entry in (*dirs, *files):
+            if os.path.islink(os.path.join(root, entry)):
+                return (f"{os.path.join(root, entry)} is a symlink; upload directories hold no symlinks "
+                        "(copy the files in instead)")
+    return None
 
 
 class _Strict(BaseModel):
@@ -43,11 +83,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+MAX_MODEL_DEPTH = 1000
+
+
 def _check_preset(name: str) -> str:
     try:
-        model_dims(name)
+        depth = model_dims(name).depth
     except UnknownPreset as exc:
         raise ValueError(str(exc)) from None
+    if depth > MAX_MODEL_DEPTH:
+        raise ValueError(f"{name!r} is deeper than the deepest preset benchctl sizes (nanochat-d{MAX_MODEL_DEPTH})")
     return name
 
 
@@ -55,9 +100,9 @@ class Target(_Strict):
     """What "cost-to-train" means: train ``model`` to ``target_param_data_ratio`` tokens per parameter."""
 
     model: str
-    target_param_data_ratio: float = Field(gt=0)
+    target_param_data_ratio: float = Field(gt=0, le=1e6)
     total_batch_size: int = Field(gt=0, description="tokens per optimizer step")
-    vocab_size: int | None = Field(default=None, gt=0)
+    vocab_size: int | None = Field(default=None, gt=0, le=2**31)
 
     _model = field_validator("model")(_check_preset)
 
@@ -242,7 +287,7 @@ class ProvidersSpec(_Strict):
 
 
 class CampaignSpec(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    name: str
     budget_usd: float = Field(gt=0)
     max_idle_minutes: float = Field(default=15, gt=0, description="dead-man switch: a payload whose controller "
                                     "stopped sending heartbeats this long stops itself (and its node, where the "
@@ -253,6 +298,8 @@ class CampaignSpec(_Strict):
     payload: PayloadSpec = PayloadSpec()
     providers: ProvidersSpec = ProvidersSpec()
     matrix: list[dict[str, Any]] = Field(min_length=1)
+
+    _name = field_validator("name")(check_campaign_name)
 
 
 class LocalFaults(_Strict):
@@ -382,7 +429,7 @@ class Campaign(BaseModel):
         return CommandConfig(run=c.run, timeout_minutes=c.timeout_minutes) if c else None
 
     def command_upload(self) -> Path | None:
-        """The command's upload directory, relative to the campaign file."""
+        """The command's upload directory, relative to the campaign file (``upload_problem`` checked it)."""
         c = self.spec.payload.command
         return Path(self.source).parent / c.upload if c and c.upload else None
 
@@ -396,7 +443,7 @@ class Campaign(BaseModel):
 def load_campaign(path: str | Path) -> Campaign:
     file = str(path)
     try:
-        text = Path(path).read_text()
+        text = read_capped(Path(path), file, CAMPAIGN_LIMITS.max_bytes, "a campaign file")
     except FileNotFoundError:
         raise SpecError(file, None, "", "no such file; check the path") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
@@ -414,11 +461,16 @@ def parse_campaign(text: str, file: str) -> Campaign:
     except ValidationError as exc:
         raise _spec_error(exc, file, lines, lambda loc: tuple(loc)) from None
     target = spec.target
-    if target_steps(target.model, target.target_param_data_ratio, target.total_batch_size, target.vocab_size) < 1:
-        where_target: Path_ = ("target", "target_param_data_ratio")
+    steps = target_steps(target.model, target.target_param_data_ratio, target.total_batch_size, target.vocab_size)
+    where_target: Path_ = ("target", "target_param_data_ratio")
+    if steps < 1:
         raise SpecError(file, line_of(lines, where_target), format_path(where_target),
                         "this target trains for less than one step (ratio × scaling params < total_batch_size); "
                         "raise the ratio or lower total_batch_size")
+    if steps > MAX_TARGET_STEPS:
+        raise SpecError(file, line_of(lines, where_target), format_path(where_target),
+                        f"this target trains for {steps:,} steps, over {MAX_TARGET_STEPS:,}; lower the ratio or "
+                        "raise total_batch_size")
     profiled = spec.payload.profile.model
     if profiled is not None and profiled != spec.target.model:
         path: Path_ = ("payload", "profile", "model")
@@ -435,15 +487,22 @@ def parse_campaign(text: str, file: str) -> Campaign:
                         "ssh cells need the machines to use: add providers.ssh.nodes (host, user, gpu, count, "
                         "price_usd_per_hour for each)")
     campaign = Campaign(spec=spec, cells=cells, source=str(Path(file).resolve()) if Path(file).exists() else file)
-    upload = campaign.command_upload()
-    if upload is not None and not upload.is_dir():
-        where: Path_ = ("payload", "command", "upload")
-        raise SpecError(file, line_of(lines, where), format_path(where),
-                        f"{upload} is not a directory; give a directory relative to the campaign file")
+    command = spec.payload.command
+    if command is not None and command.upload is not None:
+        problem = upload_problem(Path(campaign.source).parent, command.upload)
+        if problem is not None:
+            where: Path_ = ("payload", "command", "upload")
+            raise SpecError(file, line_of(lines, where), format_path(where), problem)
     return campaign
 
 
 def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: dict[Path_, int]) -> list[CellSpec]:
+    sizes = [math.prod(len(v) for v in entry.values() if isinstance(v, list)) for entry in matrix]
+    if sum(sizes) > MAX_CELLS:
+        widest = sizes.index(max(sizes))
+        raise SpecError(file, line_of(lines, ("matrix", widest)), format_path(("matrix", widest)),
+                        f"the matrix expands to {sum(sizes):,} cells, over the {MAX_CELLS:,} a campaign may hold; "
+                        "split it into several campaigns")
     cells: list[CellSpec] = []
     seen: dict[str, str] = {}
     for i, entry in enumerate(matrix):

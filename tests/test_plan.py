@@ -167,3 +167,44 @@ def test_a_missing_skypilot_sdk_is_a_usage_error(home: Path, tmp_path: Path) -> 
     result = run_cli("plan", str(path), home=home, env={"PYTHONPATH": f"{tmp_path / 'no-sdk'}:{REPO}"})
     assert result.returncode == 2
     assert result.stderr.strip() == "error: skypilot: its SDK is not installed (sky): pip install 'benchctl[skypilot]'"
+
+
+RUNPOD_AND_VAST = """\
+name: p
+budget_usd: 200
+target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}
+payload: {profile: {device_batch_size: 32, sequence_len: 2048}}
+matrix:
+  - {provider: runpod, gpu: H100_SXM, count: 8, market: on-demand}
+  - {provider: vastai, gpu: H100_SXM, count: 8, market: on-demand, min_vcpus: %d}
+"""
+
+
+def test_plan_fails_when_no_provider_answers_for_offers(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
+    runpod, vast, env = fakes
+    runpod.faults, vast.faults = ["401"] * 20, ["401"] * 20  # the keys pass the offline check, then are refused
+    path = tmp_path / "p.yaml"
+    path.write_text(RUNPOD_AND_VAST % 128)
+    result = run_cli("plan", str(path), "--format", "json", home=home, env=env)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: no provider answered for offers, so nothing could be planned: runpod: ")
+    assert "; vastai: " in line and "(401)" in line
+    assert not (home / "benchctl.db").exists(), "nothing was written"
+
+
+def test_a_cell_without_offer_has_an_unknown_worst_case(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
+    _, _, env = fakes
+    path = tmp_path / "p.yaml"
+    path.write_text(RUNPOD_AND_VAST % 4096)  # no vast machine has 4096 vCPUs
+    result = run_cli("plan", str(path), "--format", "json", home=home, env=env)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    rows = {r["cell"]: r for r in plan["cells"]}
+    assert rows["vastai:H100_SXMx8:on-demand:min_vcpus=4096"]["worst_case_usd"] is None, "unknown, not $0"
+    assert rows["runpod:H100_SXMx8:on-demand"]["worst_case_usd"] > 0
+    assert plan["worst_case_usd"] is None, "the matrix's worst case is unknown while a cell has no price"
+    table = run_cli("plan", str(path), home=home, env=env)
+    assert table.returncode == 0, table.stderr
+    assert "unknown for the 1 cell(s) without an offer" in table.stdout

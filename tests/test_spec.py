@@ -264,7 +264,7 @@ BAD: list[tuple[str, str, int, str, str]] = [
     ("budget-zero", edit("budget_usd: 5", "budget_usd: 0"), 2, "budget_usd", "greater than 0"),
     ("max-attempts-zero", edit("  max_attempts: 2", "  max_attempts: 0"), 10, "defaults.max_attempts",
      "greater than or equal to 1"),
-    ("bad-name", edit("name: t", "name: 'my campaign'"), 1, "name", "should match pattern"),
+    ("bad-name", edit("name: t", "name: 'my campaign'"), 1, "name", "is not a campaign name"),
     ("unknown-provider", edit("  - provider: local", "  - provider: lambda"), 18, "matrix[1].provider",
      "'local', 'ssh', 'runpod', 'vastai', 'aws' or 'skypilot'"),
     ("unknown-market", edit("    gpu: cpu\n", "    gpu: cpu\n    market: reserved\n"), 20, "matrix[1].market",

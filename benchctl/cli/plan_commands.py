@@ -30,6 +30,8 @@ def plan(state: CliState, file: str, fmt: str) -> None:
                                                   "budget_usd": result.budget_usd, "warnings": result.warnings}))
         return
     click.echo(render(result.rows, COLUMNS, fmt, title=f"plan: {campaign.spec.name}"))
-    click.echo(f"worst case ${result.worst_case_usd:.2f} of budget_usd ${result.budget_usd:.2f}")
+    unpriced = sum(row["worst_case_usd"] is None for row in result.rows)
+    unknown = f"; unknown for the {unpriced} cell(s) without an offer" if unpriced else ""
+    click.echo(f"worst case ${result.priced_usd:.2f} of budget_usd ${result.budget_usd:.2f}{unknown}")
     for warning in result.warnings:
         click.echo(f"warning: {warning}")
