@@ -3,7 +3,8 @@
 Per cell: the offer the engine would take (the provider's cheapest that fits), its $/hr and
 market, and the worst-case spend (max_attempts × price × the attempt's worst-case duration);
 warnings for cells with no offer and for a matrix whose worst case exceeds ``budget_usd``
-(cells would wait for budget or end with reason ``budget``).
+(cells would wait for budget or end with reason ``budget``); the profile's memory estimate per GPU
+and the card's memory (``benchctl.memory_fit``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchctl.budget import attempt_worst_case_s
+from benchctl.memory_fit import cell_fit
 from benchctl.providers import Providers, offer_request
 from benchctl.spec import Campaign
 from provisioners.base import ProviderError
 
-COLUMNS = ("cell", "provider", "market", "offer", "host", "vcpus", "hourly_usd", "worst_case_usd", "warning")
+COLUMNS = ("cell", "provider", "market", "offer", "host", "vcpus", "hourly_usd", "worst_case_usd", "mem_est_gib",
+           "gpu_mem_gib", "warning")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,8 @@ def plan_campaign(campaign: Campaign, providers: Providers) -> Plan:
     for cell in campaign.cells:
         row: dict[str, Any] = {"cell": cell.key, "provider": cell.provider, "market": cell.market, "offer": None,
                                "host": None, "vcpus": None, "hourly_usd": None, "worst_case_usd": 0.0, "warning": None}
+        fit = cell_fit(campaign, cell)
+        row.update(mem_est_gib=fit.mem_est_gib, gpu_mem_gib=fit.gpu_mem_gib)
         try:
             offers = providers.get(cell.provider).offers(offer_request(cell, cell.key,
                                                                        image=campaign.spec.defaults.image))
