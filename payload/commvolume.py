@@ -26,13 +26,15 @@ def comm_volume(model: str, world_size: int, vocab_size: int | None = None) -> d
         calls += ops
         by_op = {op: sum(c.bytes for c in ops if c.op == op) for op in ("reduce_scatter", "all_gather", "all_reduce")}
         padded = group.padded_count(world_size)
-        groups.append({"name": group.name, "kind": group.kind, "dtype": group.dtype, "num_params": len(group.names), "padded_count": padded,
+        groups.append({"name": group.name, "kind": group.kind, "dtype": group.dtype, "num_params": len(group.names),
+                       "padded_count": padded,
                        "elements_per_param": group.elements_per_param,
                        "total_elements": padded * group.elements_per_param,
                        "reduce_scatter_bytes": by_op["reduce_scatter"], "all_gather_bytes": by_op["all_gather"],
                        "all_reduce_bytes": by_op["all_reduce"]})
-    return {"model": model, "world_size": world_size, "vocab_size": dims.vocab_size, "scaling_params": dims.scaling_params(),
-            "groups": groups, "ops": summarize_calls(calls), "total_bytes": sum(c.bytes for c in calls),
+    return {"model": model, "world_size": world_size, "vocab_size": dims.vocab_size,
+            "scaling_params": dims.scaling_params(), "groups": groups, "ops": summarize_calls(calls),
+            "total_bytes": sum(c.bytes for c in calls),
             "total_bytes_at_2_bytes_per_element": sum(2 * c.elements for c in calls)}
 
 
