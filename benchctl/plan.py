@@ -3,9 +3,10 @@
 Per cell: the offer the engine would take (the provider's cheapest that fits), its $/hr and
 market, and the worst-case spend (max_attempts × price × the attempt's worst-case duration);
 warnings for cells with no offer and for a matrix whose worst case exceeds ``budget_usd``
-(cells would wait for budget or end with reason ``budget``). A cell without an offer has an
-unknown worst case (None), never 0, and so has the matrix then. When no provider answered at
-all there is no plan: ``NoProviderAnswered``.
+(cells would wait for budget or end with reason ``budget``); the profile's memory estimate per GPU
+and the card's memory (``benchctl.memory_fit``). A cell without an offer has an unknown worst case
+(None), never 0, and so has the matrix then. When no provider answered at all there is no plan:
+``NoProviderAnswered``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 
 from benchctl.budget import attempt_worst_case_s
 from benchctl.errors import BenchctlError
+from benchctl.memory_fit import cell_fit
 from benchctl.providers import Providers, offer_request
 from benchctl.spec import Campaign
 from provisioners.base import ProviderError
 
-COLUMNS = ("cell", "provider", "market", "offer", "host", "vcpus", "hourly_usd", "worst_case_usd", "warning")
+COLUMNS = ("cell", "provider", "market", "offer", "host", "vcpus", "hourly_usd", "worst_case_usd", "mem_est_gib",
+           "gpu_mem_gib", "warning")
 
 
 class NoProviderAnswered(BenchctlError):
@@ -46,6 +49,8 @@ def plan_campaign(campaign: Campaign, providers: Providers) -> Plan:
         row: dict[str, Any] = {"cell": cell.key, "provider": cell.provider, "market": cell.market, "offer": None,
                                "host": None, "vcpus": None, "hourly_usd": None, "worst_case_usd": None,
                                "warning": None}
+        fit = cell_fit(campaign, cell)
+        row.update(mem_est_gib=fit.mem_est_gib, gpu_mem_gib=fit.gpu_mem_gib)
         try:
             offers = providers.get(cell.provider).offers(offer_request(cell, cell.key,
                                                                        image=campaign.spec.defaults.image))

@@ -4,7 +4,14 @@ Token embedding → for each layer i: x = resid_lambdas[i]·x + x0_lambdas[i]·x
 a relu² MLP (pre-norm, RMSNorm without weights, no biases). Attention: rotary embedding, QK-norm;
 layers with a value embedding add ``gate · ve`` to the values, gate = 2·sigmoid(ve_gate(x[..., :32])).
 Untied lm_head with a tanh soft cap on the logits. Parameter names are the contract with the
-optimizer and the communication-volume model (``payload.param_groups``).
+optimizer and the communication-volume model (``payload.param_groups``); ``ModelDims.parameters()``
+lists them without building the model.
+
+As upstream, the token and value embeddings are stored in bf16 (so are the rotary tables); every
+other parameter is f32 and the compute runs under bf16 autocast on GPU (f32 on CPU, where the
+embeddings' output is cast up). ``build_model`` builds the module on the ``meta`` device and
+materialises it directly on the target device (``to_empty`` + ``init_weights``): no host copy of
+the weights, no CPU init.
 """
 
 from __future__ import annotations
@@ -16,6 +23,25 @@ from torch import nn
 from payload.presets import VE_GATE_CHANNELS, ModelDims
 
 LOGIT_SOFTCAP = 15.0
+ROPE_BASE = 10000
+
+
+def build_model(dims: ModelDims, max_seq_len: int, device: torch.device | str, seed: int = 0) -> GPT:
+    """The model, built on ``meta`` and materialised on ``device`` (``meta`` itself: nothing is allocated)."""
+    with torch.device("meta"):
+        model = GPT(dims, max_seq_len)
+    if torch.device(device).type == "meta":
+        return model
+    model.to_empty(device=device)
+    model.init_weights(seed)
+    return model
+
+
+def _compute_dtype(device: torch.device) -> torch.dtype:
+    """bf16 under autocast (GPU), else f32: what the embeddings' output is cast to."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return torch.float32
 
 
 def _norm(x: torch.Tensor) -> torch.Tensor:
@@ -25,7 +51,7 @@ def _norm(x: torch.Tensor) -> torch.Tensor:
 def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1)
+    return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -47,7 +73,7 @@ class Attention(nn.Module):
         v = self.c_v(x).view(b, t, d.n_kv_head, d.head_dim)
         if self.ve_gate is not None and ve is not None:
             gate = 2 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))
-            v = v + gate.unsqueeze(-1) * ve.view(b, t, d.n_kv_head, d.head_dim)
+            v = v + gate.unsqueeze(-1) * ve.to(v.dtype).view(b, t, d.n_kv_head, d.head_dim)
         q, k = _norm(_rotary(q, cos, sin)), _norm(_rotary(k, cos, sin))
         y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
                                            enable_gqa=d.n_head != d.n_kv_head)
@@ -79,38 +105,57 @@ class GPT(nn.Module):
     def __init__(self, dims: ModelDims, max_seq_len: int) -> None:
         super().__init__()
         self.dims = dims
+        self.max_seq_len = max_seq_len
         kv = dims.n_kv_head * dims.head_dim
-        self.wte = nn.Embedding(dims.vocab_size, dims.dim)
-        self.value_embeds = nn.ModuleDict({str(i): nn.Embedding(dims.vocab_size, kv) for i in range(dims.depth)
-                                           if dims.has_value_embedding(i)})
+        self.wte = nn.Embedding(dims.vocab_size, dims.dim, dtype=torch.bfloat16)
+        self.value_embeds = nn.ModuleDict({str(i): nn.Embedding(dims.vocab_size, kv, dtype=torch.bfloat16)
+                                           for i in range(dims.depth) if dims.has_value_embedding(i)})
         self.blocks = nn.ModuleList(Block(dims, dims.has_value_embedding(i)) for i in range(dims.depth))
         self.resid_lambdas = nn.Parameter(torch.ones(dims.depth))
         self.x0_lambdas = nn.Parameter(torch.full((dims.depth,), 0.1))
         self.lm_head = nn.Linear(dims.dim, dims.vocab_size, bias=False)
-        inv_freq = 1.0 / (10000 ** (torch.arange(0, dims.head_dim, 2, dtype=torch.float32) / dims.head_dim))
-        freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
         self.cos_table: torch.Tensor
         self.sin_table: torch.Tensor
-        self.register_buffer("cos_table", freqs.cos()[None, :, None, :], persistent=False)
-        self.register_buffer("sin_table", freqs.sin()[None, :, None, :], persistent=False)
-        self._init_weights()
+        cos, sin = self._rotary_tables(self.wte.weight.device)
+        self.register_buffer("cos_table", cos, persistent=False)
+        self.register_buffer("sin_table", sin, persistent=False)
+        if not self.wte.weight.is_meta:
+            self.init_weights()
+
+    def _rotary_tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        head_dim = self.dims.head_dim
+        inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+        freqs = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float32, device=device), inv_freq)
+        return (freqs.cos().bfloat16()[None, :, None, :], freqs.sin().bfloat16()[None, :, None, :])
 
     @torch.no_grad()
-    def _init_weights(self) -> None:
-        if self.wte.weight.is_meta:
-            return
+    def init_weights(self, seed: int = 0) -> None:
+        """Set every parameter and buffer from ``seed`` alone (after ``to_empty`` nothing else is defined)."""
+        device = self.wte.weight.device
+        generator = torch.Generator(device=device).manual_seed(seed)
+        for embedding in (self.wte, *self.value_embeds.values()):
+            assert isinstance(embedding, nn.Embedding)
+            embedding.weight.normal_(0.0, 1.0, generator=generator)
         for block in self.blocks:
             assert isinstance(block, Block)
-            nn.init.zeros_(block.attn.c_proj.weight)
-            nn.init.zeros_(block.mlp.c_proj.weight)
-            if block.attn.ve_gate is not None:
-                nn.init.zeros_(block.attn.ve_gate.weight)
-        nn.init.normal_(self.lm_head.weight, std=0.001)
+            for linear in (block.attn.c_q, block.attn.c_k, block.attn.c_v, block.mlp.c_fc):
+                bound = linear.weight.size(1) ** -0.5
+                linear.weight.uniform_(-bound, bound, generator=generator)
+            for zeroed in (block.attn.c_proj, block.mlp.c_proj, block.attn.ve_gate):
+                if zeroed is not None:
+                    zeroed.weight.zero_()
+        self.resid_lambdas.fill_(1.0)
+        self.x0_lambdas.fill_(0.1)
+        self.lm_head.weight.normal_(0.0, 0.001, generator=generator)
+        cos, sin = self._rotary_tables(device)
+        self.cos_table.copy_(cos)
+        self.sin_table.copy_(sin)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         t = idx.size(1)
         cos, sin = self.cos_table[:, :t], self.sin_table[:, :t]
-        x = x0 = _norm(self.wte(idx))
+        dtype = _compute_dtype(idx.device)
+        x = x0 = _norm(self.wte(idx).to(dtype))
         for i, block in enumerate(self.blocks):
             x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
             ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None

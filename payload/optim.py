@@ -1,23 +1,26 @@
-"""ZeRO-2 Muon + AdamW, in three timed phases (the plan is ``payload.param_groups``).
+"""ZeRO-2 Muon + AdamW, in three timed phases (the plan is ``payload.param_groups``), as upstream nanochat.
 
-Phase 1 launches every gradient collective asynchronously (all-reduce AVG for small AdamW params,
-reduce-scatter AVG for the rest). Phase 2 waits for each, updates the shard this rank owns (fp32
-master copies; AdamW, or Muon: Nesterov momentum + Newton–Schulz orthogonalisation) and launches
-the all-gather of the updated shard. Phase 3 waits for the gathers and copies them into the
-parameters. Works at any world size, 1 included.
+Phase 1 launches every gradient collective asynchronously, each in its parameter's own dtype
+(all-reduce AVG for small AdamW params, reduce-scatter AVG for the rest; Muon groups are stacked
+into one zero-padded buffer first). Phase 2 waits for each, updates the shard this rank owns in
+place (AdamW: moments in the parameter's dtype, arithmetic in f32; Muon: Nesterov momentum +
+Newton–Schulz on the owned matrices) and launches the all-gather of the updated shard (AdamW:
+in place into the parameter; Muon: into the stacked buffer, reused). Phase 3 waits for the gathers
+and copies the Muon stacks back. No f32 master copies: a bf16 parameter is updated in bf16, as
+upstream. Works at any world size, 1 included.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from payload.param_groups import ParamGroup, param_groups
+from payload.param_groups import ParamGroup, module_params, param_groups
 
 
 @dataclass
@@ -50,18 +53,16 @@ class _Pending:
     group: ParamGroup
     index: int  # parameter index in the group (AdamW), -1 for a Muon group
     work: Any
-    buffer: torch.Tensor
-    gathered: torch.Tensor | None = None
+    buffer: torch.Tensor  # the reduced gradient (shard): reduce-scatter output, or the all-reduced gradient
+    stacked: torch.Tensor | None = None  # Muon: the padded stack, reduce-scatter input then all-gather output
     gather_work: Any = None
 
 
 @dataclass
 class _State:
-    master: torch.Tensor
     m: torch.Tensor
     v: torch.Tensor | None = None
     steps: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ZeroMuonAdamW:
@@ -69,67 +70,65 @@ class ZeroMuonAdamW:
         self.rank, self.world = rank, world_size
         self.lrs = lrs or LearningRates()
         self.params = dict(model.named_parameters())
-        self.groups = param_groups(model)
-        self.state: dict[tuple[str, int], _State] = {}
+        self.groups = param_groups(module_params(model))
+        self.state: dict[str, _State] = {}
         self._pending: list[_Pending] = []
         dim = getattr(getattr(model, "dims", None), "dim", 768)
         self._adam_scale = (dim / 768) ** -0.5
 
     # -- phases ----------------------------------------------------------------------------------
+    @torch.no_grad()
     def launch_reductions(self) -> None:
-        """Phase 1: start every gradient collective."""
+        """Phase 1: start every gradient collective, in the parameters' dtypes."""
         self._pending = []
         for group in self.groups:
             if group.kind == "muon":
                 grads = [self._grad(n) for n in group.names]
-                stacked = torch.zeros((group.padded_count(self.world), *group.shape), dtype=torch.float32,
-                                      device=grads[0].device)
-                stacked[: len(grads)] = torch.stack(grads).float()
+                stacked = grads[0].new_empty((group.padded_count(self.world), *group.shape))
+                torch.stack(grads, out=stacked[: len(grads)])
+                stacked[len(grads):].zero_()
                 owned = stacked.new_empty((stacked.size(0) // self.world, *group.shape))
-                work = _reduce_scatter(owned, stacked)
-                self._pending.append(_Pending(group, -1, work, owned))
+                self._pending.append(_Pending(group, -1, _reduce_scatter(owned, stacked), owned, stacked))
                 continue
             for i, name in enumerate(group.names):
                 grad = self._grad(name)
                 if group.adamw_sharded(self.world):
-                    flat = grad.to(torch.bfloat16).reshape(-1)
-                    shard = flat.new_empty(flat.numel() // self.world)
-                    work = _reduce_scatter(shard, flat)
-                    self._pending.append(_Pending(group, i, work, shard))
+                    shard = grad.new_empty((grad.size(0) // self.world, *grad.shape[1:]))
+                    self._pending.append(_Pending(group, i, _reduce_scatter(shard, grad), shard))
                 else:
-                    full = grad.float().clone()
-                    work = dist.all_reduce(full, op=dist.ReduceOp.AVG, async_op=True)
-                    self._pending.append(_Pending(group, i, work, full))
+                    work = dist.all_reduce(grad, op=dist.ReduceOp.AVG, async_op=True)
+                    self._pending.append(_Pending(group, i, work, grad))
 
+    @torch.no_grad()
     def update_and_gather(self) -> None:
         """Phase 2: wait for each reduction, update the owned shard, start its all-gather."""
         for item in self._pending:
             item.work.wait()
-            if item.group.kind == "muon":
-                master = self._muon_update(item.group, item.buffer)
-            elif item.group.adamw_sharded(self.world):
-                master = self._adam_update(item.group, item.index, item.buffer.float(), sharded=True)
-            else:
-                self._adam_update(item.group, item.index, item.buffer, sharded=False)
-                continue
-            local = master.to(torch.bfloat16).reshape(-1)
-            item.gathered = local.new_empty(local.numel() * self.world)
-            item.gather_work = _all_gather(item.gathered, local)
-
-    def finish(self) -> None:
-        """Phase 3: wait for the gathers, copy into the parameters, clear gradients."""
-        for item in self._pending:
-            if item.gathered is None:
-                continue
-            item.gather_work.wait()
             group = item.group
             if group.kind == "muon":
-                full = item.gathered.view(group.padded_count(self.world), *group.shape)
-                for j, name in enumerate(group.names):
-                    self.params[name].data.copy_(full[j])
+                assert item.stacked is not None
+                item.gather_work = _all_gather(item.stacked, self._muon_update(group, item.buffer))
+                continue
+            param = self.params[group.names[item.index]].data
+            if group.adamw_sharded(self.world):
+                rows = param.size(0) // self.world
+                owned = param[self.rank * rows:(self.rank + 1) * rows]
+                self._adam_update(group, item.index, owned, item.buffer)
+                item.gather_work = _all_gather(param, owned)  # in place: the shard is a view of the output
             else:
-                name = group.names[item.index]
-                self.params[name].data.copy_(item.gathered.view(self.params[name].shape))
+                self._adam_update(group, item.index, param, item.buffer)
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        """Phase 3: wait for the gathers, copy the Muon stacks into the parameters, clear gradients."""
+        for item in self._pending:
+            if item.gather_work is None:
+                continue
+            item.gather_work.wait()
+            if item.group.kind == "muon":
+                assert item.stacked is not None
+                names = item.group.names
+                torch._foreach_copy_([self.params[n].data for n in names], list(item.stacked[: len(names)].unbind(0)))
         self._pending = []
         for param in self.params.values():
             param.grad = None
@@ -148,46 +147,41 @@ class ZeroMuonAdamW:
         lr = {"wte": self.lrs.embedding, "value_embeds": self.lrs.embedding, "lm_head": self.lrs.unembedding}
         return lr.get(group.name, self.lrs.scalar) * (self._adam_scale if group.name in lr else 1.0)
 
-    def _adam_update(self, group: ParamGroup, index: int, grad: torch.Tensor, sharded: bool) -> torch.Tensor:
+    def _adam_update(self, group: ParamGroup, index: int, owned: torch.Tensor, grad: torch.Tensor) -> None:
+        """AdamW on ``owned`` (a view of the parameter) in place; moments in its dtype, arithmetic in f32."""
         name = group.names[index]
-        param = self.params[name]
-        key = (name, 0)
-        if key not in self.state:
-            rows = param.shape[0] // self.world
-            source = param.data[self.rank * rows:(self.rank + 1) * rows] if sharded else param.data
-            master = source.detach().float().clone().reshape(-1)
-            self.state[key] = _State(master=master, m=torch.zeros_like(master), v=torch.zeros_like(master))
-        state = self.state[key]
+        if name not in self.state:
+            self.state[name] = _State(m=torch.zeros_like(owned), v=torch.zeros_like(owned))
+        state = self.state[name]
         assert state.v is not None
         b1, b2 = self.lrs.betas
         state.steps += 1
-        grad = grad.reshape(-1)
-        state.m.lerp_(grad, 1 - b1)
-        state.v.lerp_(grad.square(), 1 - b2)
-        m_hat = state.m / (1 - b1 ** state.steps)
-        v_hat = state.v / (1 - b2 ** state.steps)
-        state.master.add_(m_hat / (v_hat.sqrt() + self.lrs.eps), alpha=-self._adam_lr(group))
-        if not sharded:
-            param.data.copy_(state.master.view(param.shape))
-        return state.master
+        p32, m32, v32, g32 = owned.float(), state.m.float(), state.v.float(), grad.float()
+        m32.lerp_(g32, 1 - b1)
+        v32.lerp_(g32.square(), 1 - b2)
+        denom = (v32 / (1 - b2 ** state.steps)).sqrt() + self.lrs.eps
+        p32.add_(m32 / denom, alpha=-self._adam_lr(group) / (1 - b1 ** state.steps))
+        for target, value in ((owned, p32), (state.m, m32), (state.v, v32)):
+            if target is not value:  # f32 tensors were updated in place
+                target.copy_(value)
 
     def _muon_update(self, group: ParamGroup, grads: torch.Tensor) -> torch.Tensor:
-        key = (group.name, -1)
-        per_rank = grads.size(0)
-        if key not in self.state:
-            master = torch.zeros_like(grads)
-            for j in range(per_rank):
-                index = self.rank * per_rank + j
-                if index < len(group.names):
-                    master[j] = self.params[group.names[index]].data.float()
-            self.state[key] = _State(master=master, m=torch.zeros_like(master))
-        state = self.state[key]
-        beta = self.lrs.muon_momentum
-        state.m.lerp_(grads, 1 - beta)
-        update = newton_schulz(grads.lerp(state.m, beta))
-        rows, cols = group.shape
-        state.master.add_(update, alpha=-self.lrs.matrix * math.sqrt(max(1.0, rows / cols)))
-        return state.master
+        """The updated matrices this rank owns, as a (chunk, R, C) buffer for the all-gather (padding zero)."""
+        chunk = grads.size(0)
+        start = self.rank * chunk
+        owned = min(chunk, max(0, len(group.names) - start))
+        if group.name not in self.state:
+            self.state[group.name] = _State(m=torch.zeros_like(grads))
+        state = self.state[group.name]
+        updated = torch.zeros_like(grads)
+        if owned:
+            beta = self.lrs.muon_momentum
+            state.m[:owned].lerp_(grads[:owned], 1 - beta)
+            update = newton_schulz(grads[:owned].lerp(state.m[:owned], beta))
+            rows, cols = group.shape
+            current = torch.stack([self.params[n].data for n in group.names[start:start + owned]])
+            updated[:owned] = current - self.lrs.matrix * math.sqrt(max(1.0, rows / cols)) * update.to(grads.dtype)
+        return updated
 
 
 def _reduce_scatter(output: torch.Tensor, full: torch.Tensor) -> Any:

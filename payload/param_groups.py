@@ -1,21 +1,26 @@
-"""How the optimizer groups the model's parameters, and which collectives each group needs.
+"""How the optimizer groups the model's parameters, and which collectives each group needs (pure: no torch).
 
-One definition serves the optimizer (``payload.optim``) and the communication-volume model
-(``payload.commvolume``), so the prediction is the plan the optimizer executes.
+One definition serves the optimizer (``payload.optim``), the communication-volume model
+(``payload.commvolume``) and the memory estimate (``payload.memory_estimate``), so the prediction is
+the plan the optimizer executes. Every collective moves a parameter in **its own dtype**
+(``ModelDims.parameters()``: wte and the value embeddings bf16, everything else f32), as upstream.
 
 AdamW: ``wte``, ``value_embeds``, ``lm_head``, ``resid_lambdas``, ``x0_lambdas``. A parameter with
-fewer than 1,024 elements is all-reduced (f32); a larger one whose first dimension divides by the
-world size is reduce-scattered (bf16) and its updated shard all-gathered (bf16); otherwise it is
-all-reduced (f32). Muon: every 2-D matrix in the blocks, grouped by shape ``muon(R, C)``; a group
-of K matrices is stacked, zero-padded to ceil(K/W)·W, reduce-scattered (f32) so that each rank owns
-whole matrices, and all-gathered (bf16) after the update.
+fewer than 1,024 elements has its gradient all-reduced; a larger one whose first dimension divides
+by the world size has its gradient reduce-scattered and its updated shard all-gathered (otherwise
+it is all-reduced). Muon: every 2-D matrix in the blocks, grouped by shape ``muon(R, C)``; a group
+of K matrices is stacked, zero-padded to ceil(K/W)·W, reduce-scattered so that each rank owns whole
+matrices, and all-gathered after the update.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from payload.presets import ParamSpec
 
 if TYPE_CHECKING:
     from torch import nn
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
 SMALL_PARAM = 1024
 ADAMW_NAMES = ("wte", "value_embeds", "lm_head", "resid_lambdas", "x0_lambdas")
 BYTES = {"bf16": 2, "f32": 4}
+_DTYPES = {"torch.bfloat16": "bf16", "torch.float32": "f32"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,8 @@ class ParamGroup:
     name: str
     kind: str  # adamw | muon
     names: tuple[str, ...]  # parameter names, in model order
-    shape: tuple[int, ...]  # of one parameter (AdamW groups may mix shapes only for value_embeds: they do not)
+    shape: tuple[int, ...]  # of one parameter (every parameter of a group has the same shape)
+    dtype: str  # bf16 | f32: the parameters', their gradients' and their collectives' dtype
 
     @property
     def elements_per_param(self) -> int:
@@ -59,31 +66,43 @@ class ParamGroup:
         """Collectives of one optimizer step for this group, in issue order."""
         if self.kind == "muon":
             elements = self.padded_count(world_size) * self.elements_per_param
-            return [Collective("reduce_scatter", "f32", elements), Collective("all_gather", "bf16", elements)]
+            return [Collective("reduce_scatter", self.dtype, elements), Collective("all_gather", self.dtype, elements)]
         ops: list[Collective] = []
         for _ in self.names:
             if self.adamw_sharded(world_size):
-                ops += [Collective("reduce_scatter", "bf16", self.elements_per_param),
-                        Collective("all_gather", "bf16", self.elements_per_param)]
+                ops += [Collective("reduce_scatter", self.dtype, self.elements_per_param),
+                        Collective("all_gather", self.dtype, self.elements_per_param)]
             else:
-                ops.append(Collective("all_reduce", "f32", self.elements_per_param))
+                ops.append(Collective("all_reduce", self.dtype, self.elements_per_param))
         return ops
 
 
-def param_groups(model: nn.Module) -> list[ParamGroup]:
-    """The optimizer's groups for a ``payload.model.GPT`` (works on the meta device)."""
-    adamw: dict[str, list[tuple[str, tuple[int, ...]]]] = {name: [] for name in ADAMW_NAMES}
-    muon: dict[tuple[int, ...], list[str]] = {}
-    for name, param in model.named_parameters():
-        root = name.split(".")[0]
+def module_params(model: nn.Module) -> list[ParamSpec]:
+    """A module's parameters as ``ParamSpec`` (works on the meta device)."""
+    return [ParamSpec(name, tuple(p.shape), _DTYPES.get(str(p.dtype), str(p.dtype)))
+            for name, p in model.named_parameters()]
+
+
+def param_groups(params: Iterable[ParamSpec]) -> list[ParamGroup]:
+    """The optimizer's groups: AdamW by root name, Muon by shape (block matrices), in model order."""
+    adamw: dict[str, list[ParamSpec]] = {name: [] for name in ADAMW_NAMES}
+    muon: dict[tuple[int, ...], list[ParamSpec]] = {}
+    for param in params:
+        root = param.name.split(".")[0]
+        if param.dtype not in BYTES:
+            raise ValueError(f"parameter {param.name} has dtype {param.dtype}; the optimizer handles bf16 and f32")
         if root in adamw:
-            adamw[root].append((name, tuple(param.shape)))
-        elif root == "blocks" and param.ndim == 2:
-            muon.setdefault(tuple(param.shape), []).append(name)
+            adamw[root].append(param)
+        elif root == "blocks" and len(param.shape) == 2:
+            muon.setdefault(param.shape, []).append(param)
         else:
-            raise ValueError(f"parameter {name} belongs to no optimizer group")
-    groups = [ParamGroup(root, "adamw", tuple(n for n, _ in entries), entries[0][1])
-              for root, entries in adamw.items() if entries]
-    groups += [ParamGroup(f"muon({shape[0]}, {shape[1]})", "muon", tuple(names), shape)
-               for shape, names in muon.items()]
+            raise ValueError(f"parameter {param.name} belongs to no optimizer group")
+    groups = [_group(root, "adamw", entries) for root, entries in adamw.items() if entries]
+    groups += [_group(f"muon({shape[0]}, {shape[1]})", "muon", entries) for shape, entries in muon.items()]
     return groups
+
+
+def _group(name: str, kind: str, entries: list[ParamSpec]) -> ParamGroup:
+    if len({(e.shape, e.dtype) for e in entries}) != 1:
+        raise ValueError(f"group {name} mixes shapes or dtypes; the optimizer stacks one shape and dtype per group")
+    return ParamGroup(name, kind, tuple(e.name for e in entries), entries[0].shape, entries[0].dtype)

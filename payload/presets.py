@@ -2,7 +2,9 @@
 
 ``nanochat-dN``: the nanochat family (see REFERENCE.md). Depth N fixes the width:
 model dim = 64·N rounded up to a multiple of 128, head dim 128, n_head = n_kv_head = dim / 128,
-vocab 32,768 unless overridden.
+vocab 32,768 unless overridden. ``ModelDims.parameters()`` lists the model's parameters (name,
+shape, dtype) without building it: the optimizer's plan, the communication volume and the memory
+estimate all start from it (``tests/payload/test_model_build.py`` checks it against the model).
 """
 
 from __future__ import annotations
@@ -15,10 +17,21 @@ NANOCHAT_VOCAB = 32_768
 HEAD_DIM = 128
 VE_GATE_CHANNELS = 32
 _PRESET = re.compile(r"^nanochat-d(\d+)$")
+BF16_ROOTS = ("wte", "value_embeds")
+"""Parameters stored (and communicated) in bf16, as upstream; every other parameter is f32."""
 
 
 class UnknownPreset(ValueError):
     """The name is not a model preset this payload knows."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One model parameter: its name in ``named_parameters()``, its shape and its dtype (bf16 | f32)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,26 @@ class ModelDims:
     def has_value_embedding(self, layer: int) -> bool:
         """Value embeddings sit on alternating layers, the last one included."""
         return layer % 2 == (self.depth - 1) % 2
+
+    def parameters(self) -> list[ParamSpec]:
+        """Every parameter of ``payload.model.GPT``, in its ``named_parameters()`` order (its own first)."""
+        kv = self.n_kv_head * self.head_dim
+        shapes: list[tuple[str, tuple[int, ...]]] = [("resid_lambdas", (self.depth,)), ("x0_lambdas", (self.depth,)),
+                                                     ("wte.weight", (self.vocab_size, self.dim))]
+        shapes += [(f"value_embeds.{i}.weight", (self.vocab_size, kv))
+                   for i in range(self.depth) if self.has_value_embedding(i)]
+        for i in range(self.depth):
+            block = f"blocks.{i}"
+            shapes += [(f"{block}.attn.c_q.weight", (self.n_head * self.head_dim, self.dim)),
+                       (f"{block}.attn.c_k.weight", (kv, self.dim)), (f"{block}.attn.c_v.weight", (kv, self.dim)),
+                       (f"{block}.attn.c_proj.weight", (self.dim, self.dim))]
+            if self.has_value_embedding(i):
+                shapes.append((f"{block}.attn.ve_gate.weight", (self.n_kv_head, VE_GATE_CHANNELS)))
+            shapes += [(f"{block}.mlp.c_fc.weight", (4 * self.dim, self.dim)),
+                       (f"{block}.mlp.c_proj.weight", (self.dim, 4 * self.dim))]
+        shapes.append(("lm_head.weight", (self.vocab_size, self.dim)))
+        return [ParamSpec(name, shape, "bf16" if name.split(".")[0] in BF16_ROOTS else "f32")
+                for name, shape in shapes]
 
     def block_matrix_params(self) -> int:
         """Elements of every 2-D matrix in the transformer blocks (attention, MLP, ve_gate)."""

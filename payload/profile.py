@@ -1,9 +1,15 @@
 """The profile phase: train the preset with the ZeRO-2 Muon+AdamW optimizer and time every step.
 
-One optimizer step = ``total_batch_size`` tokens (gradient accumulation derived from device batch,
-sequence length and world size). Rank 0 emits one ``sample`` event per step:
+One optimizer step = ``total_batch_size`` tokens = device batch × sequence length × world size ×
+``grad_accum`` micro-steps, as upstream: each micro-step's loss is scaled by 1/grad_accum and its
+gradients add up; the optimizer's collectives run once per step (there is no DDP hook to skip on
+earlier micro-steps). Rank 0 emits one ``sample`` event per step:
 ``{phase: "profile", step, warmup, step_time_s, fwd_bwd_s, opt_phase1_s, opt_phase2_s,
-opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index}``.
+opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index, grad_accum, precision, mem_est_gib,
+max_mem_allocated_gib}``: ``precision`` is the matmul precision (``bf16`` autocast on GPU, ``f32`` on
+CPU), ``mem_est_gib`` the per-GPU estimate (``payload.memory_estimate``) and
+``max_mem_allocated_gib`` ``torch.cuda.max_memory_allocated`` so far (None on CPU); the phase
+summary carries them too, so a result says how it was measured.
 ``timed_index`` numbers the timed (non-warmup) steps across the cell's attempts: a node that
 replaces a preempted one warms up, then measures only the steps not yet recorded
 (``job.profile_steps_done`` on), so no index repeats. The step is bracketed by a barrier (and a CUDA
@@ -84,7 +90,8 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     import torch.distributed as dist
 
     from payload.gpu_models import bf16_peak
-    from payload.model import GPT
+    from payload.memory_estimate import estimate
+    from payload.model import build_model
     from payload.optim import ZeroMuonAdamW
     from payload.presets import model_dims
 
@@ -97,8 +104,9 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     accum = grad_accum_steps(cfg, world_size)
     on_gpu = job.gpu.lower() != "cpu"
     device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
-    torch.manual_seed(cfg.seed)
-    model = GPT(model_dims(cfg.model, cfg.vocab_size), cfg.sequence_len).to(device)
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats(device)
+    model = build_model(model_dims(cfg.model, cfg.vocab_size), cfg.sequence_len, device, seed=cfg.seed)
     optimizer = ZeroMuonAdamW(model, rank, world_size)
     generator = torch.Generator().manual_seed(cfg.seed + rank)
     batch = torch.randint(0, model.dims.vocab_size, (cfg.device_batch_size, cfg.sequence_len + 1),
@@ -108,6 +116,9 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     peak = bf16_peak(torch.cuda.get_device_name(device)) if on_gpu else None
     flops_per_step = model.flops_per_token(cfg.sequence_len) * cfg.total_batch_size
     clock = PhaseClock(on_gpu, cfg.phase_timing)
+    recorded = {"grad_accum": accum, "precision": "bf16" if on_gpu else "f32",
+                "mem_est_gib": round(estimate(cfg.model, cfg.sequence_len, cfg.device_batch_size, world_size,
+                                              cfg.vocab_size).total_gib, 2)}
 
     def sync() -> None:
         if on_gpu:
@@ -141,7 +152,9 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
                         step_time_s=elapsed,
                         **phases, loss=float(total_loss), tokens=cfg.total_batch_size,
                         tokens_per_s=cfg.total_batch_size / elapsed,
-                        mfu=flops_per_step / elapsed / (peak * world_size) if peak else None)
+                        mfu=flops_per_step / elapsed / (peak * world_size) if peak else None, **recorded,
+                        max_mem_allocated_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                        if on_gpu else None)
 
 
 def summarize(events_path: Path) -> dict[str, Any]:
@@ -163,4 +176,9 @@ def summarize(events_path: Path) -> dict[str, Any]:
     mfus = [s["mfu"] for s in samples if s.get("mfu") is not None]
     if mfus:
         summary["mfu_median"] = median(mfus)
+    for name in ("grad_accum", "precision", "mem_est_gib"):
+        if name in samples[-1]:
+            summary[name] = samples[-1][name]
+    peaks = [s["max_mem_allocated_gib"] for s in samples if s.get("max_mem_allocated_gib") is not None]
+    summary["max_mem_allocated_gib"] = max(peaks) if peaks else None
     return summary

@@ -91,7 +91,7 @@ SKY_CAMPAIGN = """\
 name: sky
 budget_usd: 200
 target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}
-payload: {profile: {device_batch_size: 32, sequence_len: 2048}}
+payload: {profile: {device_batch_size: 8, sequence_len: 2048}}
 matrix:
   - {provider: skypilot, cloud: lambda, gpu: H100_SXM, count: 8, market: on-demand}
   - {provider: skypilot, cloud: gcp, gpu: H100_SXM, count: 8, market: spot}
@@ -173,7 +173,7 @@ RUNPOD_AND_VAST = """\
 name: p
 budget_usd: 200
 target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}
-payload: {profile: {device_batch_size: 32, sequence_len: 2048}}
+payload: {profile: {device_batch_size: 8, sequence_len: 2048}}
 matrix:
   - {provider: runpod, gpu: H100_SXM, count: 8, market: on-demand}
   - {provider: vastai, gpu: H100_SXM, count: 8, market: on-demand, min_vcpus: %d}

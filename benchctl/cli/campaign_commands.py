@@ -47,12 +47,14 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
         confirm_above: float) -> None:
     """Run (or continue) the campaign in FILE; print its leaderboard."""
     from benchctl.errors import UsageError
+    from benchctl.memory_fit import refuse_unfit
     from benchctl.providers import Providers
     from benchctl.settings import home
     from benchctl.spec import load_campaign
     from store import queries as q
 
     campaign = load_campaign(file)
+    refuse_unfit(campaign)  # before any provider, database or node
     providers = Providers(home(), campaign.spec.providers)
     providers.check(cell.provider for cell in campaign.cells)
     providers.check_cells(campaign.cells, campaign.spec.defaults.image)

@@ -13,6 +13,7 @@ from benchctl.cli.state import CliState, pass_state
 @pass_state
 def plan(state: CliState, file: str, fmt: str) -> None:
     """Expand FILE's matrix and ask each provider for offers; launch nothing, write nothing."""
+    from benchctl.memory_fit import refuse_unfit
     from benchctl.plan import COLUMNS, plan_campaign
     from benchctl.providers import Providers
     from benchctl.render import render
@@ -20,6 +21,7 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     from benchctl.spec import load_campaign
 
     campaign = load_campaign(file)
+    refuse_unfit(campaign)
     providers = Providers(home(), campaign.spec.providers)
     providers.check(cell.provider for cell in campaign.cells)
     providers.check_cells(campaign.cells, campaign.spec.defaults.image)

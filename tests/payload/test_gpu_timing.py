@@ -152,9 +152,11 @@ def test_a_child_process_reports_back_and_is_gone() -> None:
 
 def test_a_hung_child_is_killed_at_the_deadline() -> None:
     started = time.monotonic()
-    values, reason = run_in_child(_hang, deadline=started + 3)
+    # A spawned child imports this module (and torch) first: on a loaded 2-core machine that alone
+    # can take several seconds, so the deadline leaves room for it to report before it hangs.
+    values, reason = run_in_child(_hang, deadline=started + 15)
     assert (values, reason) == (["started"], "timed out")
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 25
 
 
 def test_an_error_in_the_child_comes_back() -> None:

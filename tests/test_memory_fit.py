@@ -1,0 +1,74 @@
+"""``plan`` shows each cell's memory estimate against its GPU; ``plan`` and ``run`` refuse, before
+anything is rented or written, a cell whose profile cannot fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchctl.memory_fit import cell_fit
+from benchctl.spec import parse_campaign
+from tests.test_plan import SKY_CAMPAIGN, _plan_in_process, sky_standin
+
+__all__ = ["sky_standin"]  # the fixture, shared with test_plan
+
+# the spec's default device batch (32): d26 needs ≈204 GiB per GPU at 32, ≈109 at 16, ≈62 at 8
+DEFAULT_BATCH = SKY_CAMPAIGN.replace("payload: {profile: {device_batch_size: 8, sequence_len: 2048}}\n", "")
+
+
+def _main_in_process(*args: str) -> int:
+    from benchctl.cli.main import main
+
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_plan_shows_the_estimate_and_the_cards_memory(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sky.yaml"
+    path.write_text(SKY_CAMPAIGN)
+    assert _plan_in_process(str(path), "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)["cells"]
+    assert [(r["mem_est_gib"], r["gpu_mem_gib"]) for r in rows] == [(61.6, 79.6), (61.6, 79.6)]
+    assert _plan_in_process(str(path)) == 0
+    table = capsys.readouterr().out
+    assert "mem_est_gib" in table and "gpu_mem_gib" in table and "61.6" in table
+
+
+def test_plan_refuses_a_cell_that_cannot_fit_and_says_what_to_set(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sky.yaml"
+    path.write_text(DEFAULT_BATCH)
+    assert _plan_in_process(str(path)) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "error: cell skypilot:H100_SXMx8:on-demand:cloud=lambda: nanochat-d26 at device_batch_size 32 needs "
+        "≈204.4 GiB per GPU, more than the 79.6 GiB of one H100_SXM; set payload.profile.device_batch_size: 8 "
+        "(gradient accumulation ×4 keeps total_batch_size 524288). Nothing was rented.")
+    assert sky_standin.launched == [] and not (home / "benchctl.db").exists()
+
+
+def test_run_refuses_before_any_provider_or_database_is_touched(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    sky_standin.enabled = []  # were the provider asked first, run would stop on its credentials instead
+    path = tmp_path / "sky.yaml"
+    path.write_text(DEFAULT_BATCH.replace("count: 8", "count: 4"))
+    assert _main_in_process("run", str(path), "--yes") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cell skypilot:H100_SXMx4:on-demand:cloud=lambda: nanochat-d26 at device_batch_size "
+                          "32 needs ≈")
+    assert "set payload.profile.device_batch_size: 8 (gradient accumulation ×8" in err and "Traceback" not in err
+    assert sky_standin.launched == [] and not (home / "benchctl.db").exists()
+
+
+def test_cpu_cells_and_unknown_gpus_are_not_judged(tmp_path: Path) -> None:
+    text = SKY_CAMPAIGN.replace("gpu: H100_SXM, count: 8, market: on-demand",
+                                "gpu: TPU_V9, count: 8, market: on-demand")
+    campaign = parse_campaign(text, str(tmp_path / "c.yaml"))
+    fits = [cell_fit(campaign, cell) for cell in campaign.cells]
+    assert [(f.mem_est_gib, f.gpu_mem_gib, f.fits) for f in fits] == [(None, None, True), (61.6, 79.6, True)]
