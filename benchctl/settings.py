@@ -7,7 +7,17 @@ from pathlib import Path
 
 
 def home() -> Path:
-    return Path(os.environ.get("BENCHCTL_HOME") or Path.home() / ".benchctl").expanduser()
+    """The state folder, made 0700 when missing: the database, node records and artifacts in it are the
+    user's alone (whatever the umask). An existing folder keeps its mode."""
+    path = Path(os.environ.get("BENCHCTL_HOME") or Path.home() / ".benchctl").expanduser()
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        from benchctl.errors import UsageError
+
+        raise UsageError(f"cannot create BENCHCTL_HOME {path} ({exc.strerror or exc}): "
+                         "set BENCHCTL_HOME to a folder you can write") from exc
+    return path
 
 
 def database_url(option: str | None) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError, Transport
 from provisioners.local_processes import kill_node_processes, node_env, process_alive
 from provisioners.local_transport import LocalTransport
+from provisioners.node_records import write_private
 
 
 class LocalProvider(Provider):
@@ -191,6 +192,4 @@ def _read_record(node_dir: Path) -> dict | None:
 
 
 def _write_record(node_dir: Path, record: dict) -> None:
-    tmp = node_dir / "node.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, _record_path(node_dir))
+    write_private(_record_path(node_dir), json.dumps(record, indent=2))

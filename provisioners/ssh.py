@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.node_records import write_private
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
 
@@ -127,9 +128,7 @@ class SSHProvider(Provider):
             return None
 
     def _write_record(self, token: str, record: dict) -> None:
-        tmp = self.root / "nodes" / f"{token}.json.tmp"
-        tmp.write_text(json.dumps(record, indent=2))
-        os.replace(tmp, self.root / "nodes" / f"{token}.json")
+        write_private(self.root / "nodes" / f"{token}.json", json.dumps(record, indent=2))
 
     def _mark_terminated(self, token: str) -> None:
         record = self._read_record(token)

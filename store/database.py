@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +68,13 @@ def create_db_engine(url: str) -> Engine:
 def open_store(url: str) -> Engine:
     """An engine on ``url`` with the schema migrated to the newest version."""
     if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
         try:
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if path and path != ":memory:" and "?" not in path:
+                _create_private(Path(path))
         except OSError as exc:
-            raise StoreError(f"cannot create the folder for {url}: {exc}. Check BENCHCTL_HOME or --db") from exc
+            raise StoreError(f"cannot create the folder or file of {url}: {exc}. Check BENCHCTL_HOME or --db") from exc
     engine = create_db_engine(url)
     try:
         upgrade(engine)
@@ -81,6 +86,13 @@ def open_store(url: str) -> Engine:
         engine.dispose()
         raise
     return engine
+
+
+def _create_private(path: Path) -> None:
+    """A new SQLite file is made empty and 0600 before SQLite opens it (its WAL files follow its mode);
+    an existing one is left as it is."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
 
 def _redact(url: str) -> str:
