@@ -34,7 +34,8 @@ payload:
   phases: [command]
   command:
     run: |
-      printf '{"name": "[red]m\\u001b]0;TITLE\\u0007x", "message": "\\u009b31mhi\\u001b]52;c;Y2xpcA==\\u0007"}\n' >> "$BENCHCTL_METRICS"
+      printf '{"name": "[red]m\\u001b]0;TITLE\\u0007x", ' >> "$BENCHCTL_METRICS"
+      printf '"message": "\\u009b31mhi\\u001b]52;c;Y2xpcA==\\u0007"}\n' >> "$BENCHCTL_METRICS"
       printf 'oops\033[2J\033]0;TITLE\007 \033]52;c;Y2xpcA==\007 \302\23331m [bold]markup[/bold] tail\n' >&2
       exit 3
 matrix:
