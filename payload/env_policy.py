@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)O?AUTH($|_)|(^|_)DSN($|_)|DATABASE_URL|PROXY"
-                         r"|^BENCHCTL_DB$", re.IGNORECASE)
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)O?AUTH($|_)|(^|_)DSN($|_)"
+                         r"|DATABASE_URL|PROXY|^BENCHCTL_DB$", re.IGNORECASE)
 """``SECRET_NAME.search(name)``: the name looks like it holds a secret."""
 
 NODE_NAMES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
