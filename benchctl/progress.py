@@ -8,7 +8,8 @@ Cell threads only call ``log`` (it queues under a lock); one refresh thread read
 (``store.queries.progress_snapshot``) and draws. Use either as a context manager around the
 run: leaving it (normally, on Ctrl-C, on an error) stops the table and leaves it on screen.
 ``pick_progress`` chooses live when stdout and stderr are terminals, unless
-``BENCHCTL_PROGRESS=plain``.
+``BENCHCTL_PROGRESS=plain``. Messages and event texts come from nodes too: both renderers print
+them without escape sequences or control characters (``terminal_text.clean``), as plain text.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, TextIO
 import click
 
 from benchctl.cell_states import CellState
+from benchctl.terminal_text import clean
 from store import queries as q
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ _STYLES = {"done": "green", "failed": "red", "cancelled": "yellow", "bad_node": 
 
 def print_line(line: str) -> None:
     """A progress line on stderr (stdout carries results)."""
-    click.echo(f"{time.strftime('%H:%M:%S')} {line}", err=True)
+    click.echo(f"{time.strftime('%H:%M:%S')} {clean(line)}", err=True)
 
 
 class Progress:
@@ -142,15 +144,15 @@ def render_table(rows: Sequence[CellRow], title: str) -> Table:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=title, title_justify="left", expand=True)  # the last event takes what is left
+    table = Table(title=Text(clean(title)), title_justify="left", expand=True)  # the last event takes what is left
     for column in COLUMNS:
         numeric = column in ("attempt", "elapsed", "spent")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis",
                          ratio=1 if column == "last event" else None, min_width=12 if column == "state" else None)
     for row in rows:
-        table.add_row(row.key, Text(row.state, style=_STYLES.get(row.state, "")),
+        table.add_row(Text(clean(row.key)), Text(clean(row.state), style=_STYLES.get(row.state, "")),
                       "-" if row.attempt is None else str(row.attempt), format_elapsed(row.elapsed_s),
-                      format_usd(row.spent_usd), Text(row.last_event))
+                      format_usd(row.spent_usd), Text(clean(row.last_event)))
     return table
 
 
@@ -193,6 +195,7 @@ class LiveProgress(Progress):
         self._thread.start()
 
     def log(self, line: str) -> None:
+        line = clean(line)
         key = next((k for k in self._by_length if line.startswith(f"{k}: ")), None)
         with self._lock:
             if self._live is not None:

@@ -2,6 +2,13 @@
 
 ``table`` is a rich table on a terminal and plain aligned text otherwise, so piped output stays
 stable and parseable. Numbers are rounded for tables only; JSON and CSV carry full values.
+
+Cells may hold untrusted text (node output, imported records), so every format neutralises it:
+table and Markdown cells lose escape sequences and control characters (``terminal_text``) and a
+rich table shows them as plain text (no markup); Markdown also escapes ``\\ | [ ] ( )`` and
+``< > &`` (no table breaks, links, images or raw HTML) and turns newlines into spaces; CSV text
+starting with ``= + - @`` (or a tab or carriage return) gets a leading ``'`` so a spreadsheet
+never runs it as a formula (numbers stay numbers); JSON writes NaN and infinities as ``null``.
 """
 
 from __future__ import annotations
@@ -9,9 +16,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from benchctl.terminal_text import clean
 
 FORMATS = ("table", "json", "csv", "md")
 
@@ -28,24 +39,72 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _text(value: Any) -> str:
+    """A table cell: composed by ``_cell``, without escape sequences or control characters."""
+    return clean(_cell(value))
+
+
+_MD_SPECIAL = re.compile(r"[\\|\[\]()<>&]")
+_MD_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _md(text: str) -> str:
+    """A Markdown table cell that renders as the text itself."""
+    return _MD_SPECIAL.sub(lambda m: _MD_ENTITIES.get(m.group(), "\\" + m.group()), clean(text))
+
+
+def _csv_value(value: Any) -> Any:
+    """A CSV cell: numbers as they are (non-finite ones empty), text cleaned and never a formula."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, int | float):
+        return value
+    raw = _cell(value) if isinstance(value, dict | list) else str(value)
+    text = clean(raw)
+    if (raw.startswith(_FORMULA_START) or text.startswith(_FORMULA_START)) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities (at any depth) replaced by None: JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    try:
+        return json.dumps(value, indent=indent, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere (rare): the slow path
+        return json.dumps(_finite(value), indent=indent, allow_nan=False)
+
+
 def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, title: str = "",
            payload: Any = None) -> str:
     """``payload`` replaces ``rows`` for JSON output when the JSON shape is not a list of rows."""
     if fmt == "json" and payload is None:  # one row per line: readable, and the C encoder keeps 10,000 rows fast
-        return "[\n" + ",\n".join("  " + json.dumps(row) for row in rows) + "\n]" if rows else "[]"
+        return "[\n" + ",\n".join("  " + _json(row) for row in rows) + "\n]" if rows else "[]"
     if fmt == "json":
-        return json.dumps(payload, indent=2)
+        return _json(payload, indent=2)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        writer.writerows({k: _cell(v) if isinstance(v, dict | list) else v for k, v in row.items()} for row in rows)
+        writer.writerows({k: _csv_value(v) for k, v in row.items()} for row in rows)
         return out.getvalue().rstrip("\n")
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
     if fmt == "md":
-        lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in cells]
+        lines = ["| " + " | ".join(map(_md, columns)) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+        lines += ["| " + " | ".join(_md(_cell(row.get(c))) for c in columns) + " |" for row in rows]
         return "\n".join(lines)
+    cells = [[_text(row.get(c)) for c in columns] for row in rows]
+    title = clean(title)
     if sys.stdout.isatty():
         return _rich_table(cells, columns, title)
     widths = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(columns)]
@@ -57,12 +116,13 @@ def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, tit
 def _rich_table(cells: list[list[str]], columns: Sequence[str], title: str) -> str:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title or None)
+    table = Table(title=Text(title) if title else None)
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(Text(column), overflow="fold")
     for row in cells:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     console = Console(file=io.StringIO(), force_terminal=True, width=Console().width)
     console.print(table)
     out = console.file

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from benchctl.errors import SpecError
 from benchctl.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, line_of, load_yaml, read_capped
 from payload.collective_math import parse_bytes
+from payload.env_policy import SECRET_NAME as _SECRET_NAME
 from payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
 from payload.presets import UnknownPreset, model_dims, target_steps
 from payload.thresholds import resolve as resolve_thresholds
@@ -35,7 +36,6 @@ PRICED_BY_USER = ("local",)
 ``providers.ssh.nodes``; the others bill their own."""
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 CAMPAIGN_NAME_MAX = 100
 MAX_CELLS = 10_000

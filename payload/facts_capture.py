@@ -1,7 +1,8 @@
 """Capture a node's facts snapshot into a directory (stdlib only; torch lazily for torch.json).
 
 Each command's stdout goes to its file when the command exists and succeeds; otherwise the file
-is absent and its check will say so. ``env.txt`` has secret-looking values redacted.
+is absent and its check will say so. ``env.txt`` (mode 0600) has the values of secret names and
+the user-info of URLs redacted (``env_policy.redacted``).
 ``BENCHCTL_FAULTS`` (JSON, set by the local provider's fault injection) replaces what the
 captured files say: ``{"shm_mb": 64}``, ``{"numa": "split"}``.
 """
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from payload.env_policy import redacted
 
 QUERY = ("index,name,uuid,pci.bus_id,driver_version,memory.total,power.limit,"
          "ecc.errors.uncorrected.volatile.total,clocks.max.sm")
@@ -32,7 +34,6 @@ COMMANDS: dict[str, list[str]] = {
                                      "--format=csv"],
     "cgroup-cpu.max": ["cat", "/sys/fs/cgroup/cpu.max"],
 }
-SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
 def faults() -> dict[str, Any]:
@@ -44,7 +45,15 @@ def faults() -> dict[str, Any]:
 
 
 def redacted_env(env: dict[str, str]) -> str:
-    return "".join(f"{k}={'<redacted>' if SECRET.search(k) else v}\n" for k, v in sorted(env.items()))
+    return "".join(f"{k}={v}\n" for k, v in sorted(redacted(env).items()))
+
+
+def write_private(path: Path, text: str) -> None:
+    """``path`` holds ``text`` and is readable by its owner only (0600), even if it existed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
 
 
 def capture(directory: Path, deadline: float) -> list[str]:
@@ -64,7 +73,7 @@ def capture(directory: Path, deadline: float) -> list[str]:
         if proc.returncode == 0:
             (directory / name).write_text(proc.stdout)
             written.append(name)
-    (directory / "env.txt").write_text(redacted_env(dict(os.environ)))
+    write_private(directory / "env.txt", redacted_env(dict(os.environ)))
     written.append("env.txt")
     (directory / "torch.json").write_text(json.dumps(torch_facts(), indent=2))
     written.append("torch.json")

@@ -1,29 +1,30 @@
 """The processes of a local node, found by the marker every one of them carries in its environment.
 
 Each process a local node runs (its leader, every command, whatever those start) inherits
-``BENCHCTL_LOCAL_NODE=<token>``. That finds them from any session and after a controller restart,
-where a process group could not be joined. Linux only (reads /proc).
+``BENCHCTL_LOCAL_NODE=<token>``, and otherwise only the allow-listed, non-secret part of the
+controller's environment (``payload.env_policy.node_environment``). The marker finds them from
+any session and after a controller restart, where a process group could not be joined. Linux
+only (reads /proc).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import time
 from pathlib import Path
 
+from payload.env_policy import node_environment
+
 MARKER = "BENCHCTL_LOCAL_NODE"
 
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-
-
 def node_env(token: str) -> dict[str, str]:
-    """The controller's environment without anything that looks like a secret (a provider's API
-    key must not reach a node, its logs or its artifacts), plus the node's marker."""
-    return {**{k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}, MARKER: token}
+    """The allow-listed, non-secret part of the controller's environment (a provider's API key, the
+    store's URL or a proxy's credentials must not reach a node, its logs or its artifacts), plus
+    the node's marker."""
+    return {**node_environment(os.environ), MARKER: token}
 
 
 def node_processes(token: str) -> list[int]:

@@ -21,6 +21,7 @@ def down(state: CliState, name: str | None, all_campaigns: bool) -> None:
     from benchctl.settings import home
     from benchctl.spec import Campaign
     from benchctl.teardown import down_campaign
+    from benchctl.terminal_text import clean
     from store import queries as q
 
     if (name is None) == (not all_campaigns):
@@ -36,7 +37,7 @@ def down(state: CliState, name: str | None, all_campaigns: bool) -> None:
         providers = Providers(home(), campaign.spec.providers)
         report = down_campaign(engine, row.id, campaign_tag(row.name, row.uid),
                                {c.provider for c in campaign.cells}, providers, progress)
-        click.echo(f"campaign {row.name}: terminated {len(report.terminated)} node(s), closed "
+        click.echo(f"campaign {clean(row.name)}: terminated {len(report.terminated)} node(s), closed "
                    f"{report.closed_attempts} attempt(s), cancelled {report.cancelled_cells} cell(s); "
                    f"`benchctl resume {row.name}` continues it")
         failures += report.failures

@@ -48,6 +48,7 @@ for command in (run, plan, resume, down, status, leaderboard, import_command, re
 
 def main(argv: list[str] | None = None) -> None:
     from benchctl.errors import BenchctlError
+    from benchctl.terminal_text import clean
 
     debug = os.environ.get("BENCHCTL_DEBUG", "") not in ("", "0") or "--debug" in (argv or sys.argv[1:])
     try:
@@ -63,5 +64,5 @@ def main(argv: list[str] | None = None) -> None:
     except BenchctlError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {clean(str(exc), newlines=True)}", err=True)  # messages quote files and nodes
         sys.exit(exc.exit_code)

@@ -27,6 +27,7 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
 
     from benchctl.errors import CampaignNotFound
     from benchctl.render import render
+    from benchctl.terminal_text import clean
     from store import queries as q
 
     engine = state.engine()
@@ -51,7 +52,7 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
     if not report:
         click.echo("no campaigns yet: start one with `benchctl run FILE`")
     for camp_report in report:
-        click.echo(f"campaign {camp_report['name']}: spent ${camp_report['spent_usd']:.4f} of "
+        click.echo(f"campaign {clean(camp_report['name'])}: spent ${camp_report['spent_usd']:.4f} of "
                    f"${camp_report['budget_usd']:.2f}, ${camp_report['remaining_usd']:.4f} remaining "
                    f"(${camp_report['bad_node_spent_usd']:.4f} on nodes that failed preflight)")
         click.echo(render(camp_report["cells"], ["key", "state", "attempts", "controller", "reason"], "table"))
@@ -107,8 +108,9 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str) -
 def import_command(state: CliState, files: tuple[Path, ...], campaign: str | None, config: str | None) -> None:
     """Import result records (.json/.yaml) and nccl-tests logs; all or nothing."""
     from benchctl.importer import import_files
+    from benchctl.terminal_text import clean
 
     summary = import_files(state.engine(), list(files), campaign, config)
     skipped = f", skipped {summary.skipped} rows without a result" if summary.skipped else ""
     click.echo(f"imported {summary.results} results and {summary.collectives} nccl-tests logs into campaign "
-               f"{summary.campaign}{skipped}; `benchctl leaderboard` ranks them")
+               f"{clean(summary.campaign)}{skipped}; `benchctl leaderboard` ranks them")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from provisioners import local
 from provisioners.base import Node, NodeState, Offer, OfferRequest, ProviderError
 from provisioners.local import LocalProvider
 from provisioners.local_processes import node_processes
+from tests.conftest import run_cli
 
 
 @pytest.fixture
@@ -227,3 +229,50 @@ def test_a_launch_cut_short_leaves_nothing_running(provider: LocalProvider) -> N
     assert node_processes("tok-cut") == []
     assert provider.owned("camp") == []
     leader.wait(timeout=5)
+
+
+CREDENTIALS = {"BENCHCTL_DB": "postgresql://bench:canary-db-7f3@db.internal/bench",
+               "DATABASE_URL": "postgresql://app:canary-app-7f3@db.internal/app",
+               "AWS_SECRET_ACCESS_KEY": "canary-aws-7f3",
+               "HTTPS_PROXY": "http://proxyuser:canary-proxy-7f3@proxy.internal:3128"}
+"""Credentials in the controller's environment, some under innocent names (issue 13, item 7)."""
+
+
+def test_a_local_node_inherits_no_credential(provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    node = provider.launch(_offer(provider), token="tok-env", campaign_tag="camp")
+    leader = Path(f"/proc/{node.details['leader_pid']}/environ").read_bytes().decode()
+    seen = provider.transport(node).run("env").out
+    for environment in (leader, seen):
+        assert "canary" not in environment and "proxy.internal" not in environment, environment
+    assert "PATH=" in seen and "BENCHCTL_LOCAL_NODE=tok-env" in seen
+
+
+CAMPAIGN = """\
+name: creds
+budget_usd: 5
+target: {model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 128}
+defaults: {market: on-demand, max_attempts: 1}
+payload:
+  phases: [preflight, command]
+  command: {run: env}
+matrix:
+  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}
+"""
+
+
+def test_a_campaign_leaves_no_controller_credential_anywhere(tmp_path: Path) -> None:
+    """The node's environment (the command prints it) and its facts (env.txt) come back as
+    artifacts: neither, nor the store, nor any other file under BENCHCTL_HOME holds a credential."""
+    home, path = tmp_path / "home", tmp_path / "creds.yaml"
+    path.write_text(CAMPAIGN)
+    result = run_cli("--db", f"sqlite:///{home / 'benchctl.db'}", "run", str(path), home=home, env=CREDENTIALS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    printed = [p.read_text() for p in home.rglob("command.stdout")]  # on the node, and its copy back
+    assert printed and all("PATH=" in text and "BENCHCTL_LOCAL_NODE=" in text for text in printed)
+    env_txt = list(home.rglob("env.txt"))
+    assert env_txt and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in env_txt)
+    leaks = [str(p) for p in home.rglob("*") if p.is_file() and b"canary" in p.read_bytes()]
+    assert leaks == [], "a controller credential reached these files"
+    assert "canary" not in result.stdout + result.stderr
