@@ -19,6 +19,7 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     from benchctl.render import render
     from benchctl.settings import home
     from benchctl.spec import load_campaign
+    from benchctl.terminal_text import clean
 
     campaign = load_campaign(file)
     refuse_unfit(campaign)
@@ -36,4 +37,4 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     unknown = f"; unknown for the {unpriced} cell(s) without an offer" if unpriced else ""
     click.echo(f"worst case ${result.priced_usd:.2f} of budget_usd ${result.budget_usd:.2f}{unknown}")
     for warning in result.warnings:
-        click.echo(f"warning: {warning}")
+        click.echo(f"warning: {clean(warning)}")  # provider messages are untrusted text
