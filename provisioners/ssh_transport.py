@@ -8,8 +8,7 @@
 - Uploads are a tar stream over the SSH pipe (no rsync on the node); downloads come back the same
   way and are unpacked by ``safe_tar`` (a rented node is not trusted).
 - Every transfer has a deadline (``transfer_deadline``): past it the ssh client is killed and
-  ``TransferTimeout`` raised; ``get`` kills it too once extraction ends, and keeps only the tail
-  of its stderr.
+  ``TransferTimeout`` raised; ``get`` kills it too once extraction ends.
 - ``read_from`` is ``tail -c +N`` (``| head -c LIMIT``); every call has a timeout; ssh's own failure (exit 255: refused,
   unreachable, reset) is retried with backoff, bounded, because a booting node refuses for a while.
 - ``start`` runs the command under ``setsid nohup`` (it survives a dropped connection) and
@@ -28,7 +27,6 @@ import signal
 import subprocess
 import tarfile
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -194,30 +192,32 @@ class SSHTransport(Transport):
         remote = self._in_base(f"test -e {shlex.quote(remote_path)} || exit 0; "
                                f"tar -C {shlex.quote(parent or '.')} -cf - {shlex.quote(name)}")
         deadline.check(what)
-        proc = subprocess.Popen([*self.ssh_args(), remote], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
-        assert proc.stdout is not None and proc.stderr is not None
-        err = _Tail(proc.stderr)
-        try:
-            with killed_at(deadline, proc):
-                try:
-                    report = extract_stream(proc.stdout, Path(local_dir),
-                                            max(0, self.max_artifact_bytes - self.received_bytes))
-                except (tarfile.TarError, OSError) as exc:
-                    if deadline.expired():
-                        raise deadline.timeout(what) from exc
-                    raise ProviderError(f"{what} is not a tar: {exc}") from exc
-                with contextlib.suppress(subprocess.TimeoutExpired):  # a node that keeps sending is cut off
-                    proc.wait(timeout=min(deadline.remaining(), EXIT_GRACE_S))
-        finally:
-            proc.stdout.close()
-            err.close()
-        self.refused += report.refused
-        self.received_bytes += report.bytes
-        if deadline.expired() and proc.returncode != 0:
-            raise deadline.timeout(what)
-        if proc.returncode not in (0, -signal.SIGKILL):
-            raise ProviderError(f"{what} failed: {err.text()}")
+        # stderr goes to a file: a pipe can stay open in ssh's master connection after the client is killed
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen([*self.ssh_args(), remote], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=err)
+            assert proc.stdout is not None
+            try:
+                with killed_at(deadline, proc):
+                    try:
+                        report = extract_stream(proc.stdout, Path(local_dir),
+                                                max(0, self.max_artifact_bytes - self.received_bytes))
+                    except Exception as exc:  # a stream cut at the deadline breaks the archive, whatever reads it
+                        if deadline.expired():
+                            raise deadline.timeout(what) from exc
+                        if isinstance(exc, tarfile.TarError | OSError):
+                            raise ProviderError(f"{what} is not a tar: {exc}") from exc
+                        raise
+                    with contextlib.suppress(subprocess.TimeoutExpired):  # a node that keeps sending is cut off
+                        proc.wait(timeout=min(deadline.remaining(), EXIT_GRACE_S))
+            finally:
+                proc.stdout.close()
+            self.refused += report.refused
+            self.received_bytes += report.bytes
+            if deadline.expired() and proc.returncode != 0:
+                raise deadline.timeout(what)
+            if proc.returncode not in (0, -signal.SIGKILL):
+                raise ProviderError(f"{what} failed: {_tail(err)}")
 
     def refused_members(self) -> list[str]:
         return list(self.refused)
@@ -238,25 +238,11 @@ class SSHTransport(Transport):
         return proc.stdout if limit is None else proc.stdout[:limit]
 
 
-class _Tail:
-    """Drains a pipe in a thread, keeping only its last ``keep`` bytes (a node may write without end)."""
-
-    def __init__(self, pipe: IO[bytes], keep: int = 4096) -> None:
-        self.pipe, self.keep, self.data = pipe, keep, b""
-        self.thread = threading.Thread(target=self._drain, name="ssh-stderr", daemon=True)
-        self.thread.start()
-
-    def _drain(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while block := os.read(self.pipe.fileno(), 65536):
-                self.data = (self.data + block)[-self.keep:]
-
-    def close(self) -> None:
-        self.thread.join(timeout=5)
-        self.pipe.close()
-
-    def text(self) -> str:
-        return self.data.decode(errors="replace").strip()[-300:]
+def _tail(file: IO[bytes], keep: int = 300) -> str:
+    """The last ``keep`` characters of what was written to ``file``."""
+    size = file.seek(0, os.SEEK_END)
+    file.seek(max(0, size - 4 * keep))
+    return file.read().decode(errors="replace").strip()[-keep:]
 
 
 def _is_ssh_error(stderr: bytes) -> bool:
