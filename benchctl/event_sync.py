@@ -37,6 +37,7 @@ _FIELDS: dict[tuple[str, str | None], dict[str, tuple[type, ...]]] = {
     ("sample", "collectives"): {"op": (str,), "bytes": (int,), "busbw_gbps": (*_NUMBER, type(None))},
     ("artifact", None): {"name": (str,), "path": (str,)},
     ("error", None): {"message": (str,)},
+    ("done", None): {"exit_code": (int,)},
 }
 """Fields the controller reads, by (kind, phase or None for any phase), and the types they must have."""
 
