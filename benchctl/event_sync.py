@@ -54,8 +54,8 @@ def _finite(value: Any) -> bool:
 def _problem(event: Any) -> str | None:
     """What makes ``event`` (parsed JSON) not an event, or None."""
     if not isinstance(event, dict):
-        return f"not a JSON object but {type(event).__name__}"
-    if not _finite(event.get("t")):
+        return f"not an object but {type(event).__name__}"
+    if "t" in event and not _finite(event["t"]):  # without one, it is stored at 0
         return "'t' is not a finite number"
     kind, phase = event.get("kind"), event.get("phase")
     if kind not in KINDS:
@@ -87,7 +87,7 @@ def parse_line(raw: bytes) -> dict[str, Any]:
             return dict(event)
     quoted = repr(raw[:QUOTED_BYTES]) + (f" … ({len(raw)} bytes)" if len(raw) > QUOTED_BYTES else "")
     return {"t": time.time(), "kind": "error", "malformed_event": True,
-            "message": f"the node wrote a malformed event line ({why}): {quoted}"}
+            "message": f"unparseable event line ({why}): {quoted}"}
 
 
 def parse_lines(data: bytes, complete: bool = False) -> tuple[list[dict[str, Any]], int]:

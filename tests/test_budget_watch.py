@@ -45,7 +45,7 @@ def test_spend_reaching_the_budget_while_collecting_stops_the_collection(home: P
         s.commit()
     over_at = time.monotonic()
     _, err = proc.communicate(timeout=60)
-    assert time.monotonic() - over_at < 5, f"stopped within a few status polls, not after the {STALL_S} s stall"
+    assert time.monotonic() - over_at < 10, f"stopped within a few status polls, not after the {STALL_S} s stall"
     assert proc.returncode == 1, err
     engine, cell = only_cell(home)
     assert cell.state == "failed" and (cell.reason or "").startswith("budget:"), cell.reason

@@ -79,7 +79,7 @@ def test_malformed_event_lines_become_error_events_and_the_cell_finishes(home: P
     assert len(messages) == len(HOSTILE_LINES), messages
     assert "'t' is not a finite number" in messages[0] and "not-a-time" in messages[0]
     assert "not JSON" in messages[1] and "\x1b" not in messages[1] and "\\x1b[2J" in messages[1], "quoted, escaped"
-    assert "not a JSON object" in messages[2]
+    assert "not an object" in messages[2]
     assert "'kind' is not one of" in messages[7] and "'phase' is not a string" in messages[8]
     assert "'timed_index'" in messages[9] and "'step_time_s'" in messages[10] and "'path'" in messages[11]
     assert f"longer than {MAX_LINE_BYTES} bytes" in messages[14] and len(messages[14]) < 400, "truncated"

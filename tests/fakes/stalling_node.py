@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.fakes.sshd import SSHServer, running_sshd
 
-STALL_S = 20
+STALL_S = 30
 
 CAMPAIGN = """\
 name: stall
