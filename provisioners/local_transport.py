@@ -66,7 +66,7 @@ class LocalTransport(Transport):
     def put(self, local_dir: str, remote_dir: str, timeout: float | Deadline = 300.0) -> None:
         deadline = Deadline.of(timeout)
         try:
-            shutil.copytree(local_dir, self._path(remote_dir), dirs_exist_ok=True,
+            shutil.copytree(local_dir, self._path(remote_dir), dirs_exist_ok=True, symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         except OSError as exc:
             raise ProviderError(f"upload to the local node's {remote_dir} failed: {exc}") from exc
