@@ -8,9 +8,14 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
+from benchctl.attempt_driver import AttemptDriver
 from benchctl.event_sync import MAX_LINE_BYTES
+from benchctl.run_context import Outcome
+from provisioners.base import Node, Offer
 from store import queries as q
+from store.database import open_store
 from tests.conftest import cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, start, wait_for
 
@@ -151,3 +156,37 @@ def test_resume_reattaches_past_a_malformed_line(home: Path, tmp_path: Path) -> 
     assert _all_closed(engine, cell.id or 0) == ["done"], "re-attached to the same attempt, which finished"
     assert len(_malformed(engine, cell.id or 0)) == 1
     no_live_nodes(home)
+
+
+def test_whatever_fails_at_the_end_the_node_is_terminated_and_the_attempt_closed(tmp_path: Path) -> None:
+    engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    cell = q.NewCell(key="k", provider="local", gpu="cpu", count=1, market="on-demand", config_json="{}")
+    campaign_id, _ = q.upsert_campaign(engine, "c", "{}", "/tmp/c.yaml", 10.0, [cell])
+    (row,) = q.cells(engine, campaign_id)
+    attempt = q.new_attempt(engine, row.id or 0, token="tok", provider="local", market="on-demand", remote_dir="x",
+                            hourly_usd=1.0, host="h")
+    terminated: list[Node] = []
+
+    class Failing:  # every call the end of an attempt makes fails, each its own way
+        def transport(self, node: Node) -> None:
+            raise OSError(36, "File name too long")
+
+        def terminate(self, node: Node) -> None:
+            terminated.append(node)
+            raise RuntimeError("the provider's answer changed shape")
+
+        def ended_at(self, node: Node) -> float:
+            raise KeyError("terminated_at")
+
+    logs: list[str] = []
+    ctx = SimpleNamespace(engine=engine, log=logs.append)
+    driver = AttemptDriver(ctx, row.id or 0, "k", None, Failing(), lambda state: None, lambda: None)
+    offer = Offer(provider="local", offer_id="o", gpu="cpu", count=1, vcpus=1, region="r", hourly_usd=1.0, market="m")
+    node = Node(provider="local", node_id="n", token="tok", campaign_tag="c", offer=offer)
+    driver.end(attempt, node, Outcome("error", "payload exit 1"))
+    assert terminated == [node], "terminate ran although the last sync raised"
+    (closed,) = q.attempts(engine, row.id or 0)
+    assert not closed.open and closed.outcome == "error" and closed.terminated_at is not None
+    assert (closed.detail or "").startswith("payload exit 1; the last read of its events failed: OSError")
+    assert "terminating its node failed: RuntimeError" in (closed.detail or "")
+    assert len(logs) == 3, logs
