@@ -205,6 +205,8 @@ class SSHTransport(Transport):
                     except Exception as exc:  # a stream cut at the deadline breaks the archive, whatever reads it
                         if deadline.expired():
                             raise deadline.timeout(what) from exc
+                        if isinstance(exc, ProviderError):  # safe_tar refused the stream
+                            raise ProviderError(f"{what} stopped: {exc}") from exc
                         if isinstance(exc, tarfile.TarError | OSError):
                             raise ProviderError(f"{what} is not a tar: {exc}") from exc
                         raise
