@@ -2,10 +2,16 @@
 
 ``drive`` ends in ``finally`` with a last read of the node's events, ``terminate`` and the
 attempt closed at the time the provider says the node stopped billing (else now), whatever
-happened: no exit path leaves a billing node the store thinks is closed. The one exception to
-closing: a cell whose lease this controller lost (``abandoned``): its node is terminated, and the
-attempt is left to the cell's new owner (``benchctl down``, or the controller that took it over,
-which reconciles it).
+happened: no exit path leaves a billing node the store thinks is closed. Each of the three runs
+whatever the one before raised (what failed is logged and added to the attempt's detail). The
+one exception to closing: a cell whose lease this controller lost (``abandoned``): its node is
+terminated, and the attempt is left to the cell's new owner (``benchctl down``, or the controller
+that took it over, which reconciles it).
+The node is not trusted: a malformed event line is stored as an error event (``event_sync``), an
+``exit_code`` file that holds no exit status is an attempt error (the cell retries), and an
+OSError of the node's files or of the attempt's local directory ends the attempt as an error.
+Collecting the attempt's files has a deadline (``collect_timeout_s``) and the budget is watched
+meanwhile: at the budget the transfer stops and the attempt ends ``budget``.
 While the payload runs, every ``status_interval_s`` the driver asks the provider for the node's
 state (a preempted node ends the attempt) and checks the campaign's spend against its budget; it
 touches the payload's heartbeat (its dead-man switch) as often, or four times per
@@ -17,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import shlex
 import shutil
 import tempfile
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import payload
+from benchctl.budget import collect_timeout_s
 from benchctl.cell_states import CellState
 from benchctl.event_sync import sync_events
 from benchctl.results import timed_samples
@@ -34,8 +42,26 @@ from benchctl.spec import CellSpec
 from payload.deadman import HEARTBEAT
 from payload.job import EXIT_BAD_NODE, EXIT_OK, Job
 from provisioners.base import Node, NodeState, Provider, ProviderError, Transport
+from provisioners.transfer_deadline import Deadline, TransferTimeout
 from store import queries as q
 from store.models import Artifact, Attempt
+
+MAX_DIR_NAME_BYTES = 120
+"""Longer cell keys get a shortened directory name (a file name holds at most 255 bytes)."""
+EXIT_CODE_BYTES = 64
+"""The most read of the node's ``exit_code`` file."""
+LOG_READ_BYTES = 1024 * 1024
+"""The most read of ``payload.log`` for the reason of a failed payload."""
+_EXIT_CODE = re.compile(rb"[0-9]{1,3}")
+
+
+def cell_dir_name(key: str) -> str:
+    """The directory of a cell's attempts on nodes and under artifacts/: the key itself when it is
+    short, else its start and a hash of all of it (keys with long env values)."""
+    if len(key.encode()) <= MAX_DIR_NAME_BYTES:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return f"{key.encode()[:MAX_DIR_NAME_BYTES - 17].decode(errors='ignore')}-{digest}"
 
 
 @dataclass
@@ -65,24 +91,46 @@ class AttemptDriver:
             outcome = self._watch(attempt, node, transport)
             if outcome.kind == "done":
                 self.transition(CellState.COLLECTING)
-                self._collect(attempt, transport)
-            elif outcome.kind == "bad_node":
-                self._collect(attempt, transport)  # the verdict and the facts are the evidence
+            if outcome.kind in ("done", "bad_node"):  # for a bad node, the verdict and the facts are the evidence
+                outcome = self._collect_in_time(attempt, transport) or outcome
             return outcome
         except ProviderError as exc:
             outcome = Outcome("error", str(exc))
             return outcome
+        except OSError as exc:  # the node's files, or the attempt's local directory
+            outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+            return outcome
         finally:
-            self.last_sync(attempt, node)
-            self.terminate(node)
-            if outcome.kind != "abandoned":  # the cell's new owner (or `down`) closes it
-                q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind, outcome.detail or None,
-                                terminated_at=self.provider.ended_at(node))
+            self.end(attempt, node, outcome)
+
+    def end(self, attempt: Attempt, node: Node, outcome: Outcome) -> None:
+        """The last sync, ``terminate`` and the attempt closed (unless ``abandoned``): each runs
+        whatever the one before raised; what failed is logged and added to the attempt's detail."""
+        failed = []
+        for step, call in (("the last read of its events", lambda: self.last_sync(attempt, node)),
+                           ("terminating its node", lambda: self.terminate(node))):
+            try:
+                call()
+            except Exception as exc:  # whatever it was, the node must still be terminated and the attempt closed
+                failed.append(f"{step} failed: {type(exc).__name__}: {exc}")
+                self.ctx.log(f"{self.key}: attempt {attempt.number}: {failed[-1]}")
+        if outcome.kind == "abandoned":  # the cell's new owner (or `down`) closes it
+            return
+        try:
+            ended = self.provider.ended_at(node)
+        except Exception as exc:  # then it ended now
+            ended = None
+            self.ctx.log(f"{self.key}: when node {node.node_id} stopped billing is unknown ({exc}); closing it now")
+        detail = "; ".join([outcome.detail, *failed] if outcome.detail else failed)
+        q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind, detail or None, terminated_at=ended)
 
     def last_sync(self, attempt: Attempt, node: Node) -> None:
-        """Read what the node still has before it goes: nothing measured is lost."""
-        with contextlib.suppress(ProviderError):
+        """Read what the node still has before it goes: nothing measured is lost. A node that
+        cannot be read is logged (its events are lost), never raised."""
+        try:
             sync_events(self.ctx.engine, attempt, self.provider.transport(node))
+        except ProviderError as exc:
+            self.ctx.log(f"{self.key}: could not read attempt {attempt.number}'s last events: {exc}")
 
     def terminate(self, node: Node) -> None:
         for delay in (0, 1, 5):
@@ -135,13 +183,14 @@ class AttemptDriver:
     def _start_payload(self, attempt: Attempt, node: Node, transport: Transport) -> None:
         job = self._job(attempt, node)
         with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
-            shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload",
+            shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload", symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             (Path(stage) / "job.json").write_text(job.to_json())
             (Path(stage) / HEARTBEAT).touch()
             upload = self.ctx.campaign.command_upload()
             if upload is not None and "command" in job.pending_phases():
-                shutil.copytree(upload, Path(stage) / "work", ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(upload, Path(stage) / "work", symlinks=True,
+                                ignore=shutil.ignore_patterns("__pycache__"))
             transport.put(stage, attempt.remote_dir)
         if job.profile_steps_done:
             self.ctx.log(f"{self.key}: attempt {attempt.number} measures the profile's remaining "
@@ -159,9 +208,11 @@ class AttemptDriver:
                 if event.get("kind") == "phase_start" and event.get("phase") != "preflight" \
                         and q.cell(self.ctx.engine, self.cell_id).state == CellState.PREFLIGHT.value:
                     self.transition(CellState.RUNNING)
-            exit_code = transport.read_from(f"{attempt.remote_dir}/exit_code", 0).strip()
+            exit_code = transport.read_from(f"{attempt.remote_dir}/exit_code", 0, limit=EXIT_CODE_BYTES).strip()
             if exit_code:
                 sync_events(self.ctx.engine, attempt, transport)
+                if not _EXIT_CODE.fullmatch(exit_code):
+                    return Outcome("error", f"the node's exit_code file holds {exit_code[:20]!r}, not an exit status")
                 return self._exit_outcome(int(exit_code), attempt, transport)
             if (halt := self.halted()) is not None:
                 return halt
@@ -188,21 +239,36 @@ class AttemptDriver:
             return Outcome("done")
         errors = [json.loads(e.data_json).get("message", "") for e in q.events(self.ctx.engine, self.cell_id, "error")
                   if e.attempt_id == attempt.id]
-        detail = errors[-1] if errors else _tail(transport.read_from(f"{attempt.remote_dir}/payload.log", 0))
+        detail = errors[-1] if errors else _tail(transport.read_from(f"{attempt.remote_dir}/payload.log", 0,
+                                                                       limit=LOG_READ_BYTES))
         return Outcome("bad_node" if code == EXIT_BAD_NODE else "error", f"payload exit {code}: {detail}")
 
-    def _collect(self, attempt: Attempt, transport: Transport) -> None:
-        local = self.ctx.artifacts_dir / self.key / str(attempt.number)
-        local.mkdir(parents=True, exist_ok=True)
+    def _collect_in_time(self, attempt: Attempt, transport: Transport) -> Outcome | None:
+        """Collect within ``collect_timeout_s`` while the budget is watched; None when it ended in
+        time, else how the attempt ends (``budget`` when the spend reached the budget meanwhile)."""
+        deadline = Deadline(collect_timeout_s(self.ctx.campaign.spec))
+        with self.ctx.budget.watch(lambda: deadline.cancel("the campaign's spend reached budget_usd"),
+                                   self.ctx.status_interval_s):
+            try:
+                self._collect(attempt, transport, deadline)
+            except TransferTimeout as exc:
+                return Outcome("budget" if deadline.cancelled else "error", f"collecting artifacts: {exc}")
+        return None
+
+    def _collect(self, attempt: Attempt, transport: Transport, deadline: Deadline) -> None:
+        cell_dir = self.ctx.artifacts_dir / cell_dir_name(self.key)
+        local = cell_dir / str(attempt.number)
+        for path in (self.ctx.artifacts_dir, cell_dir, local):
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
         transport.max_artifact_bytes = int(self.ctx.campaign.spec.max_artifact_gb * 1024**3)
         for name in ("artifacts", "events.jsonl", "payload.log"):
-            transport.get(f"{attempt.remote_dir}/{name}", str(local))
+            transport.get(f"{attempt.remote_dir}/{name}", str(local), timeout=deadline)
         for event in q.events(self.ctx.engine, self.cell_id, "artifact"):
             if event.attempt_id != attempt.id:
                 continue
             data = json.loads(event.data_json)
             path = local / data["path"]
-            here = path.is_file() and path.resolve().is_relative_to(local.resolve())
+            here = _inside(path, local)
             q.add_artifact(self.ctx.engine, Artifact(attempt_id=_id(attempt), cell_id=self.cell_id, name=data["name"],
                                                      remote_path=f"{attempt.remote_dir}/{data['path']}",
                                                      local_path=str(path) if here else None,
@@ -215,6 +281,14 @@ class AttemptDriver:
 def _id(attempt: Attempt) -> int:
     assert attempt.id is not None
     return attempt.id
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    """``path`` is a regular file inside ``directory`` (never an error: the name is the node's)."""
+    try:
+        return path.is_file() and path.resolve().is_relative_to(directory.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return False
 
 
 def _sha256(path: Path) -> str:

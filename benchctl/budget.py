@@ -6,7 +6,8 @@ already spent by closed attempts + what every open attempt may still cost at wor
 attempt's worst case must fit in the budget: otherwise the cell waits while other attempts run
 (their worst case is released when they end) or, with nothing running, ends with reason
 ``budget``. While attempts run, the actual spend is checked every status poll; a campaign over
-budget stops its nodes, so it exceeds the budget by at most one poll's spend.
+budget stops its nodes, so it exceeds the budget by at most one poll's spend. While an
+attempt's files are collected, ``Budget.watch`` checks the spend as often in a thread of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ from store import queries as q
 
 COLLECT_ALLOWANCE_S = 600.0
 """Time allowed after the payload for syncing, collecting artifacts and terminating."""
+COLLECT_MIN_S = 10.0
+"""The shortest deadline a collection gets, however short the payload's timeout."""
 READY_TIMEOUT_S = 900.0
 """How long a launched node may take to be ready before the attempt gives up on it."""
 
@@ -33,6 +36,12 @@ READY_TIMEOUT_S = 900.0
 def attempt_worst_case_s(spec: CampaignSpec) -> float:
     """The longest one attempt can bill: node start-up, the payload's timeout, collection."""
     return READY_TIMEOUT_S + spec.payload.timeout_minutes * 60.0 + COLLECT_ALLOWANCE_S
+
+
+def collect_timeout_s(spec: CampaignSpec) -> float:
+    """The deadline of collecting one attempt's files: ``payload.timeout_minutes``, clamped to
+    ``COLLECT_MIN_S`` .. ``COLLECT_ALLOWANCE_S`` (so the worst case above still holds)."""
+    return min(max(spec.payload.timeout_minutes * 60.0, COLLECT_MIN_S), COLLECT_ALLOWANCE_S)
 
 
 def worst_case_spend(campaign: Campaign, cells: list[CellSpec], providers: Any, spent_usd: float) -> float:
@@ -83,6 +92,26 @@ class Budget:
 
     def exceeded(self) -> bool:
         return q.spent_usd(self.engine, self.campaign_id) >= self.budget_usd
+
+    @contextmanager
+    def watch(self, on_exceeded: Callable[[], None], every_s: float) -> Iterator[None]:
+        """While the block runs, check the spend every ``every_s`` in a thread; once it reaches the
+        budget, call ``on_exceeded`` (once) so that the block stops what it is doing."""
+        done = threading.Event()
+
+        def check() -> None:
+            while not done.wait(every_s):
+                if self.exceeded():
+                    on_exceeded()
+                    return
+
+        watcher = threading.Thread(target=check, name="budget-watch", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
 
     @contextmanager
     def admit(self, hourly_usd: float) -> Iterator[tuple[Admission, str]]:

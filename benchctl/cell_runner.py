@@ -13,7 +13,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
-from benchctl.attempt_driver import AttemptDriver
+from benchctl.attempt_driver import AttemptDriver, cell_dir_name
 from benchctl.budget import Admission
 from benchctl.cell_states import CellState, check_transition
 from benchctl.providers import offer_request
@@ -131,9 +131,9 @@ class CellRunner:
                     return Rented("budget_wait", why)
                 if verdict is Admission.OVER:
                     return Rented("over_budget", why)
+                remote_dir = f"benchctl/{self.ctx.campaign.spec.name}/{cell_dir_name(self.key)}/{{number}}"
                 attempt = q.new_attempt(self.ctx.engine, self.cell_id, f"bc-{uuid.uuid4().hex[:16]}", offer.provider,
-                                        offer.market, f"benchctl/{self.ctx.campaign.spec.name}/{self.key}/{{number}}",
-                                        offer.hourly_usd, offer.host)
+                                        offer.market, remote_dir, offer.hourly_usd, offer.host)
             try:
                 node = self.provider.launch(offer, attempt.token, self.ctx.campaign_tag)
             except ProviderError as exc:
@@ -185,11 +185,9 @@ class CellRunner:
         if self.provider.status(node) is NodeState.RUNNING:
             self.ctx.log(f"{self.key}: re-attaching to attempt {attempt.number} on {node.node_id}")
             return self.driver.drive(attempt, node, reattach=True)
-        self.driver.last_sync(attempt, node)
-        self.driver.terminate(node)
-        detail = "node gone while the controller was away"
-        q.close_attempt(self.ctx.engine, _id(attempt), "preempted", detail, terminated_at=self.provider.ended_at(node))
-        return Outcome("preempted", detail)
+        outcome = Outcome("preempted", "node gone while the controller was away")
+        self.driver.end(attempt, node, outcome)
+        return outcome
 
 
 def _id(attempt: Attempt) -> int:

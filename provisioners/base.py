@@ -12,7 +12,10 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from provisioners.transfer_deadline import Deadline
 
 
 class NodeState(str, enum.Enum):
@@ -92,7 +95,9 @@ class CommandResult:
 
 
 class Transport(ABC):
-    """Runs commands on a node and moves files. Remote paths are relative to the node's home."""
+    """Runs commands on a node and moves files. Remote paths are relative to the node's home.
+    ``put``, ``get`` and ``read_from`` end by ``timeout`` (seconds, or a ``Deadline`` several
+    transfers share) whatever the node does, raising ``TransferTimeout`` past it."""
 
     python: str = "python3"
     """The interpreter that runs the payload on the node."""
@@ -108,16 +113,19 @@ class Transport(ABC):
         """Start a shell command detached: it outlives this call, the connection and the controller."""
 
     @abstractmethod
-    def put(self, local_dir: str, remote_dir: str) -> None:
+    def put(self, local_dir: str, remote_dir: str, timeout: float | Deadline = 300.0) -> None:
         """Copy a local directory's contents into ``remote_dir`` (created if missing)."""
 
     @abstractmethod
-    def get(self, remote_path: str, local_dir: str) -> None:
-        """Copy a remote file or directory into ``local_dir``."""
+    def get(self, remote_path: str, local_dir: str, timeout: float | Deadline = 600.0) -> None:
+        """Copy a remote file or directory into ``local_dir``: never a link, never through one,
+        at most ``max_artifact_bytes`` in all."""
 
     @abstractmethod
-    def read_from(self, remote_file: str, offset: int) -> bytes:
-        """Bytes of ``remote_file`` from ``offset`` on; empty when the file does not exist yet."""
+    def read_from(self, remote_file: str, offset: int, timeout: float | Deadline = 60.0,
+                  limit: int | None = None) -> bytes:
+        """Bytes of ``remote_file`` from ``offset`` on (at most ``limit`` of them); empty when the
+        file does not exist yet."""
 
     def refused_members(self) -> list[str]:
         """What ``get`` refused to bring back (unsafe paths, over the size cap), with why."""

@@ -1,14 +1,22 @@
-"""Transport to a local node: commands carry the node's marker, files live under its home."""
+"""Transport to a local node: commands carry the node's marker, files live under its home.
+
+Files come back through ``local_copy`` (no link followed either way, the size cap, the deadline);
+reads are bounded by ``limit``; any OSError of the node's files is a ProviderError.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 from provisioners.base import CommandResult, ProviderError, Transport
+from provisioners.local_copy import copy_out
 from provisioners.local_processes import node_env, process_alive
+from provisioners.transfer_deadline import Deadline
 
 
 class LocalTransport(Transport):
@@ -24,9 +32,14 @@ class LocalTransport(Transport):
         self.leader_pid = leader_pid
         self.env = env or {}
         """Extra environment of every command (the node's injected faults)."""
+        self.received_bytes = 0
+        self.refused: list[str] = []
 
     def _path(self, remote: str) -> Path:
-        path = (self.home / remote).resolve()
+        try:
+            path = (self.home / remote).resolve()
+        except (OSError, RuntimeError) as exc:  # a link loop, a name too long
+            raise ProviderError(f"path {remote!r} on the local node cannot be resolved: {exc}") from exc
         if not path.is_relative_to(self.home.resolve()):
             raise ProviderError(f"path {remote!r} leaves the node's home")
         return path
@@ -50,26 +63,46 @@ class LocalTransport(Transport):
         if result.code != 0:
             raise ProviderError(f"could not start {cmd!r} on the local node: {result.err.strip()}")
 
-    def put(self, local_dir: str, remote_dir: str) -> None:
-        shutil.copytree(local_dir, self._path(remote_dir), dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-
-    def get(self, remote_path: str, local_dir: str) -> None:
-        source = self._path(remote_path)
-        target = Path(local_dir) / source.name
-        Path(local_dir).mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, dirs_exist_ok=True)
-        elif source.exists():
-            shutil.copy2(source, target)
-
-    def read_from(self, remote_file: str, offset: int) -> bytes:
+    def put(self, local_dir: str, remote_dir: str, timeout: float | Deadline = 300.0) -> None:
+        deadline = Deadline.of(timeout)
         try:
-            with self._path(remote_file).open("rb") as handle:
-                handle.seek(offset)
-                return handle.read()
+            shutil.copytree(local_dir, self._path(remote_dir), dirs_exist_ok=True, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        except OSError as exc:
+            raise ProviderError(f"upload to the local node's {remote_dir} failed: {exc}") from exc
+        deadline.check(f"upload to the local node's {remote_dir}")
+
+    def get(self, remote_path: str, local_dir: str, timeout: float | Deadline = 600.0) -> None:
+        try:
+            report = copy_out(self.home, remote_path, Path(local_dir),
+                              max(0, self.max_artifact_bytes - self.received_bytes), Deadline.of(timeout))
+        except ValueError as exc:
+            raise ProviderError(str(exc)) from exc
+        except OSError as exc:
+            raise ProviderError(f"download of the local node's {remote_path} failed: {exc}") from exc
+        self.refused += report.refused
+        self.received_bytes += report.bytes
+
+    def refused_members(self) -> list[str]:
+        return list(self.refused)
+
+    def read_from(self, remote_file: str, offset: int, timeout: float | Deadline = 60.0,
+                  limit: int | None = None) -> bytes:
+        path = self._path(remote_file)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not stall us
         except FileNotFoundError:
             return b""
+        except OSError as exc:
+            raise ProviderError(f"reading the local node's {remote_file} failed: {exc}") from exc
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ProviderError(f"the local node's {remote_file} is not a regular file")
+            try:
+                handle.seek(offset)
+                return handle.read(-1 if limit is None else limit)
+            except OSError as exc:
+                raise ProviderError(f"reading the local node's {remote_file} failed: {exc}") from exc
 
 
 def _quote(text: str) -> str:

@@ -7,7 +7,9 @@
   node's own, so the key seen at the first connect is stored and every later connect must match.
 - Uploads are a tar stream over the SSH pipe (no rsync on the node); downloads come back the same
   way and are unpacked by ``safe_tar`` (a rented node is not trusted).
-- ``read_from`` is ``tail -c +N``; every call has a timeout; ssh's own failure (exit 255: refused,
+- Every transfer has a deadline (``transfer_deadline``): past it the ssh client is killed and
+  ``TransferTimeout`` raised; ``get`` kills it too once extraction ends.
+- ``read_from`` is ``tail -c +N`` (``| head -c LIMIT``); every call has a timeout; ssh's own failure (exit 255: refused,
   unreachable, reset) is retried with backoff, bounded, because a booting node refuses for a while.
 - ``start`` runs the command under ``setsid nohup`` (it survives a dropped connection) and
   appends its process group id to ``.benchctl/<token>.pids`` under the work dir, so ``kill_all``
@@ -16,26 +18,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import shlex
+import signal
 import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from provisioners.base import CommandResult, ProviderError, Transport
 from provisioners.safe_tar import extract_stream
+from provisioners.transfer_deadline import Deadline, killed_at
 
 SSH_FAILED = 255
+EXIT_GRACE_S = 10.0
+"""How long ``get`` waits for ssh to exit once the archive was read, before it kills it."""
 
 
 class SSHUnreachable(ProviderError):
     """ssh itself failed (connection refused, timed out, reset): worth a retry."""
+
+
+class SSHTimeout(ProviderError):
+    """The command did not finish within its timeout (ssh was killed)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,7 @@ class SSHTransport(Transport):
                 proc = subprocess.run([*self.ssh_args(), remote], input=stdin, capture_output=True,
                                       timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL)
             except subprocess.TimeoutExpired as exc:
-                raise ProviderError(f"ssh {self.endpoint.host}: timed out after {timeout:.0f} s") from exc
+                raise SSHTimeout(f"ssh {self.endpoint.host}: timed out after {timeout:.0f} s") from exc
             if proc.returncode == SSH_FAILED and b"host key verification failed" in proc.stderr.lower():
                 raise ProviderError(f"the host key of {self._where()} is not the one seen "
                                     f"at the first connect (pinned in {self.known_hosts}): the node may have been "
@@ -155,51 +167,84 @@ class SSHTransport(Transport):
         if result.code != 0:
             raise ProviderError(f"could not stop our processes on {self.endpoint.host}: {result.err.strip()}")
 
-    def put(self, local_dir: str, remote_dir: str) -> None:
+    def put(self, local_dir: str, remote_dir: str, timeout: float | Deadline = 300.0) -> None:
+        deadline = Deadline.of(timeout)
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             for path in sorted(Path(local_dir).iterdir()):
                 tar.add(path, arcname=path.name)
         quoted = shlex.quote(remote_dir)
-        proc = self._call(self._in_base(f"mkdir -p {quoted} && tar -C {quoted} -xf -"), timeout=300,
-                          stdin=buffer.getvalue())
+        try:
+            proc = self._call(self._in_base(f"mkdir -p {quoted} && tar -C {quoted} -xf -"),
+                              timeout=max(deadline.remaining(), 0.001), stdin=buffer.getvalue())
+        except SSHTimeout as exc:
+            raise deadline.timeout(f"upload to {self.endpoint.host}:{remote_dir}") from exc
         if proc.returncode != 0:
             raise ProviderError(f"upload to {self.endpoint.host}:{remote_dir} failed: "
                                 f"{proc.stderr.decode(errors='replace').strip()}")
 
-    def get(self, remote_path: str, local_dir: str) -> None:
+    def get(self, remote_path: str, local_dir: str, timeout: float | Deadline = 600.0) -> None:
+        """The remote ``tar`` streams into ``safe_tar``; the ssh client is killed when the deadline
+        passes, and in any case once extraction ends (a node may keep sending after what was read)."""
+        deadline = Deadline.of(timeout)
+        what = f"download of {self.endpoint.host}:{remote_path}"
         parent, name = os.path.split(remote_path.rstrip("/"))
         remote = self._in_base(f"test -e {shlex.quote(remote_path)} || exit 0; "
                                f"tar -C {shlex.quote(parent or '.')} -cf - {shlex.quote(name)}")
-        with subprocess.Popen([*self.ssh_args(), remote], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) as proc:
-            assert proc.stdout is not None and proc.stderr is not None
+        deadline.check(what)
+        # stderr goes to a file: a pipe can stay open in ssh's master connection after the client is killed
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen([*self.ssh_args(), remote], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=err)
+            assert proc.stdout is not None
             try:
-                report = extract_stream(proc.stdout, Path(local_dir),
-                                        max(0, self.max_artifact_bytes - self.received_bytes))
-            except tarfile.TarError as exc:
-                proc.kill()
-                raise ProviderError(f"download of {self.endpoint.host}:{remote_path} is not a tar: {exc}") from exc
+                with killed_at(deadline, proc):
+                    try:
+                        report = extract_stream(proc.stdout, Path(local_dir),
+                                                max(0, self.max_artifact_bytes - self.received_bytes))
+                    except Exception as exc:  # a stream cut at the deadline breaks the archive, whatever reads it
+                        if deadline.expired():
+                            raise deadline.timeout(what) from exc
+                        if isinstance(exc, ProviderError):  # safe_tar refused the stream
+                            raise ProviderError(f"{what} stopped: {exc}") from exc
+                        if isinstance(exc, tarfile.TarError | OSError):
+                            raise ProviderError(f"{what} is not a tar: {exc}") from exc
+                        raise
+                    with contextlib.suppress(subprocess.TimeoutExpired):  # a node that keeps sending is cut off
+                        proc.wait(timeout=min(deadline.remaining(), EXIT_GRACE_S))
             finally:
                 proc.stdout.close()
-            err = proc.stderr.read()
-            code = proc.wait(timeout=60)
-        if code != 0:
-            raise ProviderError(f"download of {self.endpoint.host}:{remote_path} failed: "
-                                f"{err.decode(errors='replace').strip()}")
-        self.refused += report.refused
-        self.received_bytes += report.bytes
+            self.refused += report.refused
+            self.received_bytes += report.bytes
+            if deadline.expired() and proc.returncode != 0:
+                raise deadline.timeout(what)
+            if proc.returncode not in (0, -signal.SIGKILL):
+                raise ProviderError(f"{what} failed: {_tail(err)}")
 
     def refused_members(self) -> list[str]:
         return list(self.refused)
 
-    def read_from(self, remote_file: str, offset: int) -> bytes:
+    def read_from(self, remote_file: str, offset: int, timeout: float | Deadline = 60.0,
+                  limit: int | None = None) -> bytes:
+        deadline = Deadline.of(timeout)
         quoted = shlex.quote(remote_file)
-        proc = self._call(self._in_base(f"test -f {quoted} || exit 0; tail -c +{int(offset) + 1} {quoted}"), timeout=60)
+        head = "" if limit is None else f" | head -c {int(limit)}"
+        try:
+            proc = self._call(self._in_base(f"test -f {quoted} || exit 0; tail -c +{int(offset) + 1} {quoted}{head}"),
+                              timeout=max(deadline.remaining(), 0.001))
+        except SSHTimeout as exc:
+            raise deadline.timeout(f"reading {self.endpoint.host}:{remote_file}") from exc
         if proc.returncode != 0:
             raise ProviderError(f"reading {self.endpoint.host}:{remote_file} failed: "
                                 f"{proc.stderr.decode(errors='replace').strip()}")
-        return proc.stdout
+        return proc.stdout if limit is None else proc.stdout[:limit]
+
+
+def _tail(file: IO[bytes], keep: int = 300) -> str:
+    """The last ``keep`` characters of what was written to ``file``."""
+    size = file.seek(0, os.SEEK_END)
+    file.seek(max(0, size - 4 * keep))
+    return file.read().decode(errors="replace").strip()[-keep:]
 
 
 def _is_ssh_error(stderr: bytes) -> bool:

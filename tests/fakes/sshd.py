@@ -35,8 +35,9 @@ def _keygen(path: Path) -> None:
 
 
 @contextmanager
-def running_sshd(root: Path, client_key: Path | None = None) -> Iterator[SSHServer]:
-    """Start sshd (``-D``: in the foreground, ours to stop) and wait until it accepts connections."""
+def running_sshd(root: Path, client_key: Path | None = None, extra_config: str = "") -> Iterator[SSHServer]:
+    """Start sshd (``-D``: in the foreground, ours to stop) and wait until it accepts connections.
+    ``extra_config``: more sshd_config lines (e.g. a ``ForceCommand`` that plays a hostile node)."""
     if not Path(SSHD).exists():
         raise RuntimeError(f"{SSHD} is missing: install openssh-server (scripts/test.sh does)")
     root.mkdir(parents=True, exist_ok=True)
@@ -63,7 +64,7 @@ PermitRootLogin prohibit-password
 MaxSessions 100
 MaxStartups 100
 LogLevel ERROR
-""")
+{extra_config}""")
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
                             stderr=(root / "sshd.log").open("wb"))
     deadline = time.monotonic() + 10
