@@ -52,12 +52,15 @@ def _compute_dtype(device: torch.device) -> torch.dtype:
 
 
 def attention_backend(device: torch.device) -> str:
-    """``flash_attn3`` | ``flash_attn`` where that package imports and ``device`` is CUDA, else ``sdpa``."""
+    """``flash_attn3`` | ``flash_attn`` where that package imports and ``device`` is CUDA (FA3: a Hopper
+    GPU, the only one its kernels are built for), else ``sdpa``."""
     if device.type == "cuda":
         for module, name in (("flash_attn_interface", "flash_attn3"), ("flash_attn", "flash_attn")):
             try:
                 importlib.import_module(module)
             except ImportError:
+                continue
+            if name == "flash_attn3" and torch.cuda.get_device_capability(device)[0] != 9:
                 continue
             return name
     return "sdpa"

@@ -222,6 +222,19 @@ def test_flash_attention_is_chosen_only_on_cuda_where_the_image_has_it(monkeypat
     assert imported == ["flash_attn_interface", "flash_attn"]
 
 
+@pytest.mark.parametrize(("capability", "expected"), [((9, 0), "flash_attn3"), ((8, 0), "sdpa"), ((10, 0), "sdpa")])
+def test_flash_attention_3_only_on_hopper(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int],
+                                          expected: str) -> None:
+    def fake_import(name: str) -> object:
+        if name == "flash_attn_interface":
+            return object()
+        raise ImportError(name)
+
+    monkeypatch.setattr(model_module.importlib, "import_module", fake_import)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert model_module.attention_backend(torch.device("cuda", 0)) == expected
+
+
 # -- 4. GC frozen after the warm-up ----------------------------------------------------------------
 
 def test_gc_is_collected_frozen_and_disabled_after_warm_up_before_timing(
