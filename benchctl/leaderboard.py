@@ -26,20 +26,21 @@ from payload.stats import median
 from store.models import Campaign, Cell, Result
 
 COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market", "env",
-           "model", "hourly_usd", "step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "optimizer_ms",
-           "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "target_steps", "train_hours",
-           "cost_to_train_usd", "spot_usd_per_hour", "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd",
-           "flags", "status")
+           "model", "precision", "compiled", "attention", "hourly_usd", "step_time_ms", "step_time_p10_ms",
+           "step_time_p90_ms", "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes",
+           "target_steps", "train_hours", "cost_to_train_usd", "spot_usd_per_hour", "on_demand_usd_per_hour",
+           "cost_spot_usd", "cost_on_demand_usd", "flags", "status")
 """Every row's keys, in order (JSON and CSV)."""
 
-TABLE_COLUMNS = ("rank", "campaign", "provider", "cell", "configuration", "market", "$/hr", "step ms p50 (p10-p90)",
-                 "optimizer ms", "comm", "busbw GB/s @size", "target steps", "train h", "cost-to-train $",
-                 "spot | on-demand $", "flags", "status")
+TABLE_COLUMNS = ("rank", "campaign", "provider", "cell", "configuration", "precision", "market", "$/hr",
+                 "step ms p50 (p10-p90)", "optimizer ms", "comm", "busbw GB/s @size", "target steps", "train h",
+                 "cost-to-train $", "spot | on-demand $", "flags", "status")
 """What ``table`` and ``md`` show: the same numbers, composed for reading (``display_row``)."""
 
 _RESULT_COLUMNS = ("step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "hourly_usd", "target_steps",
                    "train_hours", "cost_to_train_usd", "model", "interconnect", "vcpus", "numa", "optimizer_ms",
-                   "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "flags_json")
+                   "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "precision", "compiled",
+                   "attention", "flags_json")
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ def display_row(row: dict[str, Any]) -> dict[str, Any]:
     both = ("-" if row["cost_spot_usd"] is None
             else f"{_num(row['cost_spot_usd'], 2)} | {_num(row['cost_on_demand_usd'], 2)}")
     return {"rank": row["rank"], "campaign": row["campaign"], "provider": row["provider"], "cell": row["cell"],
-            "configuration": ", ".join(c for c in config if c), "market": row["market"],
+            "configuration": ", ".join(c for c in config if c), "precision": row["precision"] or "-",
+            "market": row["market"],
             "$/hr": _num(row["hourly_usd"], 2), "step ms p50 (p10-p90)": step,
             "optimizer ms": _num(row["optimizer_ms"], 1),
             "comm": "-" if row["comm_share"] is None else f"{row['comm_share']:.0%}",

@@ -4,7 +4,8 @@ A records file is JSON or YAML: a list of records (``leaderboard --format json``
 single record. A record needs ``provider, gpu, count, market, hourly_usd, step_time_ms`` and a
 ``target: {model, target_param_data_ratio, total_batch_size[, vocab_size]}`` or ``target_steps``.
 It may carry the leaderboard's evidence columns (interconnect, vcpus, numa, optimizer_ms,
-optimizer_share, comm_share, busbw_gbps, busbw_bytes, flags, env, model) and its cell key
+optimizer_share, comm_share, busbw_gbps, busbw_bytes, flags, env, model, precision, compiled,
+attention) and its cell key
 (``cell``) and campaign (``campaign``: where the record goes unless ``import --campaign`` says).
 What the leaderboard derives (rank, train hours, costs, status) is accepted and recomputed:
 train_hours = step_time × target_steps / 3600, cost = train_hours × hourly_usd.
@@ -29,6 +30,8 @@ from benchctl.yaml_source import Limits, format_path, line_of, load_yaml, read_c
 from store.imports import CellResult
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_HOW = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+"""precision / attention: a name, or names joined with ``+`` (a cell measured on differing nodes)."""
 MAX_RECORDS = 10_000
 LIMITS = Limits(max_bytes=4 * 1024**2, max_values=1_000_000)
 _MS = 1e9
@@ -65,6 +68,9 @@ class Record(BaseModel):
     busbw_bytes: int | None = Field(default=None, ge=1)
     flags: list[str] = Field(default_factory=list)
     timed_steps: int | None = Field(default=None, ge=1)
+    precision: str | None = Field(default=None, pattern=_HOW, max_length=64)
+    compiled: bool | None = None
+    attention: str | None = Field(default=None, pattern=_HOW, max_length=64)
     # what the leaderboard derives: accepted, then recomputed
     rank: int | None = None
     campaign: str | None = None
@@ -164,6 +170,7 @@ def _priced(record: Record) -> CellResult:
               "vcpus": record.vcpus, "numa": record.numa, "optimizer_ms": record.optimizer_ms,
               "optimizer_share": record.optimizer_share, "comm_share": record.comm_share,
               "busbw_gbps": record.busbw_gbps, "busbw_bytes": record.busbw_bytes,
-              "flags_json": json.dumps(sorted(record.flags))}
+              "flags_json": json.dumps(sorted(record.flags)), "precision": record.precision,
+              "compiled": record.compiled, "attention": record.attention}
     return CellResult(key=record.key(), provider=record.provider, gpu=record.gpu, count=record.count,
                       market=record.market, config=config, result=result, campaign=record.campaign)

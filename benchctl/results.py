@@ -4,6 +4,8 @@ cost-to-train at the billed price of the attempts that measured them.
 A preempted cell's timed steps come from several nodes of the same configuration: each sample
 carries ``timed_index`` (unique across the cell's attempts), the first recorded copy of an index
 counts, and the price is the attempts' billed prices weighted by the samples each measured.
+The result also says how those steps computed (``precision``, ``compiled``, ``attention``, as the
+samples recorded them; several values, e.g. from nodes with different images, are joined with ``+``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,17 @@ def timed_samples(engine: Engine, cell_id: int) -> list[TimedSample]:
             for attempt_id, data in timed_profile_events(engine, cell_id)]
 
 
+def _how_computed(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """precision, compiled and attention of the timed samples (None where none recorded it)."""
+    how: dict[str, Any] = {}
+    for name in ("precision", "attention"):
+        values = sorted({str(s[name]) for s in samples if s.get(name) is not None})
+        how[name] = "+".join(values) if values else None
+    compiled = [bool(s["compiled"]) for s in samples if s.get("compiled") is not None]
+    how["compiled"] = all(compiled) if compiled else None
+    return how
+
+
 def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result | None:
     """None until some attempt completed the profile phase (its ``phase_end``) with timed steps."""
     if not q.events(engine, cell_id, kind="phase_end", phase="profile"):
@@ -64,7 +77,8 @@ def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result |
     cost = cost_to_train(median(times), steps_for(target.model, target.target_param_data_ratio,
                                                   target.total_batch_size, target.vocab_size), hourly)
     # the same timed steps as the step time (one per timed index, as the report draws them)
-    split = step_split(data for _, data in timed_profile_events(engine, cell_id))
+    timed = [data for _, data in timed_profile_events(engine, cell_id)]
+    split = step_split(timed)
     facts = node_facts(engine, cell_id)
     busbw = allreduce_busbw(engine, cell_id)
     return Result(cell_id=cell_id, step_time_ms=cost.step_time_s * 1000, step_time_p10_ms=percentile(times, 10) * 1000,
@@ -76,4 +90,4 @@ def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result |
                   optimizer_share=split.optimizer_share if split else None,
                   comm_share=split.comm_share if split else None,
                   busbw_gbps=busbw[0] if busbw else None, busbw_bytes=busbw[1] if busbw else None,
-                  flags_json=json.dumps(cell_flags(engine, cell_id)))
+                  flags_json=json.dumps(cell_flags(engine, cell_id)), **_how_computed(timed))

@@ -121,6 +121,7 @@ class ProfileSpec(_Strict):
     steps: int = Field(default=10, ge=1)
     phase_timing: bool = Field(default=True, description="time forward/backward and the optimizer's phases")
     nsys: bool = Field(default=False, description="run the ranks under Nsight Systems when nsys is on the PATH")
+    compile: bool = Field(default=True, description="torch.compile the model and optimizer updates on GPU")
 
 
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
@@ -437,7 +438,8 @@ class Campaign(BaseModel):
         p, t = self.spec.payload.profile, self.spec.target
         return ProfileConfig(model=t.model, device_batch_size=p.device_batch_size, sequence_len=p.sequence_len,
                              total_batch_size=t.total_batch_size, warmup_steps=p.warmup_steps, steps=p.steps,
-                             vocab_size=t.vocab_size, phase_timing=p.phase_timing, nsys=p.nsys)
+                             vocab_size=t.vocab_size, phase_timing=p.phase_timing, nsys=p.nsys,
+                             compile=p.compile)
 
 
 def load_campaign(path: str | Path) -> Campaign:

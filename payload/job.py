@@ -36,6 +36,8 @@ class ProfileConfig:
     seed: int = 0
     phase_timing: bool = True
     nsys: bool = False
+    compile: bool = True
+    """``torch.compile`` the model and the optimizer's updates on GPU (never on CPU)."""
 
 
 @dataclass(frozen=True)

@@ -9,18 +9,24 @@ lists them without building the model.
 
 As upstream, the token and value embeddings are stored in bf16 (so are the rotary tables); every
 other parameter is f32 and the compute runs under bf16 autocast on GPU (f32 on CPU, where the
-embeddings' output is cast up). ``build_model`` builds the module on the ``meta`` device and
+embeddings' output is cast up). Attention is causal with upstream's sliding-window pattern
+(``payload.presets.window_sizes``: short windows on most layers) and runs on Flash-Attention where
+the node's image has it (``flash_attn_interface``: FA3, ``flash_attn``: FA2; CUDA only), else on
+torch's SDPA (a boolean band mask on the short-window layers); ``GPT.attention`` names the kernel.
+``build_model`` builds the module on the ``meta`` device and
 materialises it directly on the target device (``to_empty`` + ``init_weights``): no host copy of
 the weights, no CPU init.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from payload.presets import VE_GATE_CHANNELS, ModelDims
+from payload.presets import VE_GATE_CHANNELS, ModelDims, window_sizes
 
 LOGIT_SOFTCAP = 15.0
 ROPE_BASE = 10000
@@ -32,6 +38,7 @@ def build_model(dims: ModelDims, max_seq_len: int, device: torch.device | str, s
         model = GPT(dims, max_seq_len)
     if torch.device(device).type == "meta":
         return model
+    model.attention = attention_backend(torch.device(device))
     model.to_empty(device=device)
     model.init_weights(seed)
     return model
@@ -42,6 +49,41 @@ def _compute_dtype(device: torch.device) -> torch.dtype:
     if torch.is_autocast_enabled(device.type):
         return torch.get_autocast_dtype(device.type)
     return torch.float32
+
+
+def attention_backend(device: torch.device) -> str:
+    """``flash_attn3`` | ``flash_attn`` where that package imports and ``device`` is CUDA (FA3: a Hopper
+    GPU, the only one its kernels are built for), else ``sdpa``."""
+    if device.type == "cuda":
+        for module, name in (("flash_attn_interface", "flash_attn3"), ("flash_attn", "flash_attn")):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                continue
+            if name == "flash_attn3" and torch.cuda.get_device_capability(device)[0] != 9:
+                continue
+            return name
+    return "sdpa"
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, backend: str = "sdpa") -> torch.Tensor:
+    """Causal attention over (B, T, H, D) tensors where token i sees tokens i-window … i (all when window >= T-1)."""
+    t = q.size(1)
+    if backend != "sdpa":
+        module = importlib.import_module("flash_attn_interface" if backend == "flash_attn3" else "flash_attn")
+        q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()  # its kernels take bf16/fp16 only
+        out = module.flash_attn_func(q, k, v, causal=True, window_size=(window if window < t - 1 else -1, 0))
+        return out[0] if isinstance(out, tuple) else out
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    gqa = q.size(1) != k.size(1)
+    if window >= t - 1:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    else:
+        pos = torch.arange(t, device=q.device)
+        behind = pos[:, None] - pos[None, :]  # query row minus key column
+        mask = (behind >= 0) & (behind <= window)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    return y.transpose(1, 2)
 
 
 def _norm(x: torch.Tensor) -> torch.Tensor:
@@ -65,7 +107,8 @@ class Attention(nn.Module):
         self.c_proj = nn.Linear(dims.dim, dims.dim, bias=False)
         self.ve_gate = nn.Linear(VE_GATE_CHANNELS, dims.n_kv_head, bias=False) if has_value_embedding else None
 
-    def forward(self, x: torch.Tensor, ve: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ve: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, window: int,
+                backend: str) -> torch.Tensor:
         b, t, _ = x.shape
         d = self.dims
         q = self.c_q(x).view(b, t, d.n_head, d.head_dim)
@@ -75,9 +118,7 @@ class Attention(nn.Module):
             gate = 2 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))
             v = v + gate.unsqueeze(-1) * ve.to(v.dtype).view(b, t, d.n_kv_head, d.head_dim)
         q, k = _norm(_rotary(q, cos, sin)), _norm(_rotary(k, cos, sin))
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                           enable_gqa=d.n_head != d.n_kv_head)
-        return self.c_proj(y.transpose(1, 2).reshape(b, t, -1))
+        return self.c_proj(attend(q, k, v, window, backend).reshape(b, t, -1))
 
 
 class MLP(nn.Module):
@@ -96,8 +137,9 @@ class Block(nn.Module):
         self.attn = Attention(dims, has_value_embedding)
         self.mlp = MLP(dims.dim)
 
-    def forward(self, x: torch.Tensor, ve: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(_norm(x), ve, cos, sin)
+    def forward(self, x: torch.Tensor, ve: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, window: int,
+                backend: str) -> torch.Tensor:
+        x = x + self.attn(_norm(x), ve, cos, sin, window, backend)
         return x + self.mlp(_norm(x))
 
 
@@ -106,6 +148,9 @@ class GPT(nn.Module):
         super().__init__()
         self.dims = dims
         self.max_seq_len = max_seq_len
+        self.window_sizes = window_sizes(dims.depth, max_seq_len)
+        self.attention = "sdpa"
+        """The attention kernel (``attention_backend``); ``build_model`` picks it for the device."""
         kv = dims.n_kv_head * dims.head_dim
         self.wte = nn.Embedding(dims.vocab_size, dims.dim, dtype=torch.bfloat16)
         self.value_embeds = nn.ModuleDict({str(i): nn.Embedding(dims.vocab_size, kv, dtype=torch.bfloat16)
@@ -159,15 +204,17 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
             ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
-            x = block(x, ve, cos, sin)
+            x = block(x, ve, cos, sin, self.window_sizes[i], self.attention)
         logits = self.lm_head(_norm(x)).float()
         logits = LOGIT_SOFTCAP * torch.tanh(logits / LOGIT_SOFTCAP)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token: 6 × matmul parameters (embeddings excluded) + attention (12·L·d·T)."""
+        """Training FLOPs per token: 6 × matmul parameters (embeddings excluded) + attention, 12·d·min(window, T)
+        per layer (as upstream: a short-window layer attends to fewer tokens)."""
         embeddings = self.wte.weight.numel() + sum(p.numel() for p in self.value_embeds.parameters())
         scalars = self.resid_lambdas.numel() + self.x0_lambdas.numel()
         matmul = sum(p.numel() for p in self.parameters()) - embeddings - scalars
         d = self.dims
-        return 6.0 * matmul + 12.0 * d.depth * d.n_head * d.head_dim * seq_len
+        attended = sum(min(window, seq_len) for window in self.window_sizes)
+        return 6.0 * matmul + 12.0 * d.n_head * d.head_dim * attended

@@ -17,6 +17,9 @@ NANOCHAT_VOCAB = 32_768
 HEAD_DIM = 128
 VE_GATE_CHANNELS = 32
 _PRESET = re.compile(r"^nanochat-d(\d+)$")
+WINDOW_PATTERN = "SSSL"
+"""Sliding-window attention pattern tiled over the layers (the d26 record, a67eba3): S = a short window of half
+the context, L = the full context; the last layer is always L."""
 BF16_ROOTS = ("wte", "value_embeds")
 """Parameters stored (and communicated) in bf16, as upstream; every other parameter is f32."""
 
@@ -78,6 +81,13 @@ class ModelDims:
     def scaling_params(self) -> int:
         """Parameters that count for the data ratio: block matrices plus lm_head."""
         return self.block_matrix_params() + self.vocab_size * self.dim
+
+
+def window_sizes(depth: int, seq_len: int, pattern: str = WINDOW_PATTERN) -> list[int]:
+    """Per layer, how many earlier tokens a token attends to (``seq_len``: the full causal context)."""
+    sizes = [seq_len // 2 if pattern[i % len(pattern)] == "S" else seq_len for i in range(depth)]
+    sizes[-1] = seq_len
+    return sizes
 
 
 def model_dims(name: str, vocab_size: int | None = None) -> ModelDims:

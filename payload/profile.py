@@ -5,9 +5,12 @@ One optimizer step = ``total_batch_size`` tokens = device batch × sequence leng
 gradients add up; the optimizer's collectives run once per step (there is no DDP hook to skip on
 earlier micro-steps). Rank 0 emits one ``sample`` event per step:
 ``{phase: "profile", step, warmup, step_time_s, fwd_bwd_s, opt_phase1_s, opt_phase2_s,
-opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index, grad_accum, precision, mem_est_gib,
-max_mem_allocated_gib}``: ``precision`` is the matmul precision (``bf16`` autocast on GPU, ``f32`` on
-CPU), ``mem_est_gib`` the per-GPU estimate (``payload.memory_estimate``) and
+opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index, grad_accum, precision, compiled,
+attention, mem_est_gib, max_mem_allocated_gib}``: ``precision`` is the matmul precision (``bf16``
+autocast on GPU, with TF32 for any f32 matmul, as upstream; ``f32`` on CPU), ``compiled`` whether the
+model and the optimizer's update functions ran ``torch.compile``d (on GPU unless ``compile: false``;
+never on CPU, ``compile_note`` says why), ``attention`` the attention kernel (``payload.model``),
+``mem_est_gib`` the per-GPU estimate (``payload.memory_estimate``) and
 ``max_mem_allocated_gib`` ``torch.cuda.max_memory_allocated`` so far (None on CPU); the phase
 summary carries them too, so a result says how it was measured.
 ``timed_index`` numbers the timed (non-warmup) steps across the cell's attempts: a node that
@@ -17,11 +20,17 @@ synchronize on GPU), so it is the slowest rank's step. Inside it, phase boundari
 on GPU and ``perf_counter`` on CPU, with no extra synchronisation. ``phase_timing: false`` records
 only the step time (to measure what the phase timing costs). MFU (GPU only) is against the GPU's
 bf16 dense peak (``payload.gpu_models``).
+
+Warm-up: compilation happens on the first call, so a compiled run always warms up for at least one
+step (``warmup_steps: 0`` becomes 1) and no timed step pays for it. After the warm-up, as upstream,
+the garbage collector is run, the surviving objects frozen and collection disabled, so no GC pause
+lands in a timed step (re-enabled when the phase ends).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import json
 import time
@@ -33,6 +42,15 @@ from payload.job import Job, ProfileConfig
 from payload.stats import median, percentile
 
 PHASES = ("fwd_bwd_s", "opt_phase1_s", "opt_phase2_s", "opt_phase3_s")
+
+
+def compile_choice(cfg: ProfileConfig, on_gpu: bool) -> tuple[bool, str | None]:
+    """Whether to ``torch.compile``, and why not when not."""
+    if not cfg.compile:
+        return False, "compile: false in the campaign"
+    if not on_gpu:
+        return False, "not compiled on CPU (torch.compile is used on GPU only)"
+    return True, None
 
 
 def grad_accum_steps(cfg: ProfileConfig, world_size: int) -> int:
@@ -106,8 +124,14 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
     if on_gpu:
         torch.cuda.reset_peak_memory_stats(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
+    compiled, compile_note = compile_choice(cfg, on_gpu)
+    warmup_steps = max(cfg.warmup_steps, 1) if compiled else cfg.warmup_steps
     model = build_model(model_dims(cfg.model, cfg.vocab_size), cfg.sequence_len, device, seed=cfg.seed)
-    optimizer = ZeroMuonAdamW(model, rank, world_size)
+    forward = torch.compile(model, dynamic=False) if compiled else model
+    optimizer = ZeroMuonAdamW(model, rank, world_size, compile=compiled)
     generator = torch.Generator().manual_seed(cfg.seed + rank)
     batch = torch.randint(0, model.dims.vocab_size, (cfg.device_batch_size, cfg.sequence_len + 1),
                           generator=generator).to(device)
@@ -116,7 +140,8 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     peak = bf16_peak(torch.cuda.get_device_name(device)) if on_gpu else None
     flops_per_step = model.flops_per_token(cfg.sequence_len) * cfg.total_batch_size
     clock = PhaseClock(on_gpu, cfg.phase_timing)
-    recorded = {"grad_accum": accum, "precision": "bf16" if on_gpu else "f32",
+    recorded = {"grad_accum": accum, "precision": "bf16" if on_gpu else "f32", "compiled": compiled,
+                "attention": model.attention, **({"compile_note": compile_note} if compile_note else {}),
                 "mem_est_gib": round(estimate(cfg.model, cfg.sequence_len, cfg.device_batch_size, world_size,
                                               cfg.vocab_size).total_gib, 2)}
 
@@ -125,36 +150,51 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
             torch.cuda.synchronize(device)
         dist.barrier()
 
-    for step in range(cfg.warmup_steps + remaining):
-        sync()
-        start = time.perf_counter()
-        clock.mark()
-        total_loss = torch.zeros((), device=device)
-        for _ in range(accum):
-            with autocast:
-                loss = model(inputs, targets) / accum
-            loss.backward()
-            total_loss += loss.detach()
-        clock.mark()
-        optimizer.launch_reductions()
-        clock.mark()
-        optimizer.update_and_gather()
-        clock.mark()
-        optimizer.finish()
-        clock.mark()
-        sync()
-        elapsed = time.perf_counter() - start
-        phases = dict(zip(PHASES, clock.durations(), strict=False))
-        if events is not None:
-            warmup = step < cfg.warmup_steps
-            events.emit("sample", phase="profile", step=step, warmup=warmup,
-                        timed_index=None if warmup else job.profile_steps_done + step - cfg.warmup_steps,
-                        step_time_s=elapsed,
-                        **phases, loss=float(total_loss), tokens=cfg.total_batch_size,
-                        tokens_per_s=cfg.total_batch_size / elapsed,
-                        mfu=flops_per_step / elapsed / (peak * world_size) if peak else None, **recorded,
-                        max_mem_allocated_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-                        if on_gpu else None)
+    gc_was_enabled = gc.isenabled()
+    try:
+        for step in range(warmup_steps + remaining):
+            if step == warmup_steps:
+                freeze_gc()
+            sync()
+            start = time.perf_counter()
+            clock.mark()
+            total_loss = torch.zeros((), device=device)
+            for _ in range(accum):
+                with autocast:
+                    loss = forward(inputs, targets) / accum
+                loss.backward()
+                total_loss += loss.detach()
+            clock.mark()
+            optimizer.launch_reductions()
+            clock.mark()
+            optimizer.update_and_gather()
+            clock.mark()
+            optimizer.finish()
+            clock.mark()
+            sync()
+            elapsed = time.perf_counter() - start
+            phases = dict(zip(PHASES, clock.durations(), strict=False))
+            if events is not None:
+                warmup = step < warmup_steps
+                events.emit("sample", phase="profile", step=step, warmup=warmup,
+                            timed_index=None if warmup else job.profile_steps_done + step - warmup_steps,
+                            step_time_s=elapsed,
+                            **phases, loss=float(total_loss), tokens=cfg.total_batch_size,
+                            tokens_per_s=cfg.total_batch_size / elapsed,
+                            mfu=flops_per_step / elapsed / (peak * world_size) if peak else None, **recorded,
+                            max_mem_allocated_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                            if on_gpu else None)
+    finally:
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()
+
+
+def freeze_gc() -> None:
+    """As upstream after its first step: collect the set-up's garbage, freeze what survives, stop collecting."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
 
 
 def summarize(events_path: Path) -> dict[str, Any]:
@@ -176,7 +216,7 @@ def summarize(events_path: Path) -> dict[str, Any]:
     mfus = [s["mfu"] for s in samples if s.get("mfu") is not None]
     if mfus:
         summary["mfu_median"] = median(mfus)
-    for name in ("grad_accum", "precision", "mem_est_gib"):
+    for name in ("grad_accum", "precision", "compiled", "compile_note", "attention", "mem_est_gib"):
         if name in samples[-1]:
             summary[name] = samples[-1][name]
     peaks = [s["max_mem_allocated_gib"] for s in samples if s.get("max_mem_allocated_gib") is not None]

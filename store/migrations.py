@@ -157,6 +157,13 @@ def _v6_result_evidence(op: Operations) -> None:
         op.add_column("result", sa.Column(name, kind, nullable=True))
 
 
+def _v7_result_precision(op: Operations) -> None:
+    # How the step was computed, so a bf16 step is never read as the fp8 record: NULL for older results.
+    op.add_column("result", sa.Column("precision", sa.String, nullable=True))
+    op.add_column("result", sa.Column("compiled", sa.Boolean, nullable=True))
+    op.add_column("result", sa.Column("attention", sa.String, nullable=True))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial: campaign, cell, attempt, event", _v1_initial),
     Migration(2, "results and artifacts", _v2_results_and_artifacts),
@@ -164,6 +171,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "cell lease (two controllers, one database)", _v4_cell_lease),
     Migration(5, "artifact sha256", _v5_artifact_sha256),
     Migration(6, "result evidence columns, campaign kind", _v6_result_evidence),
+    Migration(7, "result precision, compiled, attention", _v7_result_precision),
 )
 HEAD = MIGRATIONS[-1].version
 

@@ -110,6 +110,13 @@ class Result(SQLModel, table=True):
     busbw_bytes: int | None = Field(default=None, sa_type=BigInteger)
     flags_json: str | None = None
     """The cell's flags when the result was computed (None: computed before schema v6)."""
+    precision: str | None = None
+    """How the timed steps computed: ``bf16`` (autocast on GPU), ``f32`` (CPU), ``fp8`` (an imported record
+    may say so); None where the samples did not say (before schema v7)."""
+    compiled: bool | None = None
+    """Whether the model ran ``torch.compile``d (None: not recorded)."""
+    attention: str | None = None
+    """The attention kernel: ``flash_attn3`` | ``flash_attn`` | ``sdpa`` (None: not recorded)."""
 
 
 class Artifact(SQLModel, table=True):

@@ -16,10 +16,11 @@ import pytest
 from tests.conftest import REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
 
 LEADERBOARD_KEYS = ["rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market",
-                    "env", "model", "hourly_usd", "step_time_ms", "step_time_p10_ms", "step_time_p90_ms",
-                    "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "target_steps",
-                    "train_hours", "cost_to_train_usd", "spot_usd_per_hour", "on_demand_usd_per_hour",
-                    "cost_spot_usd", "cost_on_demand_usd", "flags", "status"]
+                    "env", "model", "precision", "compiled", "attention", "hourly_usd", "step_time_ms",
+                    "step_time_p10_ms", "step_time_p90_ms", "optimizer_ms", "optimizer_share", "comm_share",
+                    "busbw_gbps", "busbw_bytes", "target_steps", "train_hours", "cost_to_train_usd",
+                    "spot_usd_per_hour", "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "flags",
+                    "status"]
 
 
 @pytest.fixture
@@ -80,6 +81,7 @@ def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, fi
         assert 0 < row["comm_share"] <= row["optimizer_share"] < 1
         assert row["optimizer_ms"] == pytest.approx(row["optimizer_share"] * row["step_time_ms"], rel=0.5)
         assert row["busbw_gbps"] is None and row["interconnect"] is None
+        assert (row["precision"], row["compiled"], row["attention"]) == ("f32", False, "sdpa")  # how it computed
 
 
 def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None:
