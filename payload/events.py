@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +39,19 @@ class EventLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_samples(path: Path, phase: str) -> Iterator[dict[str, Any]]:
+    """The ``sample`` events of ``phase`` in the events file at ``path``, in order.
+
+    The file is shared with the ``command`` phase and anything else on the node that can write
+    there, so a line that is not a JSON object is skipped, never raised on: a summary must not
+    crash a phase over a stranger's line (the controller reports such lines as error events)."""
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("kind") == "sample" and event.get("phase") == phase:
+                yield event

@@ -32,12 +32,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from payload.events import EventLog
+from payload.events import EventLog, read_samples
 from payload.job import Job, ProfileConfig
 from payload.stats import median, percentile
 
@@ -199,11 +198,7 @@ def freeze_gc() -> None:
 
 def summarize(events_path: Path) -> dict[str, Any]:
     """Summary of the timed steps recorded in an events file (for the phase_end event)."""
-    samples = []
-    for line in events_path.read_text().splitlines():
-        event = json.loads(line)
-        if event.get("kind") == "sample" and event.get("phase") == "profile" and not event.get("warmup"):
-            samples.append(event)
+    samples = [event for event in read_samples(events_path, "profile") if not event.get("warmup")]
     if not samples:
         return {"timed_steps": 0}
     times = [s["step_time_s"] for s in samples]

@@ -173,3 +173,18 @@ def test_grad_accum_steps_rejects_non_divisible() -> None:
         grad_accum_steps(_cfg(100), 1)
     with pytest.raises(ValueError, match="= 192"):
         grad_accum_steps(_cfg(128), 3)
+
+
+def test_a_strangers_line_in_the_events_file_does_not_crash_the_profile_summary(tmp_path: Path) -> None:
+    """events.jsonl is shared with the command phase: its garbage must not crash the profile's summary."""
+    from payload.profile import summarize
+
+    path = tmp_path / "events.jsonl"
+    with EventLog(path) as log:
+        log.emit("sample", phase="profile", step=0, step_time_s=9.0, warmup=True)
+        for step, seconds in enumerate((1.0, 2.0, 3.0), start=1):
+            log.emit("sample", phase="profile", step=step, step_time_s=seconds)
+    with open(path, "a", encoding="utf-8") as raw:
+        raw.write('{"t": "not-a-time", "kind": "sample"\nnot json at all\n[1, 2]\n\xff\x00\n')
+    summary = summarize(path)
+    assert summary["timed_steps"] == 3 and summary["step_time_median_s"] == 2.0
