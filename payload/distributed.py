@@ -140,7 +140,7 @@ class Ranks:
             raise
 
     def _finished(self) -> bool:
-        return all(len(_read(done_file(self._rendezvous, rank)).splitlines()) >= self._phases
+        return all(_read(done_file(self._rendezvous, rank)).count("\n") >= self._phases
                    for rank, _, _ in self._procs)
 
     def close(self) -> None:

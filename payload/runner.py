@@ -34,13 +34,8 @@ from payload.profile import summarize
 PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 
 
-def _nsys(job: Job) -> str | None:
-    """nsys's path when the profile asks for it and the node has it."""
-    return shutil.which("nsys") if job.profile and job.profile.nsys else None
-
-
 def _profile(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> dict[str, Any]:
-    nsys = _nsys(job)
+    nsys = shutil.which("nsys") if job.profile and job.profile.nsys else None
     if nsys:  # nsys wraps whole processes: the profile gets ranks of its own
         ranks.close()
         launch(job_path, "profile", job.count, wrapper=nsys_wrapper(nsys, job_path))

@@ -87,14 +87,14 @@ def main() -> None:
         return
     print(f"repo {args.repo.resolve()}, {args.steps} timed profile steps")
     print("rented: launch to terminate; payload: first to last event; phases: phase_start to phase_end;"
-          " timed: profile steps + collectives iterations")
+          " timed: profile steps + collectives iterations; untimed: rented - timed")
     print(f"{'ranks':>5} {'done':>5} {'rented s':>9} {'payload s':>9} {'preflight':>9} {'coll.':>6} {'profile':>8} "
-          f"{'timed s':>8} {'efficiency':>10}")
+          f"{'timed s':>8} {'untimed s':>9} {'efficiency':>10}")
     for r in rows:
         timed = r["profile_timed_s"] + r["collectives_timed_s"]
         print(f"{r['count']:>5} {r['outcome_done']!s:>5} {r['rented_s']:>9.2f} {r['payload_s']:>9.2f} "
               f"{r['preflight_phase_s']:>9.2f} {r['collectives_phase_s']:>6.2f} {r['profile_phase_s']:>8.2f} "
-              f"{timed:>8.2f} {r['efficiency']:>10.3f}")
+              f"{timed:>8.2f} {r['rented_s'] - timed:>9.2f} {r['efficiency']:>10.3f}")
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def test_the_ranks_are_gone_before_the_command_phase(tmp_path: Path) -> None:
     workdir = tmp_path / "a"
     check = ("for pid in $(sed -n 's/^rank [0-9]* pid \\([0-9]*\\):.*/\\1/p' artifacts/logs/attempt-rank*.log "
              "| sort -u); do echo seen $pid; kill -0 $pid 2>/dev/null && echo alive $pid; done; true")
-    code, events, output = run_payload(workdir, _job(2, ["collectives", "command"], command={"run": check}))
+    code, _, output = run_payload(workdir, _job(2, ["collectives", "command"], command={"run": check}))
     assert code == 0, output
     said = (workdir / "artifacts" / "command.stdout").read_text().split("\n")
     assert len([s for s in said if s.startswith("seen ")]) == 2, said
