@@ -8,13 +8,17 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import REPO
+from tests.payload.test_p2p_nsys import FAKE_NSYS
 from tests.payload.test_runner import TINY_PROFILE, run_payload
 
 COLLECTIVES = {"ops": ["all_reduce"], "min_bytes": 8, "max_bytes": 64, "factor": 8, "warmup_iters": 1, "iters": 2}
@@ -134,3 +138,44 @@ def test_the_ranks_are_gone_before_the_command_phase(tmp_path: Path) -> None:
     said = (workdir / "artifacts" / "command.stdout").read_text().split("\n")
     assert len([s for s in said if s.startswith("seen ")]) == 2, said
     assert not [s for s in said if s.startswith("alive ")], said
+
+
+def test_a_profile_under_nsys_gets_ranks_of_its_own(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    nsys = bin_dir / "nsys"
+    nsys.write_text(FAKE_NSYS)
+    nsys.chmod(nsys.stat().st_mode | stat.S_IEXEC)
+    workdir = tmp_path / "a"
+    workdir.mkdir()
+    (workdir / "job.json").write_text(json.dumps(_job(2, ["collectives", "profile"],
+                                                      profile={**TINY_PROFILE, "nsys": True})))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "payload", "run", "job.json"], cwd=workdir, env=env, timeout=120,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
+    assert sorted(e["name"] for e in events if e["kind"] == "artifact" and e["phase"] == "profile") == [
+        "nsys-profile-rank0.nsys-rep", "nsys-profile-rank1.nsys-rep"]
+    lines = _rank_lines(workdir)
+    assert sorted(lines) == ["attempt-rank0.log", "attempt-rank1.log", "profile-rank0.log", "profile-rank1.log"]
+    assert [what for _, _, what in lines["attempt-rank0.log"]] == ["joined the gloo group of 2", "phase collectives"]
+    assert [what for _, _, what in lines["profile-rank0.log"]] == ["joined the gloo group of 2", "phase profile"]
+    assert lines["attempt-rank0.log"][0][1] != lines["profile-rank0.log"][0][1]
+    assert [e["phase"] for e in events if e["kind"] == "phase_end"] == ["collectives", "profile"]
+
+
+def test_preflight_runs_its_all_reduce_on_the_attempts_ranks_with_its_nccl_log_and_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from payload import preflight
+    from payload.distributed import Ranks
+    from payload.job import Job
+
+    calls: list[tuple[str, float | None, str | None, str | None]] = []
+    monkeypatch.setattr(Ranks, "run", lambda self, phase, timeout_s=None: calls.append(
+        (phase, timeout_s, os.environ.get("NCCL_DEBUG"), os.environ.get("NCCL_DEBUG_FILE"))))
+    job = Job(campaign="t", cell="c", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"])
+    preflight._allreduce(job, tmp_path / "job.json", tmp_path, time.monotonic() + 60, {}, Ranks(tmp_path, 8))
+    ((phase, timeout_s, debug, debug_file),) = calls
+    assert (phase, debug, debug_file) == ("preflight_allreduce", "INFO", str(tmp_path / "nccl-debug.%h.%p.log"))
+    assert timeout_s is not None and 50 < timeout_s <= 60
