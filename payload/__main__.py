@@ -1,4 +1,5 @@
-"""``python -m payload run job.json`` (the runner) and ``python -m payload worker ...`` (one rank)."""
+"""``python -m payload run job.json`` (the runner) and ``python -m payload worker ...`` (one rank, for the
+attempt's distributed phases)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the phases of a job.json, writing events.jsonl beside it")
     run.add_argument("job", help="path to job.json")
-    worker = sub.add_parser("worker", help="one rank of a distributed phase (started by the runner)")
+    worker = sub.add_parser("worker", help="one rank of the distributed phases (started by the runner)")
     worker.add_argument("job")
-    worker.add_argument("--phase", required=True)
+    worker.add_argument("--phase", help="run this phase and leave (default: each phase named on a line of stdin)")
     worker.add_argument("--rank", type=int, required=True)
     worker.add_argument("--world-size", type=int, required=True)
     worker.add_argument("--rendezvous", required=True, help="file path for torch.distributed's FileStore")

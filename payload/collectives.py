@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from payload.collective_math import bandwidths, sweep
 from payload.events import EventLog
 from payload.job import Job
+
+if TYPE_CHECKING:
+    from payload.distributed import Ranks
 
 ELEMENT = 4  # float32, nccl-tests' default "float"
 
@@ -147,13 +150,17 @@ def nccl_tests_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_collectives(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
-    """Runner side: launch the ranks, then summarise the largest size of each op."""
+def run_collectives(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None = None) -> dict[str, Any]:
+    """Runner side: run the sweep on the attempt's ``ranks`` (on ranks of its own without), then
+    summarise the largest size of each op."""
     import json
 
     from payload.distributed import launch
 
-    launch(job_path, "collectives", job.count)
+    if ranks is None:
+        launch(job_path, "collectives", job.count)
+    else:
+        ranks.run("collectives")
     samples = [e for e in map(json.loads, log.path.read_text().splitlines())
                if e.get("kind") == "sample" and e.get("phase") == "collectives"]
     summary: dict[str, Any] = {"wrong": sum(s["wrong"] for s in samples)}

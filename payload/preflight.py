@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from payload.checks import Expect, Facts, judge, verdict
 from payload.events import EventLog
 from payload.facts_capture import capture, faults
 from payload.job import Job
 from payload.thresholds import resolve
+
+if TYPE_CHECKING:
+    from payload.distributed import Ranks
 
 NCCL_DEBUG_FILE = "nccl-debug.%h.%p.log"
 """One NCCL log per rank: NCCL expands %h to the host name and %p to the process id (ranks writing
@@ -31,10 +34,11 @@ class BadNode(RuntimeError):
     """Preflight decided this node cannot run the cell."""
 
 
-def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float) -> tuple[dict[str, Any], list[str]]:
+def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float,
+               ranks: Ranks | None = None) -> tuple[dict[str, Any], list[str]]:
     """Live measurements; returns (probes, names of probes that ran out of time). The per-GPU
     probes run in a child process that exits (``payload.child``), freeing their CUDA contexts
-    and cached memory; the all_reduce runs as its own ranks."""
+    and cached memory; the all_reduce runs on the attempt's ``ranks`` (on ranks of its own without)."""
     from payload import probes as live
     from payload.child import run_in_child
 
@@ -56,12 +60,13 @@ def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float) -> tu
         elif unfinished:
             probes[unfinished] = {"error": reason}
     if wants_gpu and not timed_out and not probes.get("cuda_init", {}).get("error"):
-        timed_out += _allreduce(job, job_path, facts_dir, deadline, probes)
+        timed_out += _allreduce(job, job_path, facts_dir, deadline, probes, ranks)
     (facts_dir / "probes.json").write_text(json.dumps(probes, indent=2))
     return probes, timed_out
 
 
-def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probes: dict[str, Any]) -> list[str]:
+def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probes: dict[str, Any],
+               ranks: Ranks | None = None) -> list[str]:
     import os
 
     from payload.distributed import RanksFailed, launch
@@ -70,7 +75,11 @@ def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probe
     previous = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        launch(job_path, "preflight_allreduce", job.count, timeout_s=max(0.0, deadline - time.monotonic()))
+        budget_s = max(0.0, deadline - time.monotonic())
+        if ranks is None:
+            launch(job_path, "preflight_allreduce", job.count, timeout_s=budget_s)
+        else:  # started here, the attempt's ranks keep this NCCL_DEBUG for their later phases
+            ranks.run("preflight_allreduce", timeout_s=budget_s)
     except RanksFailed as exc:
         if "timed out" in str(exc):
             return ["allreduce"]
@@ -88,14 +97,14 @@ def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probe
     return []
 
 
-def run_preflight(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
+def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None = None) -> dict[str, Any]:
     started = time.monotonic()
     thresholds = resolve(job.preflight_thresholds)
     deadline = started + thresholds["budget_s"]
     workdir = job_path.parent
     facts_dir = workdir / "artifacts" / "facts"
     capture(facts_dir, deadline)
-    _, timed_out = run_probes(job, job_path, facts_dir, deadline)
+    _, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
     checks = judge(Facts(facts_dir), Expect(job.gpu, job.count), thresholds)
     for check in checks:
         if PROBE_OF_CHECK.get(check["name"]) in timed_out:

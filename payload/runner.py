@@ -3,6 +3,12 @@
 Exit codes: 0 every phase done, 3 preflight says the node is bad, 4 the dead-man switch stopped it
 (``payload.deadman``), 1 any other error. The last
 event is always ``done`` with the exit code (unless the process is killed).
+
+The distributed phases (preflight's all_reduce on GPUs, collectives, profile) run on one set of
+rank processes for the whole attempt (``payload.distributed.Ranks``), started by the first of them
+and closed before a phase that starts its own processes on the GPUs (command, the profile under
+nsys) and before ``done``; the runner emits ``phase_start``/``phase_end``/``error``/``done`` as
+each phase begins and ends, rank 0 the samples.
 """
 
 from __future__ import annotations
@@ -11,13 +17,14 @@ import shutil
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from payload.collectives import run_collectives
 from payload.command import run_command
 from payload.deadman import start_deadman
-from payload.distributed import launch
+from payload.distributed import Ranks, launch
 from payload.events import EventLog
 from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
 from payload.p2p import run_p2p
@@ -27,9 +34,13 @@ from payload.profile import summarize
 PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 
 
-def _profile(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
+def _profile(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> dict[str, Any]:
     nsys = shutil.which("nsys") if job.profile and job.profile.nsys else None
-    launch(job_path, "profile", job.count, wrapper=nsys_wrapper(nsys, job_path) if nsys else None)
+    if nsys:  # nsys wraps whole processes: the profile gets ranks of its own
+        ranks.close()
+        launch(job_path, "profile", job.count, wrapper=nsys_wrapper(nsys, job_path))
+    else:
+        ranks.run("profile")
     summary = summarize(log.path)
     if job.profile and job.profile.nsys and not nsys:
         summary["nsys"] = "requested, but nsys is not on the node's PATH: profiled without it"
@@ -53,34 +64,44 @@ def run_job(job_file: str | Path) -> int:
     workdir = job_path.parent
     (workdir / "artifacts").mkdir(exist_ok=True)
     job = Job.load(job_path)
-    phases: dict[str, PhaseFn] = {
-        "preflight": run_preflight,
-        "p2p": run_p2p,
-        "collectives": run_collectives,
-        "profile": _profile,
-        "command": run_command,
-    }
     with EventLog(workdir / "events.jsonl") as log:
         if job.max_idle_minutes is not None:
             start_deadman(workdir, job.max_idle_minutes, log, job.idle_shutdown)
-        for phase in job.pending_phases():
-            if phase not in PHASES:
-                log.emit("error", phase=phase, message=f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
-                log.emit("done", exit_code=EXIT_ERROR)
-                return EXIT_ERROR
-            log.emit("phase_start", phase=phase)
-            start = time.perf_counter()
-            try:
-                summary = phases[phase](job, job_path, log)
-            except BadNode as exc:
-                log.emit("error", phase=phase, message=str(exc), bad_node=True)
-                log.emit("done", exit_code=EXIT_BAD_NODE)
-                return EXIT_BAD_NODE
-            except Exception as exc:  # the controller needs the reason, whatever it is
-                log.emit("error", phase=phase, message=f"{type(exc).__name__}: {exc}",
-                         traceback=traceback.format_exc(limit=5))
-                log.emit("done", exit_code=EXIT_ERROR)
-                return EXIT_ERROR
-            log.emit("phase_end", phase=phase, elapsed_s=round(time.perf_counter() - start, 6), summary=summary)
-        log.emit("done", exit_code=EXIT_OK)
+        ranks = Ranks(job_path, job.count)
+        try:
+            code = _run_phases(job, job_path, log, ranks)
+        finally:
+            ranks.close()
+        log.emit("done", exit_code=code)
+    return code
+
+
+def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> int:
+    """Run the pending phases in order, each framed by phase_start/phase_end or ended by an error
+    event; return the exit code."""
+    phases: dict[str, PhaseFn] = {
+        "preflight": partial(run_preflight, ranks=ranks),
+        "p2p": run_p2p,
+        "collectives": partial(run_collectives, ranks=ranks),
+        "profile": partial(_profile, ranks=ranks),
+        "command": run_command,
+    }
+    for phase in job.pending_phases():
+        if phase not in PHASES:
+            log.emit("error", phase=phase, message=f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+            return EXIT_ERROR
+        if phase == "command":  # the user's command may want the GPUs the ranks hold
+            ranks.close()
+        log.emit("phase_start", phase=phase)
+        start = time.perf_counter()
+        try:
+            summary = phases[phase](job, job_path, log)
+        except BadNode as exc:
+            log.emit("error", phase=phase, message=str(exc), bad_node=True)
+            return EXIT_BAD_NODE
+        except Exception as exc:  # the controller needs the reason, whatever it is
+            log.emit("error", phase=phase, message=f"{type(exc).__name__}: {exc}",
+                     traceback=traceback.format_exc(limit=5))
+            return EXIT_ERROR
+        log.emit("phase_end", phase=phase, elapsed_s=round(time.perf_counter() - start, 6), summary=summary)
     return EXIT_OK

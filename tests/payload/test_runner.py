@@ -93,7 +93,7 @@ def test_run_preflight_and_profile(tmp_path: Path, world: int) -> None:
     for fact in ("env.txt", "dev-shm.txt", "nproc.txt", "torch.json", "probes.json"):
         assert announced[fact]["path"] == f"artifacts/facts/{fact}"
     logs = workdir / "artifacts" / "logs"
-    assert sorted(p.name for p in logs.glob("*.log")) == [f"profile-rank{r}.log" for r in range(world)]
+    assert sorted(p.name for p in logs.glob("*.log")) == [f"attempt-rank{r}.log" for r in range(world)]
     assert not list(workdir.glob(".rendezvous-*"))
 
 
