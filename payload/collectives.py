@@ -153,16 +153,14 @@ def nccl_tests_table(rows: list[dict[str, Any]]) -> str:
 def run_collectives(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None = None) -> dict[str, Any]:
     """Runner side: run the sweep on the attempt's ``ranks`` (on ranks of its own without), then
     summarise the largest size of each op."""
-    import json
-
     from payload.distributed import launch
+    from payload.events import read_samples
 
     if ranks is None:
         launch(job_path, "collectives", job.count)
     else:
         ranks.run("collectives")
-    samples = [e for e in map(json.loads, log.path.read_text().splitlines())
-               if e.get("kind") == "sample" and e.get("phase") == "collectives"]
+    samples = list(read_samples(log.path, "collectives"))
     summary: dict[str, Any] = {"wrong": sum(s["wrong"] for s in samples)}
     for op in dict.fromkeys(s["op"] for s in samples):
         largest = max((s for s in samples if s["op"] == op), key=lambda s: (s["bytes"], not s["in_place"]))

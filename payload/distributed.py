@@ -48,6 +48,13 @@ def uses_gpu(job: Job) -> bool:
     return job.gpu.lower() != "cpu"
 
 
+def omp_threads(job: Job, world_size: int, cpus: int) -> str:
+    """``OMP_NUM_THREADS`` for each rank unless the job's env sets it: 1 on GPU, as torchrun and
+    upstream nanochat run (host threads only feed the GPU; more just contend), and the node's CPUs
+    shared out on a CPU-only node, where the ranks' own math is the work."""
+    return "1" if uses_gpu(job) else str(max(1, cpus // world_size))
+
+
 def backend_for(job: Job) -> str:
     return "nccl" if uses_gpu(job) else "gloo"
 
@@ -184,11 +191,12 @@ def _start(job_path: Path, world_size: int, label: str, worker_args: list[str],
     logs = workdir / "artifacts" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     rendezvous = workdir / f".rendezvous-{label}-{uuid.uuid4().hex}"
-    env = {**os.environ, **Job.load(job_path).env}
+    job = Job.load(job_path)
+    env = {**os.environ, **job.env}
     package_root = str(Path(payload.__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world_size))
+        env["OMP_NUM_THREADS"] = omp_threads(job, world_size, os.cpu_count() or 1)
     procs: Procs = []
     for rank in range(world_size):
         log_path = logs / f"{label}-rank{rank}.log"

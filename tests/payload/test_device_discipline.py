@@ -126,3 +126,17 @@ def test_launch_hands_each_rank_the_phase_budget(tmp_path: Path) -> None:
         command = json.loads(Path(str(argv).format(rank)).read_text())
         assert command[command.index("--timeout-s") + 1] == "37.5"
         assert command[command.index("--rank") + 1] == str(rank)
+
+
+@pytest.mark.parametrize(("gpu", "expected"), [("H100_SXM", "1"), ("cpu", "8")])
+def test_each_gpu_rank_runs_one_omp_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu: str,
+                                           expected: str) -> None:
+    """As torchrun and upstream nanochat: one OpenMP thread per GPU rank; a CPU node's cores shared out."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    job_path = tmp_path / "job.json"
+    job_path.write_text(_job(gpu).to_json())
+    seen = tmp_path / "omp-rank{}.txt"
+    record = "import os, sys; open(sys.argv[1], 'w').write(os.environ['OMP_NUM_THREADS'])"
+    launch(job_path, "collectives", 2, wrapper=lambda rank: [sys.executable, "-c", record, str(seen).format(rank)])
+    assert [Path(str(seen).format(rank)).read_text() for rank in range(2)] == [expected, expected]
