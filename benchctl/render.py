@@ -46,7 +46,10 @@ def _text(value: Any) -> str:
 
 _MD_SPECIAL = re.compile(r"[\\|\[\]()<>&]")
 _MD_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+"""OWASP's formula starters, and their full-width forms (spreadsheets fold them to ASCII)."""
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff"
+"""Zero-width characters a spreadsheet may drop before it reads a cell."""
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
@@ -63,7 +66,9 @@ def _csv_value(value: Any) -> Any:
         return value
     raw = _cell(value) if isinstance(value, dict | list) else str(value)
     text = clean(raw)
-    if (raw.startswith(_FORMULA_START) or text.startswith(_FORMULA_START)) and not _NUMBER.fullmatch(text):
+    # What a spreadsheet may see first once it trims spaces and zero-width characters.
+    leads = (raw, text, text.lstrip().lstrip(_INVISIBLE).lstrip())
+    if any(lead.startswith(_FORMULA_START) for lead in leads) and not _NUMBER.fullmatch(text.strip()):
         return "'" + text
     return text
 

@@ -1,8 +1,9 @@
 """The one rule for environment variables: which names hold secrets, how captured values are
 redacted, and what a local node's processes inherit (stdlib only: it ships to nodes).
 
-- ``secret_name``: names with KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, an ``AUTH``,
-  ``OAUTH`` or ``DSN`` word, DATABASE_URL, ``BENCHCTL_DB`` (a database URL may carry a password)
+- ``secret_name``: names with KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, COOKIE, WEBHOOK,
+  an ``AUTH``, ``OAUTH``, ``DSN``, ``PAT`` or ``PASS`` word, ``PGPASS``, a ``*_PWD`` (not ``PWD``),
+  DATABASE_URL, ``BENCHCTL_DB`` (a database URL may carry a password)
   and every proxy variable (proxy URLs carry user-info). Campaign ``env`` refuses them (``benchctl.spec``),
   ``facts/env.txt`` shows ``<redacted>`` for them, local nodes never get them.
 - ``redact_value``: the user-info of every URL in a value becomes ``***`` (the host stays).
@@ -16,7 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)O?AUTH($|_)|(^|_)DSN($|_)"
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|COOKIE|WEBHOOK|(^|_)O?AUTH($|_)"
+                         r"|(^|_)DSN($|_)|(^|_)PAT($|_)|(^|_)PASS($|_)|PGPASS|._PWD$"
                          r"|DATABASE_URL|PROXY|^BENCHCTL_DB$", re.IGNORECASE)
 """``SECRET_NAME.search(name)``: the name looks like it holds a secret."""
 

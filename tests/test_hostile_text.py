@@ -213,3 +213,19 @@ def test_leaderboard_json_has_no_infinity(hostile_store: Path) -> None:
     assert other["cost_to_train_usd"] is None and other["hourly_usd"] == 2.0
     hostile = next(r for r in rows if r["provider"] != "lambda")
     assert hostile["hourly_usd"] == -1.5 and hostile["cell"] == FORMULA, "JSON carries the values as they are"
+
+
+@pytest.mark.parametrize("cell", [" =HYPERLINK(\"http://evil.example\")", "\u00a0=1+1", "\u200b=SUM(A1)", "\uff1dcmd",
+                                  "\n=1+1", "\u3000+cmd", "\ufeff@SUM(1)"])
+def test_a_csv_cell_that_a_spreadsheet_trims_into_a_formula_is_quoted(cell: str) -> None:
+    """Spreadsheets trim spaces and zero-width characters and fold full-width signs before they read a cell."""
+    from benchctl.render import _csv_value
+
+    assert _csv_value(cell).startswith("'")
+
+
+@pytest.mark.parametrize("number", ["-1.5", " -2", "+3e5", "8"])
+def test_a_csv_number_stays_a_number(number: str) -> None:
+    from benchctl.render import _csv_value
+
+    assert _csv_value(number) == number

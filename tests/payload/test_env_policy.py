@@ -16,9 +16,11 @@ from payload.env_policy import node_environment, redact_value, redacted, secret_
 
 SECRETS = ["AWS_SECRET_ACCESS_KEY", "VAST_API_KEY", "HF_TOKEN", "PGPASSWORD", "MYSQL_PASSWD", "GOOGLE_CREDENTIALS",
            "GIT_AUTH", "AUTH_HEADER", "OAUTH_CLIENT", "DATABASE_URL", "MY_DATABASE_URL", "BENCHCTL_DB", "SENTRY_DSN",
-           "HTTPS_PROXY", "http_proxy", "ALL_PROXY", "no_proxy", "NCCL_API_KEY", "CUDA_TOKEN"]
+           "HTTPS_PROXY", "http_proxy", "ALL_PROXY", "no_proxy", "NCCL_API_KEY", "CUDA_TOKEN",
+           # innocently named credentials (found by a review after the first fix)
+           "GITHUB_PAT", "MYSQL_PWD", "SLACK_WEBHOOK", "COOKIE", "PGPASS", "SMTP_PASS", "SESSION_COOKIE"]
 PLAIN = ["PATH", "HOME", "BENCHCTL_DEBUG", "BENCHCTL_DB_POOL", "NCCL_ALGO", "CUDA_VISIBLE_DEVICES", "AUTHOR",
-         "LANG", "OMP_NUM_THREADS"]
+         "LANG", "OMP_NUM_THREADS", "PWD", "OLDPWD", "PATH_SEPARATOR", "BYPASS_CACHE", "COMPASS"]
 
 
 @pytest.mark.parametrize("name", SECRETS)
