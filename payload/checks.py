@@ -170,8 +170,13 @@ def check_topology(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     observed = {"class": kind, "gpus": len(topo.gpus), "nvlink_width": nf.nvlink_width(topo)}
     classes = EXPECTED_TOPOLOGY.get(expect.gpu)
     wanted = " or ".join(classes) if classes else "any"
+    if topo.problem:  # unreadable evidence says nothing about the node
+        return _result("topology", "warn", observed, wanted,
+                       f"nvidia-smi topo -m could not be read ({topo.problem}): check the interconnect by hand")
     if expect.count == 1 or not classes:
         return _result("topology", "pass", observed, wanted)
+    if len(topo.gpus) == 2 and kind == "nvswitch_mesh":
+        kind = "nvlink_pairs" if "nvlink_pairs" in classes else kind  # one NVLink pair is both
     if kind not in classes:
         return _result("topology", "fail", observed, wanted,
                        f"a {expect.gpu} node should be an {wanted} but this one is {kind}: it is not the "
@@ -192,7 +197,11 @@ def check_numa(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     text = facts.text("nvidia-smi-topo-m.txt")
     if text is None:
         return _missing("numa", "nvidia-smi-topo-m.txt")
-    affinity = nf.parse_topo(text).numa
+    topo = nf.parse_topo(text)
+    if topo.problem:
+        return _result("numa", "skip", None, "all GPUs on one NUMA node",
+                       f"nvidia-smi topo -m could not be read: {topo.problem}")
+    affinity = topo.numa
     used = sorted({n for n in affinity.values() if n is not None})
     observed = {"gpu_numa": {str(k): v for k, v in sorted(affinity.items())}, "numa_nodes": nodes}
     if len(used) > 1:

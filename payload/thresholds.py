@@ -35,7 +35,10 @@ EXPECTED_TOPOLOGY: dict[str, tuple[str, ...]] = {
     "B200": ("nvswitch_mesh",),
     "H100_NVL": ("nvlink_pairs",),  # PCIe cards, NVLink-bridged in pairs
     "H200_NVL": ("nvlink_pairs", "nvlink_quads"),  # PCIe cards, 2- or 4-way NVLink bridges
-    "H100_PCIE": ("pcie_only",), "A100_PCIE": ("pcie_only",), "L40S": ("pcie_only",),
+    # PCIe cards, plain or with NVLink bridges in pairs (A100 PCIe and H100 PCIe take a 2-way bridge;
+    # nvidia-smi may name an H100 NVL "H100 PCIe")
+    "H100_PCIE": ("pcie_only", "nvlink_pairs"), "A100_PCIE": ("pcie_only", "nvlink_pairs"),
+    "L40S": ("pcie_only",),
 }
 MIN_DRIVER_FOR_CUDA_MAJOR = {
     # NVIDIA's CUDA toolkit release notes: minimum driver for minor-version compatibility (Linux)
