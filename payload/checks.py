@@ -144,6 +144,9 @@ def check_driver(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
         return _result("driver", "skip", {"torch": torch_facts.get("torch")}, None, "no GPU needed")
     if rows is None or not rows:
         return _missing("driver", "nvidia-smi-query.csv")
+    if not torch_facts:  # no evidence of torch's CUDA is not evidence that it has none
+        return _result("driver", "skip", {"driver": rows[0].driver}, None,
+                       "torch.json was not captured: the driver cannot be matched to torch's CUDA")
     driver = rows[0].driver
     cuda = torch_facts.get("cuda")
     observed = {"driver": driver, "torch_cuda": cuda, "nccl": torch_facts.get("nccl"),
