@@ -77,3 +77,28 @@ def test_pcie_model_with_bridged_pairs_passes_and_sxm_still_wants_a_mesh(tmp_pat
     facts = Facts(pairs)
     assert check_topology(facts, Expect("H100_PCIE", 8), {})["status"] == "pass"
     assert check_topology(facts, Expect("H100_SXM", 8), {})["status"] == "fail"
+
+
+@pytest.mark.parametrize(("env", "status"), [
+    # NCCL docs: NCCL_P2P_LEVEL=LOC "Never use P2P (always disabled)"; the old check let it pass
+    ("NCCL_P2P_LEVEL=LOC", "fail"), ("NCCL_P2P_LEVEL=0", "fail"), ("NCCL_P2P_LEVEL=NVL", "pass"),
+    ("NCCL_MAX_NCHANNELS=1", "fail"), ("NCCL_MAX_CTAS=2", "fail"), ("NCCL_MAX_NCHANNELS=32", "pass"),
+    ("NCCL_NET_GDR_LEVEL=LOC", "warn"), ("NCCL_NET_GDR_LEVEL=PHB", "pass"), ("NCCL_NET=Socket", "warn"),
+    ("NCCL_NVLS_ENABLE=0", "warn"), ("NCCL_P2P_DISABLE=0", "pass"), ("NCCL_P2P_DISABLE=1", "fail"),
+])
+def test_nccl_settings_that_cripple_a_node(tmp_path: Path, env: str, status: str) -> None:
+    from payload.checks import check_nccl_env
+
+    (tmp_path / "env.txt").write_text(f"PATH=/usr/bin\nNCCL_SOCKET_IFNAME=eth0\n{env}\n")
+    check = check_nccl_env(Facts(tmp_path), Expect("H100_SXM", 8), {})
+    assert check["status"] == status, check
+    if status != "pass":
+        assert env in check["hint"] and "docs.nvidia.com/deeplearning/nccl" in check["hint"]
+
+
+def test_hints_cite_published_sources_not_a_file_users_do_not_have() -> None:
+    import payload.checks
+    import payload.thresholds
+
+    for module in (payload.checks, payload.thresholds):
+        assert "REFERENCE.md" not in Path(str(module.__file__)).read_text(), module.__name__
