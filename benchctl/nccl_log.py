@@ -29,6 +29,7 @@ _HEADER = re.compile(r"^#\s*size\s+count\s+type\b")
 _DATA = re.compile(r"^\s*\d+\s+\d+\s")
 _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[\d+\] )")
 """What ``srun -l``, ``mpirun --tag-output`` and ``mpirun -prepend-rank`` put before each line."""
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
 _COLUMNS = (11, 12, 13)
 """Result columns: 11 (oldest, no redop), 12 (before 2.10, no root), 13 (since 2.10)."""
 MAX_LOG_BYTES = 8 * 1024**2
@@ -135,3 +136,20 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
     if not rows:
         raise NcclLogError(None, "no result lines (size count type ... busbw) found: is this an nccl-tests log?")
     return rows
+
+
+def read_as(rows: list[dict[str, Any]], text: str) -> str:
+    """One line saying what a log was read as, per run: collective, ranks, sizes, the largest size's
+    out-of-place busbw, and the nccl-tests version when the log prints it (>= 2.16)."""
+    version = next((m.group(1) for line in text.splitlines()
+                    if (m := _VERSION.match(_PREFIX.sub("", line, count=1)))), None)
+    runs: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for row in rows:
+        runs.setdefault((row["op"], row["ranks"]), []).append(row)
+    parts = []
+    for (op, ranks), run in runs.items():
+        largest = max((r for r in run if not r["in_place"]), key=lambda r: r["bytes"])
+        sizes = len({r["bytes"] for r in run})
+        parts.append(f"{op}, {ranks or '?'} ranks, {sizes} sizes, largest {largest['bytes']:,} B at busbw "
+                     f"{largest['busbw_gbps']:g} GB/s")
+    return "; ".join(parts) + f" (nccl-tests {version or 'version not printed'})"

@@ -81,3 +81,26 @@ def test_twelve_column_layout_with_error_and_na_is_read(tmp_path: Path) -> None:
 def test_wrong_counts_are_kept() -> None:
     rows = read_nccl_log(Path("all_reduce_perf.log"), (REAL / "dgx-h100-wrong-values.log").read_text())
     assert [row["wrong"] for row in rows[-2:]] == [237858, 238038]
+
+
+def test_what_a_log_was_read_as_is_one_line() -> None:
+    from benchctl.nccl_log import read_as
+
+    text = (REAL / "dgx-spark-gb10-2ranks.log").read_text()
+    assert read_as(read_nccl_log(Path("x.log"), text), text) == (
+        "all_reduce, 2 ranks, 4 sizes, largest 65,536 B at busbw 0.96 GB/s (nccl-tests 2.20.0)")
+    old = (REAL / "nccl-issue-340-11col.log").read_text()
+    assert read_as(read_nccl_log(Path("broadcast_perf.log"), old), old) == (
+        "broadcast, ? ranks, 12 sizes, largest 134,217,728 B at busbw 20.34 GB/s (nccl-tests version not printed)")
+
+
+def test_import_reports_what_each_log_was_read_as(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    records = tmp_path / "spark.yaml"
+    records.write_text("- {provider: nvidia, gpu: GB10, count: 2, market: on-demand, hourly_usd: 1.0, "
+                       "step_time_ms: 100, target_steps: 1000}\n")
+    result = run_cli("import", str(records), str(REAL / "dgx-spark-gb10-2ranks.log"), home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    assert "dgx-spark-gb10-2ranks.log: all_reduce, 2 ranks, 4 sizes, largest 65,536 B at busbw 0.96 GB/s " \
+           "(nccl-tests 2.20.0)" in result.stdout
