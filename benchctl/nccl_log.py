@@ -2,16 +2,16 @@
 
 The rows have the keys the payload's ``collectives`` samples have (op, bytes, count, dtype,
 in_place, time_us, algbw_gbps, busbw_gbps, wrong, ranks): one per size for out-of-place and one
-for in-place. The collective comes from the ``Collective test starting: <op>_perf`` line above
-the rows (a file may hold several runs, each starting with its ``# nThread`` line), else from the
-file name; ranks from the ``#  Rank N`` lines of the same run. A run starts at its ``Collective test
-starting`` line (nccl-tests >= 2.16.7) or, in older logs, at its ``# nThread`` line. Lines may carry
-a launcher's prefix (Slurm ``srun -l``: ``0: ``; Open MPI ``--tag-output``: ``[1,0]<stdout>:``;
-``[0] ``), which is dropped. Result lines have 13 columns (size count type redop root, then time
-algbw busbw #wrong twice), 12 before nccl-tests 2.10 (no root; ``error`` for ``#wrong``, possibly
-``N/A``) or 11 in the oldest (no redop): the two measured groups are read from the right. A line
-that looks like data but does not read raises ``NcclLogError`` with its line number, and so does a number that is not
-finite, negative or absurdly large. A log holds at most 8 MiB and 10,000 result lines.
+for in-place. A file may hold several runs. A run starts at its ``Collective test starting:
+<op>_perf`` line (nccl-tests >= 2.16.7 prints it before ``# nThread``) or, in older logs, at its
+``# nThread`` line; its collective comes from that starting line, else from the file name, its
+ranks from its ``#  Rank N`` lines. Lines may carry a launcher's prefix (Slurm ``srun -l``:
+``0: ``; Open MPI ``--tag-output``: ``[1,0]<stdout>:``; ``[0] ``), which is dropped. Result lines
+have 13 columns (size count type redop root, then time algbw busbw #wrong twice), 12 before
+nccl-tests 2.10 (no root; ``error`` for ``#wrong``, possibly ``N/A``) or 11 in the oldest (no
+redop): the two measured groups are read from the right. A line that looks like data but does not
+read raises ``NcclLogError`` with its line number, and so does a number that is not finite,
+negative or absurdly large. A log holds at most 8 MiB and 10,000 result lines.
 """
 
 from __future__ import annotations
