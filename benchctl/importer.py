@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 
 from benchctl.cell_evidence import largest_allreduce
 from benchctl.errors import SpecError, UsageError
-from benchctl.nccl_log import NcclLogError, looks_like_nccl_log, read_log_text, read_nccl_log
+from benchctl.nccl_log import NcclLogError, looks_like_nccl_log, read_as, read_log_text, read_nccl_log
 from benchctl.result_records import read_records
 from benchctl.spec import check_campaign_name
 from store import queries as q
@@ -35,11 +35,13 @@ class ImportSummary:
     results: int
     skipped: int
     collectives: int
+    logs_read_as: tuple[str, ...] = ()
+    """Per nccl-tests log: ``path: what it was read as`` (``nccl_log.read_as``), so a misread shows."""
 
 
 def import_files(engine: Engine, files: list[Path], campaign: str | None, config: str | None) -> ImportSummary:
     results: list[CellResult] = []
-    logs: list[tuple[Path, list[dict]]] = []
+    logs: list[tuple[Path, list[dict], str]] = []
     skipped = 0
     came_from: dict[tuple[str, str], Path] = {}
     name = campaign or DEFAULT_CAMPAIGN
@@ -52,7 +54,7 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
             raise UsageError(f"{path}: no such file")
         try:
             if path.suffix.lower() not in RECORD_SUFFIXES:
-                logs.append((path, _nccl_rows(path)))
+                logs.append((path, *_nccl_rows(path)))
                 continue
             found, dropped = read_records(path)
         except OSError as exc:
@@ -70,7 +72,7 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
         results += found
     counts = _gpu_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
     collectives = []
-    for path, rows in logs:
+    for path, rows, _ in logs:
         key = _config_for(list(counts), name, config, path)
         ranks = max((int(r["ranks"]) for r in rows if r.get("ranks")), default=None)
         if ranks is not None and key in counts and ranks != counts[key]:
@@ -86,16 +88,19 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
         raise UsageError(f"campaign {name!r} has no cell {exc.args[0]!r}: import its result record first (or in "
                          "the same command), or name an existing cell with --config") from None
     into = sorted({r.campaign or name for r in results} | ({name} if collectives else set())) or [name]
-    return ImportSummary(", ".join(into), len(results), skipped, len(collectives))
+    return ImportSummary(", ".join(into), len(results), skipped, len(collectives),
+                         tuple(f"{path}: {description}" for path, _, description in logs))
 
 
-def _nccl_rows(path: Path) -> list[dict]:
+def _nccl_rows(path: Path) -> tuple[list[dict], str]:
+    """The log's rows and what they were read as."""
     try:
         text = read_log_text(path)
         if not looks_like_nccl_log(text):
             raise SpecError(str(path), None, "", "neither a result-record file (.json, .yaml) nor an nccl-tests log "
                             "(no '#  size  count  type' header line)")
-        return read_nccl_log(path, text)
+        rows = read_nccl_log(path, text)
+        return rows, read_as(rows, text)
     except NcclLogError as exc:
         raise SpecError(str(path), exc.line, "", exc.problem) from None
 

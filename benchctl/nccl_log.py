@@ -2,11 +2,16 @@
 
 The rows have the keys the payload's ``collectives`` samples have (op, bytes, count, dtype,
 in_place, time_us, algbw_gbps, busbw_gbps, wrong, ranks): one per size for out-of-place and one
-for in-place. The collective comes from the ``Collective test starting: <op>_perf`` line above
-the rows (a file may hold several runs, each starting with its ``# nThread`` line), else from the
-file name; ranks from the ``#  Rank N`` lines of the same run. A line that looks like data but
-does not read raises ``NcclLogError`` with its line number, and so does a number that is not
-finite, negative or absurdly large. A log holds at most 8 MiB and 10,000 result lines.
+for in-place. A file may hold several runs. A run starts at its ``Collective test starting:
+<op>_perf`` line (nccl-tests >= 2.16.7 prints it before ``# nThread``) or, in older logs, at its
+``# nThread`` line; its collective comes from that starting line, else from the file name, its
+ranks from its ``#  Rank N`` lines. Lines may carry a launcher's prefix (Slurm ``srun -l``:
+``0: ``; Open MPI ``--tag-output``: ``[1,0]<stdout>:``; ``[0] ``), which is dropped. Result lines
+have 13 columns (size count type redop root, then time algbw busbw #wrong twice), 12 before
+nccl-tests 2.10 (no root; ``error`` for ``#wrong``, possibly ``N/A``) or 11 in the oldest (no
+redop): the two measured groups are read from the right. A line that looks like data but does not
+read raises ``NcclLogError`` with its line number, and so does a number that is not finite,
+negative or absurdly large. A log holds at most 8 MiB and 10,000 result lines.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ _RUN = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(r"^#\s*Rank\s+\d+\s")
 _HEADER = re.compile(r"^#\s*size\s+count\s+type\b")
 _DATA = re.compile(r"^\s*\d+\s+\d+\s")
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[\d+\] )")
+"""What ``srun -l``, ``mpirun --tag-output`` and ``mpirun -prepend-rank`` put before each line."""
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
+_COLUMNS = (11, 12, 13)
+"""Result columns: 11 (oldest, no redop), 12 (before 2.10, no root), 13 (since 2.10)."""
 MAX_LOG_BYTES = 8 * 1024**2
 MAX_RESULT_LINES = 10_000
 _LARGEST = 1e12
@@ -67,7 +77,7 @@ def _op_from_name(path: Path) -> str:
 
 
 def looks_like_nccl_log(text: str) -> bool:
-    return any(_HEADER.match(line) for line in text.splitlines())
+    return any(_HEADER.match(_PREFIX.sub("", line, count=1)) for line in text.splitlines())
 
 
 def read_log_text(path: Path) -> str:
@@ -88,13 +98,18 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
     op: str | None = None
     ranks = 0
     results = 0
+    announced = False  # a "Collective test starting" line opened the run whose "# nThread" comes next
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if _RUN.match(line):
-            op, ranks = None, 0  # a new run of a test binary: its own collective and ranks
-            continue
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = _PREFIX.sub("", raw, count=1)
         if (starting := _STARTING.search(line)) is not None:
-            op = starting.group(1)
+            op, announced = starting.group(1), True
+            continue
+        if _RUN.match(line):  # a new run of a test binary: its own ranks, and its own collective unless
+            ranks = 0         # a starting line just named it
+            if not announced:
+                op = None
+            announced = False
             continue
         if _RANK.match(line):
             ranks += 1
@@ -108,11 +123,12 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
             raise NcclLogError(number, f"more than {MAX_RESULT_LINES:,} result lines; import the runs in "
                                        "several files")
         fields = line.split()
-        if len(fields) != 13:
+        if len(fields) not in _COLUMNS:
             raise NcclLogError(number, f"expected 13 columns (size count type redop root, then time algbw busbw "
-                                       f"#wrong out-of-place and in-place), found {len(fields)}")
+                                       f"#wrong out-of-place and in-place; 12 or 11 in logs before nccl-tests "
+                                       f"2.10), found {len(fields)}")
         size, count, dtype = _integer(fields[0], number), _integer(fields[1], number), fields[2]
-        for in_place, (time_us, algbw, busbw, wrong) in ((False, fields[5:9]), (True, fields[9:13])):
+        for in_place, (time_us, algbw, busbw, wrong) in ((False, fields[-8:-4]), (True, fields[-4:])):
             rows.append({"op": op, "bytes": size, "count": count, "dtype": dtype, "in_place": in_place,
                          "time_us": _number(time_us, number), "algbw_gbps": _number(algbw, number),
                          "busbw_gbps": _number(busbw, number), "wrong": _wrong(wrong, number),
@@ -120,3 +136,20 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
     if not rows:
         raise NcclLogError(None, "no result lines (size count type ... busbw) found: is this an nccl-tests log?")
     return rows
+
+
+def read_as(rows: list[dict[str, Any]], text: str) -> str:
+    """One line saying what a log was read as, per run: collective, ranks, sizes, the largest size's
+    out-of-place busbw, and the nccl-tests version when the log prints it (>= 2.16)."""
+    version = next((m.group(1) for line in text.splitlines()
+                    if (m := _VERSION.match(_PREFIX.sub("", line, count=1)))), None)
+    runs: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for row in rows:
+        runs.setdefault((row["op"], row["ranks"]), []).append(row)
+    parts = []
+    for (op, ranks), run in runs.items():
+        largest = max((r for r in run if not r["in_place"]), key=lambda r: r["bytes"])
+        sizes = len({r["bytes"] for r in run})
+        parts.append(f"{op}, {ranks or '?'} ranks, {sizes} sizes, largest {largest['bytes']:,} B at busbw "
+                     f"{largest['busbw_gbps']:g} GB/s")
+    return "; ".join(parts) + f" (nccl-tests {version or 'version not printed'})"

@@ -566,4 +566,7 @@ def _problem(err: Any) -> str:
     if kind == "missing":
         return "missing required key; add it"
     message = str(err["msg"]).removeprefix("Value error, ")
+    if kind in ("literal_error", "enum"):  # name what was written, not only what is allowed
+        written = repr(err.get("input"))
+        message += f", not {written if len(written) <= 60 else written[:57] + '...'}"
     return message[0].lower() + message[1:] if message else kind

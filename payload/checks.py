@@ -26,17 +26,39 @@ NCCL_LOGS = "nccl-debug*.log"
 """The NCCL_DEBUG=INFO logs of a snapshot: one per rank (``nccl-debug.<host>.<pid>.log``), or one
 ``nccl-debug.log`` in snapshots taken before."""
 STATUS_ORDER = {"skip": -1, "pass": 0, "warn": 1, "fail": 2}
-NCCL_COSTS = {
-    "NCCL_P2P_DISABLE": ("fail", "GPU-to-GPU traffic falls back to host memory: unset NCCL_P2P_DISABLE"),
-    "NCCL_SHM_DISABLE": ("fail", "measured: 3.2× step time and 14.3× NCCL kernel time on an NVL node "
-                                 "(REFERENCE.md): unset NCCL_SHM_DISABLE"),
-    "NCCL_IB_DISABLE": ("warn", "InfiniBand off: multi-node traffic would go over sockets"),
-    "NCCL_ALGO": ("warn", "forcing an algorithm (e.g. Ring) hurts small sizes: unset unless measuring it"),
-    "NCCL_PROTO": ("warn", "forcing a protocol changes latency and bandwidth: unset unless measuring it"),
-    "NCCL_NET_GDR_LEVEL": ("warn", "GPUDirect RDMA level forced"),
-    "NCCL_MIN_NCHANNELS": ("warn", "channel count forced"),
-    "NCCL_MAX_NCHANNELS": ("warn", "channel count capped"),
+BUSBW_DOC = "nccl-tests doc/PERFORMANCE.md: https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
+NCCL_ENV_DOC = "NCCL docs, Environment Variables: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
+
+
+def _set(value: str) -> bool:
+    return value.strip() not in ("", "0")
+
+
+def _few(value: str) -> bool:
+    return value.strip().isdigit() and int(value) < 4
+
+
+NCCL_COSTS: dict[str, tuple[Callable[[str], bool], str, str]] = {
+    # name -> (does this value cost?, status, what it costs); values per NCCL_ENV_DOC
+    "NCCL_P2P_DISABLE": (_set, "fail", "direct GPU-to-GPU (P2P over NVLink or PCIe) is off: traffic goes through "
+                                       "host memory; unset it"),
+    "NCCL_P2P_LEVEL": (lambda v: v.strip().upper() in ("LOC", "0"), "fail",
+                       "LOC means never use P2P (as NCCL_P2P_DISABLE=1): unset it"),
+    "NCCL_SHM_DISABLE": (_set, "fail", "shared-memory transport off, so NCCL goes over the network between "
+                                       "GPUs without P2P; measured on an 8×H100 NVL node: 3.2× step time and "
+                                       "14.3× NCCL kernel time; unset it"),
+    "NCCL_IB_DISABLE": (_set, "warn", "InfiniBand/RoCE off: traffic between nodes goes over TCP sockets"),
+    "NCCL_NET": (lambda v: v.strip().lower() == "socket", "warn", "the network forced to TCP sockets"),
+    "NCCL_NET_GDR_LEVEL": (lambda v: v.strip().upper() in ("LOC", "0"), "warn",
+                           "LOC means never use GPUDirect RDMA: NIC traffic bounces through host memory"),
+    "NCCL_NVLS_ENABLE": (lambda v: v.strip() == "0", "warn", "NVLink SHARP off: slower all_reduce on NVSwitch"),
+    "NCCL_ALGO": (_set, "warn", "forcing an algorithm (e.g. Ring) hurts small sizes: unset unless measuring it"),
+    "NCCL_PROTO": (_set, "warn", "forcing a protocol changes latency and bandwidth: unset unless measuring it"),
+    "NCCL_MAX_NCHANNELS": (_few, "fail", "fewer than 4 channels caps the bandwidth of every collective; unset it"),
+    "NCCL_MAX_CTAS": (_few, "fail", "fewer than 4 CTAs caps the bandwidth of every collective; unset it"),
+    "NCCL_MIN_NCHANNELS": (_set, "warn", "channel count forced"),
 }
+"""The NCCL settings that silently cripple or bend a node's collectives."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +166,9 @@ def check_driver(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
         return _result("driver", "skip", {"torch": torch_facts.get("torch")}, None, "no GPU needed")
     if rows is None or not rows:
         return _missing("driver", "nvidia-smi-query.csv")
+    if not torch_facts:  # no evidence of torch's CUDA is not evidence that it has none
+        return _result("driver", "skip", {"driver": rows[0].driver}, None,
+                       "torch.json was not captured: the driver cannot be matched to torch's CUDA")
     driver = rows[0].driver
     cuda = torch_facts.get("cuda")
     observed = {"driver": driver, "torch_cuda": cuda, "nccl": torch_facts.get("nccl"),
@@ -170,8 +195,13 @@ def check_topology(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     observed = {"class": kind, "gpus": len(topo.gpus), "nvlink_width": nf.nvlink_width(topo)}
     classes = EXPECTED_TOPOLOGY.get(expect.gpu)
     wanted = " or ".join(classes) if classes else "any"
+    if topo.problem:  # unreadable evidence says nothing about the node
+        return _result("topology", "warn", observed, wanted,
+                       f"nvidia-smi topo -m could not be read ({topo.problem}): check the interconnect by hand")
     if expect.count == 1 or not classes:
         return _result("topology", "pass", observed, wanted)
+    if len(topo.gpus) == 2 and kind == "nvswitch_mesh":
+        kind = "nvlink_pairs" if "nvlink_pairs" in classes else kind  # one NVLink pair is both
     if kind not in classes:
         return _result("topology", "fail", observed, wanted,
                        f"a {expect.gpu} node should be an {wanted} but this one is {kind}: it is not the "
@@ -192,13 +222,17 @@ def check_numa(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     text = facts.text("nvidia-smi-topo-m.txt")
     if text is None:
         return _missing("numa", "nvidia-smi-topo-m.txt")
-    affinity = nf.parse_topo(text).numa
+    topo = nf.parse_topo(text)
+    if topo.problem:
+        return _result("numa", "skip", None, "all GPUs on one NUMA node",
+                       f"nvidia-smi topo -m could not be read: {topo.problem}")
+    affinity = topo.numa
     used = sorted({n for n in affinity.values() if n is not None})
     observed = {"gpu_numa": {str(k): v for k, v in sorted(affinity.items())}, "numa_nodes": nodes}
     if len(used) > 1:
         return _result("numa", "warn", observed, "all GPUs on one NUMA node",
                        f"GPUs split across NUMA nodes {used}: measured on 8×H100 nanochat-d26, 1,295 ms per step "
-                       "against 702 ms on one node (REFERENCE.md); expect slower steps (flag numa_split)")
+                       "against 702 ms on one node; expect slower steps (flag numa_split)")
     return _result("numa", "pass", observed, "all GPUs on one NUMA node")
 
 
@@ -227,14 +261,14 @@ def check_nccl_env(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     nccl = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     found = []
     worst = "pass"
-    for name, (status, cost) in NCCL_COSTS.items():
+    for name, (costs, status, cost) in NCCL_COSTS.items():
         value = nccl.get(name)
-        if value is None or (name.endswith("_DISABLE") and value.strip() in ("0", "")):
+        if value is None or not costs(value):
             continue
         found.append(f"{name}={value}: {cost}")
         worst = max(worst, status, key=STATUS_ORDER.__getitem__)
     return _result("nccl_env", worst, nccl, "no NCCL setting that disables a transport or forces an algorithm",
-                   "; ".join(found))
+                   "; ".join(found) + f" ({NCCL_ENV_DOC})" if found else "")
 
 
 def check_shm(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
@@ -339,7 +373,8 @@ def check_nccl_allreduce(facts: Facts, expect: Expect, th: dict[str, float]) -> 
     if busbw < floor:
         hint = (f"busbw {busbw:.0f} GB/s is more than {1 - th['allreduce_min_fraction']:.0%} below {reference:.0f} "
                 f"(transports: {transports}). Check in order: NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, an NVLink lane "
-                "down, GPUs split across NUMA nodes, GPUDirect RDMA (GDRDMA) not active")
+                "down, GPUs split across NUMA nodes, GPUDirect RDMA (GDRDMA) not active (busbw as defined in "
+                f"{BUSBW_DOC})")
         return _result("nccl_allreduce", "fail", observed, f">= {floor:.0f} GB/s", hint)
     return _result("nccl_allreduce", "pass", observed, f">= {floor:.0f} GB/s", f"transports: {transports}")
 

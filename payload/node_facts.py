@@ -59,32 +59,47 @@ class Topology:
     gpus: list[str]
     links: dict[tuple[int, int], str]  # (i, j) -> X | NV# | PIX | PXB | PHB | NODE | SYS
     numa: dict[int, int | None] = field(default_factory=dict)  # GPU index -> NUMA node
+    problem: str = ""  # why the matrix could not be read (then ``gpus`` is empty)
+
+
+_GPU = re.compile(r"GPU\d+")
+_LINK = re.compile(r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
 
 
 def parse_topo(text: str) -> Topology:
-    """``nvidia-smi topo -m``: tab-separated matrix, then a legend."""
+    """``nvidia-smi topo -m``, tab-separated as printed or space-aligned as pasted: a header naming
+    GPU0..GPUn-1 first (then NICs, then ``CPU Affinity``, ``NUMA Affinity``, ``GPU NUMA ID``), a row
+    per GPU, then a legend. Rows are split on any whitespace; the GPU links are the n cells after the
+    row name, the NUMA node is read from the right (``GPU NUMA ID`` is last when present), so a lost
+    tab among the NIC columns shifts nothing. A matrix that cannot be read gives no GPUs and
+    ``problem`` saying why."""
     lines = [line for line in text.splitlines() if line.strip()]
-    header_line = next((line for line in lines if re.search(r"\tGPU\d+", line) or line.lstrip().startswith("GPU0")),
-                       None)
-    if header_line is None:
-        return Topology([], {})
-    header = [h.strip() for h in header_line.split("\t")]
-    if header and header[0] == "":
-        header = header[1:]
-    gpus = [h for h in header if re.fullmatch(r"GPU\d+", h)]
+    header = next((line for line in lines if line.split()[0] == "GPU0" and len(line.split()) > 1
+                   and not _LINK.fullmatch(line.split()[1])), None)
+    if header is None:
+        return Topology([], {}, problem="no GPU0 column header in the nvidia-smi topo -m output")
+    gpus = [cell for cell in header.split() if _GPU.fullmatch(cell)]
+    trailing = 2 if "GPU NUMA ID" in header else 0  # "N/A" or a number after "NUMA Affinity"
+    has_numa = "NUMA Affinity" in header
     links: dict[tuple[int, int], str] = {}
     numa: dict[int, int | None] = {}
     for line in lines:
-        cells = [c.strip() for c in line.split("\t")]
-        if not re.fullmatch(r"GPU\d+", cells[0]):
+        cells = line.split()
+        if line is header or not _GPU.fullmatch(cells[0]):
             continue
         row = int(cells[0][3:])
-        values = dict(zip(header, cells[1:], strict=False))
-        for name in gpus:
-            if name in values:
-                links[(row, int(name[3:]))] = values[name]
-        affinity = values.get("NUMA Affinity", "")
+        values = cells[1:1 + len(gpus)]
+        if len(values) < len(gpus) or not all(_LINK.fullmatch(v) for v in values):
+            return Topology([], {}, problem=f"the row of {cells[0]} does not hold {len(gpus)} links "
+                                            f"(X, NV#, PIX, PXB, PHB, NODE or SYS): {line.strip()[:80]!r}")
+        for name, value in zip(gpus, values, strict=True):
+            links[(row, int(name[3:]))] = value
+        affinity = cells[-trailing] if has_numa and trailing else (cells[-1] if has_numa else "")
         numa[row] = int(affinity) if re.fullmatch(r"\d+", affinity) else None
+    missing = [name for name in gpus if int(name[3:]) not in numa]
+    if missing:
+        return Topology([], {}, problem=f"the header names {len(gpus)} GPUs but no row for {', '.join(missing)} "
+                                        "(a cut-off paste?)")
     return Topology(gpus, links, numa)
 
 

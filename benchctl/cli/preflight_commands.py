@@ -29,7 +29,21 @@ def _expectation(text: str | None, replay: str | None) -> tuple[str, int]:
     count = fields.get("count", "1")
     if not count.isdigit() or int(count) < 1:
         raise UsageError(f"--expect {text!r}: count must be a whole number >= 1")
-    return fields["gpu"], int(count)
+    return _known_gpu(fields["gpu"], text), int(count)
+
+
+def _known_gpu(name: str, text: str) -> str:
+    """The model name ``name`` means (case, ``-`` and spaces forgiven: ``h100-sxm`` is ``H100_SXM``);
+    UsageError listing the known names when it means none."""
+    from benchctl.errors import UsageError
+    from payload.gpu_models import BF16_PEAK_FLOPS
+
+    known = ["cpu", *BF16_PEAK_FLOPS]
+    wanted = name.upper().replace("-", "_").replace(" ", "_")
+    for model in known:
+        if model.upper() == wanted:
+            return model
+    raise UsageError(f"--expect {text!r}: unknown GPU model {name!r}; known: {', '.join(known)}")
 
 
 @click.command("preflight")

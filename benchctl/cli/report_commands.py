@@ -114,3 +114,5 @@ def import_command(state: CliState, files: tuple[Path, ...], campaign: str | Non
     skipped = f", skipped {summary.skipped} rows without a result" if summary.skipped else ""
     click.echo(f"imported {summary.results} results and {summary.collectives} nccl-tests logs into campaign "
                f"{clean(summary.campaign)}{skipped}; `benchctl leaderboard` ranks them")
+    for line in summary.logs_read_as:
+        click.echo(f"  read {clean(line)}")

@@ -1,0 +1,106 @@
+"""nccl-tests logs as published (tests/fixtures/nccl_logs/real, sources in its README) read right."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchctl.nccl_log import looks_like_nccl_log, read_nccl_log
+
+REAL = Path(__file__).parent / "fixtures" / "nccl_logs" / "real"
+
+
+def _largest(rows: list[dict]) -> dict:
+    return max((row for row in rows if not row["in_place"]), key=lambda row: row["bytes"])
+
+
+def test_collective_starting_line_names_the_collective_of_a_neutrally_named_log() -> None:
+    # nccl-tests >= 2.16.7 prints "# Collective test starting" above "# nThread"; the old reader reset
+    # the collective on "# nThread" and refused this file for lacking the line it has.
+    rows = read_nccl_log(REAL / "dgx-spark-gb10-2ranks.log")
+    assert {row["op"] for row in rows} == {"all_reduce"}
+    assert {row["ranks"] for row in rows} == {2}
+    assert [row["bytes"] for row in rows if not row["in_place"]] == [8192, 16384, 32768, 65536]
+    assert _largest(rows)["busbw_gbps"] == 0.96
+    assert rows[-1] == {"op": "all_reduce", "bytes": 65536, "count": 16384, "dtype": "float", "in_place": True,
+                        "time_us": 64.71, "algbw_gbps": 1.01, "busbw_gbps": 1.01, "wrong": 0, "ranks": 2}
+
+
+def test_two_runs_each_with_a_starting_line_keep_their_own_collective(tmp_path: Path) -> None:
+    text = (REAL / "dgx-spark-gb10-2ranks.log").read_text()
+    second = text.replace("all_reduce_perf", "alltoall_perf")
+    rows = read_nccl_log(tmp_path / "both.log", text + second)
+    assert [row["op"] for row in rows[:8]] == ["all_reduce"] * 8
+    assert [row["op"] for row in rows[8:]] == ["alltoall"] * 8
+
+
+def _prefixed(prefix: str) -> str:
+    return "".join(prefix + line for line in (REAL / "dgx-spark-gb10-2ranks.log").read_text().splitlines(True))
+
+
+def test_slurm_srun_l_prefix_is_read(tmp_path: Path) -> None:
+    text = _prefixed("0: ")
+    assert looks_like_nccl_log(text)
+    rows = read_nccl_log(tmp_path / "slurm-1234.out", text)
+    assert (rows[0]["op"], rows[0]["ranks"], _largest(rows)["busbw_gbps"]) == ("all_reduce", 2, 0.96)
+
+
+def test_open_mpi_tag_output_prefix_is_read(tmp_path: Path) -> None:
+    text = _prefixed("[1,0]<stdout>:")
+    assert looks_like_nccl_log(text)
+    rows = read_nccl_log(tmp_path / "mpirun.out", text)
+    assert (rows[0]["op"], rows[0]["ranks"], len(rows), _largest(rows)["bytes"]) == ("all_reduce", 2, 8, 65536)
+
+
+def test_oldest_eleven_column_layout_is_read_from_the_right() -> None:
+    # The pre-redop layout (size count type, then time algbw busbw error twice) was refused
+    # ("expected 13 columns"). The collective comes from the name the user gives the file.
+    path = REAL / "nccl-issue-340-11col.log"
+    rows = read_nccl_log(Path("broadcast_perf.log"), path.read_text())
+    assert len(rows) == 24
+    largest = _largest(rows)
+    assert (largest["bytes"], largest["count"], largest["dtype"]) == (134217728, 16777216, "float")
+    assert (largest["time_us"], largest["busbw_gbps"], largest["wrong"]) == (3298.6, 20.34, 0)
+    assert rows[-1]["busbw_gbps"] == 21.86
+
+
+def test_twelve_column_layout_with_error_and_na_is_read(tmp_path: Path) -> None:
+    # Before nccl-tests 2.10 the rows had a redop but no root, and "N/A" where nothing was checked.
+    # Built from the real 13-column rows by dropping the root column, as those versions printed them.
+    lines = (REAL / "dgx-h100-wrong-values.log").read_text().splitlines()
+    old = []
+    for line in lines:
+        fields = line.split()
+        if fields[0] != "#":
+            fields = fields[:4] + fields[5:12] + ["N/A"]
+        old.append("  ".join(fields))
+    rows = read_nccl_log(tmp_path / "all_reduce_perf.log", "\n".join(old))
+    assert [row["wrong"] for row in rows] == [0, None, 0, None, 237858, None]
+    assert _largest(rows)["busbw_gbps"] == 0.79
+
+
+def test_wrong_counts_are_kept() -> None:
+    rows = read_nccl_log(Path("all_reduce_perf.log"), (REAL / "dgx-h100-wrong-values.log").read_text())
+    assert [row["wrong"] for row in rows[-2:]] == [237858, 238038]
+
+
+def test_what_a_log_was_read_as_is_one_line() -> None:
+    from benchctl.nccl_log import read_as
+
+    text = (REAL / "dgx-spark-gb10-2ranks.log").read_text()
+    assert read_as(read_nccl_log(Path("x.log"), text), text) == (
+        "all_reduce, 2 ranks, 4 sizes, largest 65,536 B at busbw 0.96 GB/s (nccl-tests 2.20.0)")
+    old = (REAL / "nccl-issue-340-11col.log").read_text()
+    assert read_as(read_nccl_log(Path("broadcast_perf.log"), old), old) == (
+        "broadcast, ? ranks, 12 sizes, largest 134,217,728 B at busbw 20.34 GB/s (nccl-tests version not printed)")
+
+
+def test_import_reports_what_each_log_was_read_as(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    records = tmp_path / "spark.yaml"
+    records.write_text("- {provider: nvidia, gpu: GB10, count: 2, market: on-demand, hourly_usd: 1.0, "
+                       "step_time_ms: 100, target_steps: 1000}\n")
+    result = run_cli("import", str(records), str(REAL / "dgx-spark-gb10-2ranks.log"), home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    assert "dgx-spark-gb10-2ranks.log: all_reduce, 2 ranks, 4 sizes, largest 65,536 B at busbw 0.96 GB/s " \
+           "(nccl-tests 2.20.0)" in result.stdout
