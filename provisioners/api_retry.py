@@ -1,9 +1,11 @@
 """Provider API calls with typed errors: each SDK's exceptions mapped in one table, only the
 transient ones retried.
 
-A provider gives ``call_api`` an ``ErrorTable``: (SDK exception types, typed error) pairs, first
-match wins. A call's exception that maps to ``Unavailable`` is retried: up to ``tries`` attempts
-within ``max_s`` seconds, exponential backoff from 0.3 s (at most 8 s between tries); then it is
+A provider gives ``call_api`` a classifier built from its one table: ``by_type`` of an
+``ErrorTable`` ((SDK exception types, typed error) pairs, first match wins), or its own function
+where the SDK tells errors apart by an HTTP status rather than a type. A call's exception that
+maps to ``Unavailable`` is retried: up to ``tries`` attempts within ``max_s`` seconds,
+exponential backoff from 0.3 s (at most 8 s between tries; ``sleep`` injectable); then it is
 raised as that ``Unavailable``. One that maps to another ``ProviderError`` subclass is raised at
 once. One no entry maps (a ``TypeError`` in our own code, say) is re-raised as it is, at once:
 never retried, never reported as the provider's fault.
@@ -21,34 +23,35 @@ from provisioners.base import ProviderError, Unavailable
 
 T = TypeVar("T")
 ErrorTable = Sequence[tuple[type[BaseException] | tuple[type[BaseException], ...], type[ProviderError]]]
+Classify = Callable[[BaseException], type[ProviderError] | None]
+"""The typed error an SDK exception maps to; None: not the provider's, re-raise as it is."""
 Wording = Callable[[type[ProviderError], BaseException], str]
 """The message for a typed error: from its class and the SDK's exception."""
 
 
-def typed_error(exc: BaseException, table: ErrorTable, wording: Wording) -> ProviderError | None:
-    """``exc`` as the typed error the table maps it to (its cause set); None when no entry does."""
-    if isinstance(exc, ProviderError):
-        return exc
-    for types, typed in table:
-        if isinstance(exc, types):
-            error = typed(wording(typed, exc))
-            error.__cause__ = exc
-            return error
-    return None
+def by_type(table: ErrorTable) -> Classify:
+    """The classifier of a table of exception types."""
+
+    def classify(exc: BaseException) -> type[ProviderError] | None:
+        return next((typed for types, typed in table if isinstance(exc, types)), None)
+
+    return classify
 
 
-def call_api(fn: Callable[[], T], table: ErrorTable, wording: Wording, *, tries: int = 5, max_s: float = 60.0,
+def call_api(fn: Callable[[], T], classify: Classify, wording: Wording, *, tries: int = 5, max_s: float = 60.0,
              sleep: Callable[[float], None] = time.sleep) -> T:
-    """``fn()``, its exceptions mapped through ``table``; ``Unavailable`` retried (bounded)."""
+    """``fn()``, its exceptions mapped by ``classify``; ``Unavailable`` retried (bounded)."""
 
     def once() -> T:
         try:
             return fn()
+        except ProviderError:
+            raise
         except Exception as exc:
-            error = typed_error(exc, table, wording)
-            if error is None or error is exc:
+            typed = classify(exc)
+            if typed is None:
                 raise
-            raise error from exc
+            raise typed(wording(typed, exc)) from exc
 
     retrying = retry(retry=retry_if_exception_type(Unavailable), reraise=True, sleep=sleep,
                      stop=stop_after_attempt(tries) | stop_after_delay(max_s),

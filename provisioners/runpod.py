@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioners import runpod_graphql
-from provisioners.api_retry import ErrorTable, Wording, call_api
+from provisioners.api_retry import ErrorTable, Wording, by_type, call_api
 from provisioners.base import (
     AuthError,
     NoCapacity,
@@ -122,8 +122,10 @@ class RunPodProvider(Provider):
     # -- the API, with retries -------------------------------------------------------------------
     def _graphql(self, what: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         """``query``'s data; campaign values go in ``variables``, never into the query text."""
-        return call_api(lambda: runpod_graphql.post(query, variables or {}, self.runpod.api_key), error_table(),
-                        _wording(what), max_s=60, sleep=self.sleep)
+        def post() -> dict[str, Any]:
+            return runpod_graphql.post(query, variables or {}, self.runpod.api_key)
+
+        return call_api(post, by_type(error_table()), _wording(what), max_s=60, sleep=self.sleep)
 
     # -- Provider ---------------------------------------------------------------------------------
     def offers(self, request: OfferRequest) -> list[Offer]:
