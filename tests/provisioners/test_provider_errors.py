@@ -10,7 +10,7 @@ import pytest
 import requests
 from runpod import error as runpod_error
 
-from provisioners.base import AuthError, Node, NodeGone, OfferRequest, ProviderError, Unavailable
+from provisioners.base import AuthError, NoCapacity, Node, NodeGone, OfferRequest, ProviderError, Unavailable
 from provisioners.runpod import RunPodProvider, RunPodSettings, error_table
 from provisioners.vastai import classify as vast_classify
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
@@ -136,3 +136,33 @@ def _no_wait(call_api):  # type: ignore[no-untyped-def]
         return call_api(*args, **{**kwargs, "sleep": lambda s: None})
 
     return fast
+
+
+def _client_error(code: str) -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": "m"}}, "DescribeInstances")
+
+
+@pytest.mark.parametrize(("make", "typed"), [
+    (lambda: _client_error("AuthFailure"), AuthError),
+    (lambda: _client_error("InsufficientInstanceCapacity"), NoCapacity),
+    (lambda: _client_error("InvalidInstanceID.NotFound"), NodeGone),
+    (lambda: _client_error("InvalidParameterValue"), ProviderError),
+    (lambda: __import__("botocore.exceptions").exceptions.EndpointConnectionError(endpoint_url="http://x"),
+     Unavailable),
+    (lambda: __import__("botocore.exceptions").exceptions.NoCredentialsError(), AuthError),
+    (lambda: __import__("botocore.exceptions").exceptions.ParamValidationError(report="bad"), None),
+    (lambda: TypeError("our bug"), None),
+])
+def test_aws_table(make, typed: type[ProviderError] | None) -> None:  # type: ignore[no-untyped-def]
+    from provisioners.aws_api import _translated
+
+    exc = make()
+    translated = _translated("read an instance", "us-east-1", exc)
+    if typed is None:
+        assert translated is exc, "ours: re-raised as it is"
+    else:
+        assert isinstance(translated, typed)
+        assert not any(isinstance(translated, other) for other in (AuthError, NoCapacity, NodeGone, Unavailable)
+                       if other is not typed), "exactly one kind"
