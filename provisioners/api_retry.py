@@ -58,14 +58,3 @@ def call_api(fn: Callable[[], T], classify: Classify, wording: Wording, *, tries
                      wait=wait_exponential(multiplier=0.3, max=8))
     return retrying(once)()
 
-
-def with_retries(fn: Callable[[], T], retryable: Callable[[BaseException], bool], tries: int = 5,
-                 max_s: float = 60.0, sleep: Callable[[float], None] = time.sleep) -> T:
-    """``fn()``, retried (bounded as above) on errors ``retryable`` accepts; the last one re-raised.
-    For providers not yet on ``call_api``."""
-    from tenacity import retry_if_exception
-
-    retrying = retry(retry=retry_if_exception(retryable), reraise=True, sleep=sleep,
-                     stop=stop_after_attempt(tries) | stop_after_delay(max_s),
-                     wait=wait_exponential(multiplier=0.3, max=8))
-    return retrying(fn)()

@@ -166,3 +166,30 @@ def test_aws_table(make, typed: type[ProviderError] | None) -> None:  # type: ig
         assert isinstance(translated, typed)
         assert not any(isinstance(translated, other) for other in (AuthError, NoCapacity, NodeGone, Unavailable)
                        if other is not typed), "exactly one kind"
+
+
+def _raised_in_sky() -> ValueError:
+    import sky
+
+    try:
+        sky.Resources(cpus="abc")
+    except ValueError as exc:
+        return exc
+    raise AssertionError("SkyPilot accepted cpus='abc'")
+
+
+@pytest.mark.parametrize(("make", "typed"), [
+    (lambda: ConnectionError("refused"), Unavailable),
+    (lambda: __import__("sky.exceptions").exceptions.ApiServerConnectionError("http://x"), Unavailable),
+    (lambda: __import__("sky.exceptions").exceptions.ResourcesUnavailableError("none"), NoCapacity),
+    (lambda: __import__("sky.exceptions").exceptions.ClusterDoesNotExist("c"), NodeGone),
+    (lambda: __import__("sky.exceptions").exceptions.NoCloudAccessError("no"), AuthError),
+    (lambda: __import__("sky.exceptions").exceptions.CloudError("m", "lambda", "E"), ProviderError),
+    (_raised_in_sky, ProviderError),
+    (lambda: ValueError("ours"), None),
+    (lambda: TypeError("ours"), None),
+])
+def test_skypilot_table(make, typed: type[ProviderError] | None) -> None:  # type: ignore[no-untyped-def]
+    from provisioners.skypilot import classify
+
+    assert classify(make()) is typed
