@@ -133,15 +133,13 @@ class AttemptDriver:
             self.ctx.log(f"{self.key}: could not read attempt {attempt.number}'s last events: {exc}")
 
     def terminate(self, node: Node) -> None:
-        for delay in (0, 1, 5):
-            time.sleep(delay)
-            try:
-                self.provider.terminate(node)
-                return
-            except ProviderError as exc:
-                self.ctx.log(f"{self.key}: terminate {node.node_id} failed ({exc}); retrying")
-        self.ctx.log(f"{self.key}: could not terminate {node.node_id}: run `benchctl down` or terminate it "
-                     "at the provider")
+        """One ``terminate``: the provider's API call already retries what may pass on retry
+        (``Unavailable``), and a node already gone is success there."""
+        try:
+            self.provider.terminate(node)
+        except ProviderError as exc:
+            self.ctx.log(f"{self.key}: could not terminate {node.node_id} ({exc}): run `benchctl down` or "
+                         "terminate it at the provider")
 
     def _wait_ready(self, node: Node) -> Outcome | None:
         """None once the node runs; else why it never will."""

@@ -37,7 +37,7 @@ from typing import Any
 from provisioners import aws_setup
 from provisioners.aws_api import AUTH_CODES, EC2, AWSError, session
 from provisioners.aws_instances import UnknownInstance, resolve
-from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.base import Node, NodeGone, NodeState, Offer, OfferRequest, Provider, ProviderError
 from provisioners.ssh_keys import campaign_key
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
@@ -45,7 +45,6 @@ CAMPAIGN_TAG = "benchctl:campaign"
 TOKEN_TAG = "benchctl:token"
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 SPOT_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
-NOT_FOUND = "InvalidInstanceID.NotFound"
 UNKNOWN_GRACE_S = 120.0
 
 
@@ -162,10 +161,8 @@ class AWSProvider(Provider):
         try:
             answer = self.ec2(_region(node, self.settings)).call("read an instance", "describe_instances",
                                                                  InstanceIds=[node.node_id])
-        except AWSError as exc:
-            if exc.code == NOT_FOUND:
-                return None
-            raise
+        except NodeGone:
+            return None
         found = [i for r in answer.get("Reservations") or [] for i in r.get("Instances") or []]
         return found[0] if found else None
 
@@ -189,12 +186,9 @@ class AWSProvider(Provider):
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
 
     def terminate(self, node: Node) -> None:
-        try:
+        with contextlib.suppress(NodeGone):
             self.ec2(_region(node, self.settings)).call("terminate an instance", "terminate_instances",
                                                         InstanceIds=[node.node_id])
-        except AWSError as exc:
-            if exc.code != NOT_FOUND:
-                raise
         self._endpoints.pop(node.node_id, None)
 
     def owned(self, campaign_tag: str) -> list[Node]:

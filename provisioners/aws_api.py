@@ -5,16 +5,16 @@
   boto3's own choice (``AWS_ENDPOINT_URL`` points it elsewhere, as the tests do).
 - Retries are botocore's "standard" mode: throttling, 5xx, connection errors and timeouts are
   retried with backoff up to ``attempts`` tries; every request has connect and read timeouts.
-- Every failure becomes an ``AWSError`` (a ProviderError) carrying the API's error code, worded
-  by kind: refused credentials or permissions, no capacity or quota, API unreachable, or the
-  API's own message.
+- Every failure of the API becomes an ``AWSError`` carrying the API's error code, typed by one
+  table (``CODE_ERRORS``: auth, no capacity, node gone; unreachable is ``Unavailable``) and
+  worded by kind; an error of our own (a wrong parameter, a TypeError) is re-raised as it is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from provisioners.base import ProviderError
+from provisioners.base import AuthError, NoCapacity, NodeGone, ProviderError, Unavailable
 
 CREDENTIALS_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or add a profile to "
                     "~/.aws/credentials (`aws configure`)")
@@ -33,13 +33,37 @@ class AWSError(ProviderError):
         self.code = code
 
 
+class AWSAuthError(AWSError, AuthError):
+    pass
+
+
+class AWSNoCapacity(AWSError, NoCapacity):
+    pass
+
+
+class AWSUnavailable(AWSError, Unavailable):
+    pass
+
+
+class AWSNodeGone(AWSError, NodeGone):
+    pass
+
+
+CODE_ERRORS: dict[str, type[AWSError]] = {**dict.fromkeys(AUTH_CODES, AWSAuthError),
+                                          **dict.fromkeys(CAPACITY_CODES, AWSNoCapacity),
+                                          "InvalidInstanceID.NotFound": AWSNodeGone}
+"""The one table: an API error code → its typed error (any other code: AWSError). botocore's own
+errors: no credentials → AWSAuthError; a parameter our code got wrong → re-raised as it is;
+any other (connection, timeout: botocore retried them already) → AWSUnavailable."""
+
+
 def session() -> Any:
     """A boto3 session on the standard credential chain; ProviderError when that chain has no credentials."""
     import boto3
 
     made = boto3.session.Session()
     if made.get_credentials() is None:
-        raise ProviderError(f"aws: no credentials: {CREDENTIALS_HELP}")
+        raise AuthError(f"aws: no credentials: {CREDENTIALS_HELP}")
     return made
 
 
@@ -75,14 +99,20 @@ class EC2:
 
 def _translated(what: str, region: str, exc: Exception) -> Exception:
     """The AWSError for a failed call (``exc`` itself when it is not botocore's)."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        NoCredentialsError,
+        ParamValidationError,
+        PartialCredentialsError,
+    )
 
     if isinstance(exc, ClientError):
         return _client_error(what, region, exc)
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-        return AWSError(f"aws: no usable credentials while trying to {what}: {CREDENTIALS_HELP}")
-    if isinstance(exc, BotoCoreError):
-        return AWSError(f"aws API unavailable in {region} while trying to {what} (retried): "
+        return AWSAuthError(f"aws: no usable credentials while trying to {what}: {CREDENTIALS_HELP}")
+    if isinstance(exc, BotoCoreError) and not isinstance(exc, ParamValidationError):
+        return AWSUnavailable(f"aws API unavailable in {region} while trying to {what} (retried): "
                         f"{type(exc).__name__}: {exc}")
     return exc
 
@@ -90,10 +120,11 @@ def _translated(what: str, region: str, exc: Exception) -> Exception:
 def _client_error(what: str, region: str, exc: Any) -> AWSError:
     error = exc.response.get("Error", {})
     code, message = str(error.get("Code", "")), str(error.get("Message", ""))
-    if code in AUTH_CODES:
-        return AWSError(f"aws refused to {what} in {region} ({code}: {message}): check the credentials "
+    typed = CODE_ERRORS.get(code, AWSError)
+    if typed is AWSAuthError:
+        return typed(f"aws refused to {what} in {region} ({code}: {message}): check the credentials "
                         f"({CREDENTIALS_HELP}) and their EC2 permissions", code)
-    if code in CAPACITY_CODES:
-        return AWSError(f"aws could not {what} in {region}: no capacity or quota ({code}: {message}); try another "
+    if typed is AWSNoCapacity:
+        return typed(f"aws could not {what} in {region}: no capacity or quota ({code}: {message}); try another "
                         "region or market later, or raise the quota in Service Quotas", code)
-    return AWSError(f"aws could not {what} in {region} ({code}): {message}", code)
+    return typed(f"aws could not {what} in {region} ({code}): {message}", code)

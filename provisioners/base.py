@@ -30,6 +30,22 @@ class ProviderError(Exception):
     """A provider call failed; the message says what failed and what to do."""
 
 
+class AuthError(ProviderError):
+    """The provider refused or lacks our credentials: fix them, retrying will not help."""
+
+
+class NoCapacity(ProviderError):
+    """The provider has nothing to rent for this request now."""
+
+
+class Unavailable(ProviderError):
+    """The provider's API did not answer usefully (connection, timeout, 429, 5xx): may pass on retry."""
+
+
+class NodeGone(ProviderError):
+    """The node does not exist at the provider any more (terminating it is then done)."""
+
+
 @dataclass(frozen=True)
 class OfferRequest:
     """What a cell asks for. Provider-specific fields travel in ``extra``."""

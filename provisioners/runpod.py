@@ -3,39 +3,56 @@
 - Offers: the GPU type's prices from ``gpuTypes`` (secure or community cloud per the settings;
   on-demand = the cloud's price, spot = a bid of max(minimumBidPrice, the cloud's spot price),
   both per GPU × count).
-- Launch: on-demand through ``create_pod``; spot through the ``podRentInterruptable`` mutation
-  with ``bidPerGpu``. The pod is named ``<campaign tag>--<token>`` (``owned`` lists by that
-  prefix) and gets the campaign's public key as ``PUBLIC_KEY``. The billed price is the pod's
-  ``costPerHr``, the host its ``machineId``.
+- Launch: on-demand through the ``podFindAndDeployOnDemand`` mutation (what the SDK's
+  ``create_pod`` sends); spot through ``podRentInterruptable`` with ``bidPerGpu``. Every query is
+  a constant of ``runpod_graphql`` and campaign values travel as GraphQL variables. The pod is
+  named ``<campaign tag>--<token>`` (``owned`` lists by that prefix) and gets the campaign's
+  public key as ``PUBLIC_KEY``. The billed price is the pod's ``costPerHr``, the host its
+  ``machineId``.
 - Status from ``desiredStatus``: RUNNING with a runtime → running, without → starting;
   CREATED/RESTARTING → starting; EXITED on an INTERRUPTABLE pod (we never stop pods, we
   terminate them) → preempted; EXITED otherwise, DEAD, TERMINATED, PAUSED or no pod → terminated;
   anything else → unknown.
 - SSH: ``root`` at the ``runtime.ports`` entry with privatePort 22.
-- Every SDK call is retried (bounded) on connection errors, timeouts, unreadable answers and
-  answers without data (429, 5xx); a refused key (401) or a GraphQL error is reported at once.
+- Errors, in one table (``error_table``): connection errors, timeouts, unreadable answers and
+  answers without data (429, 5xx) are ``Unavailable``, retried (bounded); a refused key (401) is
+  ``AuthError`` and a GraphQL error a ``ProviderError``, reported at once; anything else is ours
+  and re-raised as it is.
 - The key: ``RUNPOD_API_KEY``, else the SDK's ``~/.runpod/config.toml``. It is handed to the SDK
   only, never to nodes, events or the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from provisioners.api_retry import with_retries
-from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners import runpod_graphql
+from provisioners.api_retry import ErrorTable, Wording, by_type, call_api
+from provisioners.base import (
+    AuthError,
+    NoCapacity,
+    Node,
+    NodeGone,
+    NodeState,
+    Offer,
+    OfferRequest,
+    Provider,
+    ProviderError,
+    Unavailable,
+)
 from provisioners.ssh_keys import campaign_key
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
 GPU_TYPE_IDS = {"H100_SXM": "NVIDIA H100 80GB HBM3", "H100_PCIE": "NVIDIA H100 PCIe", "H100_NVL": "NVIDIA H100 NVL",
                 "A100_SXM": "NVIDIA A100-SXM4-80GB", "A100_PCIE": "NVIDIA A100 80GB PCIe"}
 KEY_HELP = "set RUNPOD_API_KEY, or put api_key in ~/.runpod/config.toml (`runpod config`)"
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,17 +83,24 @@ def api_key() -> str | None:
     return getattr(sdk(), "api_key", None) or None
 
 
-def _retryable(exc: BaseException) -> bool:
+def _wording(what: str) -> Wording:
+    def wording(typed: type[ProviderError], exc: BaseException) -> str:
+        if typed is AuthError:
+            return f"runpod refused the API key while trying to {what} (401): {KEY_HELP}"
+        if typed is Unavailable:
+            return f"runpod API unavailable while trying to {what} (retried): {type(exc).__name__}: {exc}"
+        return f"runpod could not {what}: {exc}"
+
+    return wording
+
+
+def error_table() -> ErrorTable:
+    """The runpod SDK's exceptions (and requests', from its transport) as typed errors."""
     import requests
-
-    return isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout | ValueError
-                      | KeyError | TypeError) and not _is_sdk_error(exc)
-
-
-def _is_sdk_error(exc: BaseException) -> bool:
     from runpod import error
 
-    return isinstance(exc, error.RunPodError)
+    return ((error.AuthenticationError, AuthError), (error.QueryError, ProviderError),
+            (requests.exceptions.RequestException, Unavailable))
 
 
 class RunPodProvider(Provider):
@@ -86,45 +110,28 @@ class RunPodProvider(Provider):
         runpod = sdk()
         key = api_key()
         if not key:
-            raise ProviderError(f"runpod: no API key: {KEY_HELP}")
+            raise AuthError(f"runpod: no API key: {KEY_HELP}")
         runpod.api_key = key
         self.runpod = runpod
         self.root = root
         self.settings = settings or RunPodSettings()
         self._endpoints: dict[str, SSHEndpoint] = {}
+        self.sleep: Callable[[float], None] = time.sleep
+        """Between retries (a test replaces it)."""
 
-    # -- the SDK, with retries --------------------------------------------------------------------
-    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        from runpod import error
+    # -- the API, with retries -------------------------------------------------------------------
+    def _graphql(self, what: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``query``'s data; campaign values go in ``variables``, never into the query text."""
+        def post() -> dict[str, Any]:
+            return runpod_graphql.post(query, variables or {}, self.runpod.api_key)
 
-        try:
-            return with_retries(lambda: fn(*args, **kwargs), _retryable, max_s=60)
-        except error.AuthenticationError as exc:
-            raise ProviderError(f"runpod refused the API key while trying to {what} (401): {KEY_HELP}") from exc
-        except error.QueryError as exc:
-            raise ProviderError(f"runpod could not {what}: {exc}") from exc
-        except Exception as exc:
-            if _retryable(exc):
-                raise ProviderError(f"runpod API unavailable while trying to {what} (retried): "
-                                    f"{type(exc).__name__}: {exc}") from exc
-            raise
-
-    def _graphql(self, what: str, query: str) -> dict[str, Any]:
-        from runpod.api.graphql import run_graphql_query
-
-        def run() -> dict[str, Any]:
-            answer = run_graphql_query(query)
-            return dict(answer["data"])  # no "data" (a 429 or 5xx body): KeyError, retried
-
-        return self._call(what, run)
+        return call_api(post, by_type(error_table()), _wording(what), max_s=60, sleep=self.sleep)
 
     # -- Provider ---------------------------------------------------------------------------------
     def offers(self, request: OfferRequest) -> list[Offer]:
         gpu_id = GPU_TYPE_IDS.get(request.gpu, request.gpu)
-        query = f"""query {{ gpuTypes(input: {{id: "{gpu_id}"}}) {{ id securePrice communityPrice secureSpotPrice
-            communitySpotPrice secureCloud communityCloud lowestPrice(input: {{gpuCount: {request.count}}}) {{
-            minimumBidPrice uninterruptablePrice }} }} }}"""
-        types = self._graphql("list GPU prices", query).get("gpuTypes") or []
+        types = self._graphql("list GPU prices", runpod_graphql.GPU_TYPES,
+                              {"gpuTypeId": gpu_id, "gpuCount": request.count}).get("gpuTypes") or []
         offers = []
         for gpu in types:
             for cloud in ("SECURE", "COMMUNITY") if self.settings.cloud == "ALL" else (self.settings.cloud,):
@@ -152,20 +159,20 @@ class RunPodProvider(Provider):
         _, public = campaign_key(self.root / "keys", campaign_tag)
         name = f"{campaign_tag}--{token}"
         d = offer.details
+        pod_input: dict[str, Any] = {
+            "name": name, "imageName": d["image"], "gpuTypeId": d["gpu_type_id"], "gpuCount": offer.count,
+            "cloudType": d["cloud"], "startSsh": True, "supportPublicIp": True, "ports": "22/tcp",
+            "volumeInGb": 0, "containerDiskInGb": self.settings.container_disk_gb, "minVcpuCount": offer.vcpus or 1,
+            "env": [{"key": "PUBLIC_KEY", "value": public}]}
         if offer.market == "spot":
-            mutation = f"""mutation {{ podRentInterruptable(input: {{ bidPerGpu: {d['per_gpu']}, name: "{name}",
-                imageName: "{d['image']}", gpuTypeId: "{d['gpu_type_id']}", gpuCount: {offer.count},
-                cloudType: {d['cloud']}, startSsh: true, supportPublicIp: true, ports: "22/tcp", volumeInGb: 0,
-                containerDiskInGb: {self.settings.container_disk_gb}, minVcpuCount: {offer.vcpus or 1},
-                env: [{{ key: "PUBLIC_KEY", value: "{public}" }}] }}) {{ id costPerHr podType machineId }} }}"""
-            pod = self._graphql("rent a spot pod", mutation)["podRentInterruptable"]
+            answer = self._graphql("rent a spot pod", runpod_graphql.RENT_SPOT,
+                                   {"input": {**pod_input, "bidPerGpu": d["per_gpu"]}})
+            pod = answer["podRentInterruptable"]
         else:
-            pod = self._call("create a pod", self.runpod.create_pod, name=name, image_name=d["image"],
-                             gpu_type_id=d["gpu_type_id"], cloud_type=d["cloud"], gpu_count=offer.count,
-                             container_disk_in_gb=self.settings.container_disk_gb, min_vcpu_count=offer.vcpus or 1,
-                             ports="22/tcp", support_public_ip=True, start_ssh=True, env={"PUBLIC_KEY": public})
+            pod = self._graphql("create a pod", runpod_graphql.DEPLOY_ON_DEMAND,
+                                {"input": pod_input})["podFindAndDeployOnDemand"]
         if not pod or not pod.get("id"):
-            raise ProviderError(f"runpod did not create a pod for {offer.offer_id}: no capacity now")
+            raise NoCapacity(f"runpod did not create a pod for {offer.offer_id}: no capacity now")
         details: dict[str, Any] = {"pod_id": pod["id"], "host": pod.get("machineId") or ""}
         billed = self._pod(pod["id"])
         if billed and billed.get("costPerHr") is not None:
@@ -174,7 +181,8 @@ class RunPodProvider(Provider):
                     details=details)
 
     def _pod(self, pod_id: str) -> dict[str, Any] | None:
-        return self._call("read a pod", self.runpod.get_pod, pod_id)
+        pod = self._graphql("read a pod", runpod_graphql.POD, {"podId": pod_id}).get("pod")
+        return dict(pod) if pod else None
 
     def status(self, node: Node) -> NodeState:
         return pod_state(self._pod(node.node_id))
@@ -193,15 +201,25 @@ class RunPodProvider(Provider):
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
 
     def terminate(self, node: Node) -> None:
-        try:
-            self._call("terminate a pod", self.runpod.terminate_pod, node.node_id)
-        except ProviderError as exc:
-            if "not found" not in str(exc).lower():
-                raise
+        """Idempotent: a pod the API no longer has is terminated."""
+        with contextlib.suppress(NodeGone):
+            self._terminate(node.node_id)
         self._endpoints.pop(node.node_id, None)
 
+    def _terminate(self, pod_id: str) -> None:
+        """``podTerminate``; NodeGone when it fails because the pod no longer exists (read back:
+        the API's error is a message, not a code)."""
+        try:
+            self._graphql("terminate a pod", runpod_graphql.TERMINATE, {"podId": pod_id})
+        except (AuthError, Unavailable):
+            raise
+        except ProviderError as exc:
+            if self._pod(pod_id) is None:
+                raise NodeGone(f"runpod pod {pod_id} is gone") from exc
+            raise
+
     def owned(self, campaign_tag: str) -> list[Node]:
-        pods = self._call("list pods", self.runpod.get_pods) or []
+        pods = (self._graphql("list pods", runpod_graphql.PODS).get("myself") or {}).get("pods") or []
         nodes = []
         for pod in pods:
             name = str(pod.get("name") or "")

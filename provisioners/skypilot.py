@@ -18,20 +18,35 @@
   reads of a reclaimed node possible) and read with ``ssh -F``, with our host-key pinning on top.
 - Terminate: ``sky.down``, waited for; a cluster already gone is success.
 - Credentials are SkyPilot's own (``sky check``, its API server); benchctl never reads them.
-- API calls are retried (bounded) on connection errors and timeouts, nothing else.
+- Errors: one table (``error_table``) types SkyPilot's exceptions (auth, no capacity, cluster
+  gone, API server unreachable); connection errors and timeouts are ``Unavailable``, retried
+  (bounded), nothing else is; any other error SkyPilot raised is a ``ProviderError``; one raised
+  by our own code is re-raised as it is.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from provisioners.api_retry import with_retries
-from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.api_retry import ErrorTable, Wording, by_type, call_api
+from provisioners.base import (
+    AuthError,
+    NoCapacity,
+    Node,
+    NodeGone,
+    NodeState,
+    Offer,
+    OfferRequest,
+    Provider,
+    ProviderError,
+    Unavailable,
+)
 from provisioners.skypilot_sdk import SkyClient, SkySDK
 from provisioners.skypilot_task import accelerators, task_config, validate
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
@@ -50,18 +65,52 @@ class SkyPilotSettings:
     autodown_idle_minutes: int = 30
 
 
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
+def error_table() -> ErrorTable:
+    """The one table: SkyPilot's (and the network's) exceptions → typed errors."""
     import requests
 
-    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
-        return True
+    table: list[tuple[type[BaseException] | tuple[type[BaseException], ...], type[ProviderError]]] = [
+        ((ConnectionError, TimeoutError, requests.exceptions.ConnectionError, requests.exceptions.Timeout),
+         Unavailable)]
     try:
-        from sky import exceptions
+        from sky import exceptions as sky
     except ImportError:  # a stand-in client without the SDK
-        return False
-    return isinstance(exc, exceptions.ApiServerConnectionError)
+        return table
+    return [*table, ((sky.ApiServerConnectionError, sky.ServerTemporarilyUnavailableError), Unavailable),
+            ((sky.ApiServerAuthenticationError, sky.InvalidCloudCredentials, sky.NoCloudAccessError,
+              sky.PermissionDeniedError, sky.CloudUserIdentityError), AuthError),
+            (sky.ResourcesUnavailableError, NoCapacity), (sky.ClusterDoesNotExist, NodeGone)]
+
+
+def classify(exc: BaseException) -> type[ProviderError] | None:
+    """The table's type; else a ProviderError for what SkyPilot raised (its SDK raises errors of
+    any type, a server's re-raised as they were: one of SkyPilot's classes, or raised in its
+    code); None for anything else (ours: re-raised)."""
+    typed = by_type(error_table())(exc)
+    if typed is None and (_is_sky_module(type(exc).__module__) or _raised_in_sky(exc)):
+        return ProviderError
+    return typed
+
+
+def _is_sky_module(name: str) -> bool:
+    return name == "sky" or name.startswith("sky.")
+
+
+def _raised_in_sky(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and _is_sky_module(str(tb.tb_frame.f_globals.get("__name__", "")))
+
+
+def _wording(what: str) -> Wording:
+    def wording(typed: type[ProviderError], exc: BaseException) -> str:
+        if typed is Unavailable:
+            return (f"skypilot: its API server did not answer while trying to {what} (retried): "
+                    f"{type(exc).__name__}: {exc}; check `sky api info`")
+        return f"skypilot could not {what}: {type(exc).__name__}: {exc}"
+
+    return wording
 
 
 def cluster_state(request: str | None, cluster: str | None, use_spot: bool, downed: bool) -> NodeState:
@@ -89,15 +138,11 @@ class SkyPilotProvider(Provider):
         self.root = root
         self.settings = settings or SkyPilotSettings()
         self._downed: set[str] = set()
+        self.sleep: Callable[[float], None] = time.sleep
+        """Between retries (a test replaces it)."""
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return with_retries(lambda: fn(*args), _retryable, max_s=60)
-        except Exception as exc:
-            if _retryable(exc):
-                raise ProviderError(f"skypilot: its API server did not answer while trying to {what} (retried): "
-                                    f"{type(exc).__name__}: {exc}; check `sky api info`") from exc
-            raise ProviderError(f"skypilot could not {what}: {type(exc).__name__}: {exc}") from exc
+        return call_api(lambda: fn(*args), classify, _wording(what), max_s=60, sleep=self.sleep)
 
     # -- Provider ---------------------------------------------------------------------------------
     def validate(self, request: OfferRequest) -> None:

@@ -14,20 +14,34 @@
 - SSH: direct (``public_ipaddr`` + ``ports["22/tcp"]``) or through Vast's proxy
   (``ssh_host``/``ssh_port``), as the settings say; direct falls back to the proxy.
 - Errors: the SDK raises ``requests`` HTTP errors (its CLI exits 0 on them; its Python API does
-  not). 429, 5xx, connection errors, timeouts and unreadable answers are retried (bounded);
-  401/403 are a key error; other 4xx are reported as they are.
+  not), mapped in one table (``HTTP_STATUS_ERRORS``): 429, 5xx, connection errors, timeouts and
+  unreadable answers are ``Unavailable``, retried (bounded); 401/403 ``AuthError``; 404
+  ``NodeGone``; other 4xx are reported as they are; anything else is re-raised at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from provisioners.api_retry import with_retries
-from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.api_retry import Wording, call_api
+from provisioners.base import (
+    AuthError,
+    NoCapacity,
+    Node,
+    NodeGone,
+    NodeState,
+    Offer,
+    OfferRequest,
+    Provider,
+    ProviderError,
+    Unavailable,
+)
 from provisioners.ssh_keys import campaign_key
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
@@ -67,14 +81,34 @@ def _status_of(exc: BaseException) -> int | None:
     return getattr(response, "status_code", None)
 
 
-def _retryable(exc: BaseException) -> bool:
+HTTP_STATUS_ERRORS: dict[int, type[ProviderError]] = {401: AuthError, 403: AuthError, 404: NodeGone,
+                                                      429: Unavailable}
+"""The one table: an HTTP status the SDK's ``HTTPError`` carries → typed error (5xx: Unavailable;
+any other status: a ProviderError). Connection errors, timeouts and unreadable answers (all
+``requests`` errors) are Unavailable; anything else is ours, re-raised as it is."""
+
+
+def classify(exc: BaseException) -> type[ProviderError] | None:
     import requests
 
     if isinstance(exc, requests.exceptions.HTTPError):
+        status = _status_of(exc) or 0
+        return HTTP_STATUS_ERRORS.get(status, Unavailable if status >= 500 else ProviderError)
+    if isinstance(exc, requests.exceptions.RequestException):
+        return Unavailable
+    return None
+
+
+def _wording(what: str) -> Wording:
+    def wording(typed: type[ProviderError], exc: BaseException) -> str:
         status = _status_of(exc)
-        return status == 429 or (status is not None and status >= 500)
-    return isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout | ValueError
-                      | KeyError)
+        if typed is AuthError:
+            return f"vastai refused the API key while trying to {what} ({status}): {KEY_HELP}"
+        if typed is Unavailable:
+            return f"vastai API unavailable while trying to {what} (retried): {type(exc).__name__}: {exc}"
+        return f"vastai could not {what} ({status}): {_body(exc)}"
+
+    return wording
 
 
 class VastProvider(Provider):
@@ -85,26 +119,16 @@ class VastProvider(Provider):
 
         key = api_key()
         if not key:
-            raise ProviderError(f"vastai: no API key: {KEY_HELP}")
+            raise AuthError(f"vastai: no API key: {KEY_HELP}")
         self.settings = settings or VastSettings()
         self.sdk = VastAI(api_key=key, server_url=os.environ.get("VAST_URL") or "https://console.vast.ai", retry=1)
         self.sdk.client.timeout = self.settings.request_timeout_s
         self.root = root
+        self.sleep: Callable[[float], None] = time.sleep
+        """Between retries (a test replaces it)."""
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        try:
-            return with_retries(lambda: fn(*args, **kwargs), _retryable, max_s=90)
-        except Exception as exc:
-            status = _status_of(exc)
-            if status in (401, 403):
-                raise ProviderError(f"vastai refused the API key while trying to {what} ({status}): "
-                                    f"{KEY_HELP}") from exc
-            if _retryable(exc):
-                raise ProviderError(f"vastai API unavailable while trying to {what} (retried): "
-                                    f"{type(exc).__name__}: {exc}") from exc
-            if status is not None:
-                raise ProviderError(f"vastai could not {what} ({status}): {_body(exc)}") from exc
-            raise
+        return call_api(lambda: fn(*args, **kwargs), classify, _wording(what), max_s=90, sleep=self.sleep)
 
     def offers(self, request: OfferRequest) -> list[Offer]:
         s = self.settings
@@ -139,7 +163,7 @@ class VastProvider(Provider):
                             price=offer.details.get("bid"), ssh=True, direct=self.settings.ssh == "direct")
         instance_id = answer.get("new_contract") if isinstance(answer, dict) else None
         if not instance_id:
-            raise ProviderError(f"vastai did not rent offer {offer.offer_id}: {answer}")
+            raise NoCapacity(f"vastai did not rent offer {offer.offer_id}: {answer}")
         node = Node(provider=self.name, node_id=str(instance_id), token=token, campaign_tag=campaign_tag, offer=offer,
                     details={"instance_id": int(instance_id), "host": offer.host})
         try:
@@ -155,10 +179,8 @@ class VastProvider(Provider):
     def _instance(self, node: Node) -> dict[str, Any] | None:
         try:
             return self._call("read an instance", self.sdk.show_instance, int(node.node_id))
-        except ProviderError as exc:
-            if "(404)" in str(exc):
-                return None
-            raise
+        except NodeGone:
+            return None
 
     def status(self, node: Node) -> NodeState:
         return instance_state(self._instance(node))
@@ -178,11 +200,8 @@ class VastProvider(Provider):
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
 
     def terminate(self, node: Node) -> None:
-        try:
+        with contextlib.suppress(NodeGone):
             self._call("destroy an instance", self.sdk.destroy_instance, int(node.node_id))
-        except ProviderError as exc:
-            if "(404)" not in str(exc):
-                raise
 
     def owned(self, campaign_tag: str) -> list[Node]:
         nodes = []

@@ -49,6 +49,7 @@ for command in (run, plan, resume, down, status, leaderboard, import_command, re
 def main(argv: list[str] | None = None) -> None:
     from benchctl.errors import BenchctlError
     from benchctl.terminal_text import clean
+    from provisioners.base import ProviderError
 
     debug = os.environ.get("BENCHCTL_DEBUG", "") not in ("", "0") or "--debug" in (argv or sys.argv[1:])
     try:
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted: `benchctl resume` continues where this stopped", err=True)
         sys.exit(130)
-    except BenchctlError as exc:
+    except (BenchctlError, ProviderError) as exc:  # a provider's error outside a cell: exit 1
         if debug:
             traceback.print_exc()
         click.echo(f"error: {clean(str(exc), newlines=True)}", err=True)  # messages quote files and nodes
-        sys.exit(exc.exit_code)
+        sys.exit(getattr(exc, "exit_code", 1))

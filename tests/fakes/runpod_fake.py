@@ -6,7 +6,8 @@ images do. ``preempt(pod_id)`` evicts a spot pod (EXITED, its processes killed, 
 container dies). ``faults`` is a queue of answers served before the next real ones: ``401``,
 ``429``, ``500`` (an HTML page), ``malformed`` (broken JSON), ``drop`` (connection closed) or
 ``slow`` (answers after 3 s).
-Point the SDK at it with ``RUNPOD_API_BASE_URL``.
+Requests carry ``query`` and ``variables``, executed as a GraphQL server does: the variables are
+data, coerced to their declared types. Point the SDK at it with ``RUNPOD_API_BASE_URL``.
 """
 
 from __future__ import annotations
@@ -174,8 +175,9 @@ def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
             fake.requests.append(body.decode(errors="replace"))
             if self.answer_fault(fake.faults, fake.api_key, b'{"data": {"pod": ', b'{"error": "unauthorized"}'):
                 return
-            query = json.loads(body)["query"]
-            result = graphql_sync(SCHEMA, query, root_value=fake)
+            request = json.loads(body)
+            result = graphql_sync(SCHEMA, request["query"], root_value=fake,
+                                  variable_values=request.get("variables"))
             answer: dict[str, Any] = {"data": result.data}
             if result.errors:
                 answer["errors"] = [{"message": e.message} for e in result.errors]

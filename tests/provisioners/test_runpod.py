@@ -45,7 +45,8 @@ def test_spot_launch_status_preemption_owned_and_terminate(fake: FakeRunPod, tmp
     pod = fake.pods[node.node_id]
     assert pod["name"] == "bc-camp-1--bc-tok1" and pod["podType"] == "INTERRUPTABLE"
     assert node.details["billed_usd_per_hour"] == pytest.approx(1.75 * 8), "the pod's costPerHr is the price"
-    assert "podRentInterruptable" in fake.requests[-2] and "bidPerGpu: 1.75" in fake.requests[-2]
+    sent = json.loads(fake.requests[-2])
+    assert "podRentInterruptable" in sent["query"] and sent["variables"]["input"]["bidPerGpu"] == 1.75
     assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text(), "the campaign key went in as PUBLIC_KEY"
     assert oct((tmp_path / "runpod" / "keys" / "bc-camp-1").stat().st_mode & 0o777) == "0o600"
     assert provider.status(node) is NodeState.RUNNING

@@ -109,8 +109,10 @@ def test_catalog_connection_errors_are_retried_then_reported(standin: SkyPilotSt
     provider = _provider(tmp_path, standin)
     standin.faults += [requests.exceptions.ConnectionError("reset"), ConnectionError("refused")]
     assert provider.offers(_request())[0].hourly_usd == 23.92
-    standin.faults += [ValueError("bad catalog row")]
-    with pytest.raises(ProviderError, match="skypilot could not read SkyPilot's catalog: ValueError: bad catalog"):
+    from sky.exceptions import CloudError
+
+    standin.faults += [CloudError("bad catalog row", "lambda", "CatalogError")]
+    with pytest.raises(ProviderError, match="skypilot could not read SkyPilot's catalog: CloudError: lambda error"):
         provider.offers(_request())
 
 
