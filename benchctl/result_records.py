@@ -17,16 +17,19 @@ bounds (no negative times or bandwidths), campaign names as in campaign files.
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchctl.cost import cost_to_train, steps_for
 from benchctl.errors import SpecError
 from benchctl.spec import MAX_TARGET_STEPS, Target, check_campaign_name
-from benchctl.yaml_source import Limits, format_path, line_of, load_yaml, read_capped
+from benchctl.yaml_source import INT_MAX, Limits, Path_, format_path, line_of, load_yaml, read_capped
 from store.imports import CellResult
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -124,20 +127,18 @@ def read_records(path: Path) -> tuple[list[CellResult], int]:
         text = read_capped(path, file, LIMITS.max_bytes, "a records file")
     except UnicodeDecodeError as exc:
         raise SpecError(file, None, "", f"not UTF-8 text (byte {exc.start}); a records file is JSON or YAML") from None
-    data, lines = load_yaml(text, file, needs="a records file holds a list of result records (see "
-                            "docs/leaderboard.md)", limits=LIMITS)
+    data, lines = _load(text, file)
     items = data if isinstance(data, list) else [data]
     if len(items) > MAX_RECORDS:
         raise SpecError(file, None, "", f"{len(items):,} records, over the {MAX_RECORDS:,} one file may hold; "
                         "split it into several files")
-    found: list[tuple[CellResult, int | None]] = []
+    found: list[tuple[CellResult, Path_]] = []
     skipped = 0
     for index, raw in enumerate(items):
-        at: tuple[str | int, ...] = (index,) if isinstance(data, list) else ()
-        line = line_of(lines, at)
+        at: Path_ = (index,) if isinstance(data, list) else ()
         if not isinstance(raw, dict):
-            raise SpecError(file, line, format_path(at), "a record is a mapping with provider, gpu, count, market, "
-                            "hourly_usd, step_time_ms and target (see docs/leaderboard.md)")
+            raise SpecError(file, line_of(lines, at), format_path(at), "a record is a mapping with provider, gpu, "
+                            "count, market, hourly_usd, step_time_ms and target (see docs/leaderboard.md)")
         if raw.get("step_time_ms") is None and raw.get("status") is not None:
             skipped += 1  # a leaderboard row of a cell that has no result
             continue
@@ -148,13 +149,98 @@ def read_records(path: Path) -> tuple[list[CellResult], int]:
             sub = (*at, *error["loc"])
             raise SpecError(file, line_of(lines, sub), format_path(sub), str(error["msg"]).removeprefix(
                 "Value error, ")) from None
-        found.append((_priced(record), line))
-    keys = [(item.campaign, item.key) for item, _ in found]
-    for item, line in found:
-        if keys.count((item.campaign, item.key)) > 1:
-            raise SpecError(file, line, "", f"two records for the cell {item.key!r}; keep one, or tell them apart "
-                            "with `cell`")
+        found.append((_priced(record), at))
+    keys = Counter((item.campaign, item.key) for item, _ in found)
+    for item, at in found:
+        if keys[(item.campaign, item.key)] > 1:
+            raise SpecError(file, line_of(lines, at), "", f"two records for the cell {item.key!r}; keep one, or tell "
+                            "them apart with `cell`")
     return [item for item, _ in found], skipped
+
+
+_NEEDS = "a records file holds a list of result records (see docs/leaderboard.md)"
+_PLAIN_SCALARS = (str, bool, type(None))
+"""JSON scalars load_yaml reads as the same value whatever they hold."""
+
+
+def _load(text: str, file: str) -> tuple[Any, Mapping[Path_, int]]:
+    """``load_yaml``'s answer, faster for an export: a text that is plain JSON within ``LIMITS``
+    (no duplicate key, NaN/Infinity, out-of-range integer or non-finite float) is read by the json
+    module, and ``load_yaml`` runs only if a line is asked for (to name an error). Anything else,
+    including every file load_yaml would refuse, goes through load_yaml, which says what is wrong."""
+    data = _plain_json(text)
+    if data is _NOT_PLAIN:
+        return load_yaml(text, file, needs=_NEEDS, limits=LIMITS)
+    return data, _LinesOnDemand(lambda: load_yaml(text, file, needs=_NEEDS, limits=LIMITS)[1])
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_json(text: str) -> Any:
+    if not text.lstrip().startswith(("[", "{")):
+        return _NOT_PLAIN
+    try:
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError):
+        return _NOT_PLAIN
+    values, stack = 0, [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        values += 1
+        if values > LIMITS.max_values or depth > LIMITS.max_depth:
+            return _NOT_PLAIN
+        if isinstance(value, dict):
+            values += len(value)  # keys count too: never fewer than load_yaml counts
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+        elif not _plain_scalar(value):
+            return _NOT_PLAIN
+    return data
+
+
+def _plain_scalar(value: Any) -> bool:
+    """A JSON scalar that load_yaml reads as the same value: text, true/false/null, an integer
+    within 64 bits, a finite float."""
+    if isinstance(value, _PLAIN_SCALARS):
+        return True
+    if isinstance(value, int):
+        return -INT_MAX - 1 <= value <= INT_MAX
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN, Infinity: load_yaml names the line
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate key")  # load_yaml names both lines
+    return result
+
+
+class _LinesOnDemand(Mapping[Path_, int]):
+    """``load_yaml``'s line map, computed the first time it is read."""
+
+    def __init__(self, compute: Callable[[], dict[Path_, int]]) -> None:
+        self._compute: Callable[[], dict[Path_, int]] | None = compute
+        self._lines: dict[Path_, int] = {}
+
+    def _get(self) -> dict[Path_, int]:
+        if self._compute is not None:
+            self._lines, self._compute = self._compute(), None
+        return self._lines
+
+    def __getitem__(self, path: Path_) -> int:
+        return self._get()[path]
+
+    def __iter__(self) -> Iterator[Path_]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
 
 
 def _priced(record: Record) -> CellResult:

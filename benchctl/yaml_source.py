@@ -13,6 +13,7 @@ bytes that expand to billions of values) is refused after ``max_values``. Intege
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,7 +199,7 @@ def format_path(path: Path_) -> str:
     return text
 
 
-def line_of(lines: dict[Path_, int], path: Path_) -> int | None:
+def line_of(lines: Mapping[Path_, int], path: Path_) -> int | None:
     """The line of ``path`` or of its nearest ancestor that appears in the file."""
     for end in range(len(path), -1, -1):
         if path[:end] in lines:

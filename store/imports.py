@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from store.models import Attempt, Campaign, Cell, Event, Result
 
@@ -68,6 +68,19 @@ def save_import(engine: Engine, campaign: str, sources: Sequence[str], results: 
         s.commit()
 
 
+def _chunks(ids: list[int | None], size: int = 500) -> Iterator[list[int | None]]:
+    """``ids`` in slices small enough for any database's limit on bound parameters."""
+    for start in range(0, len(ids), size):
+        yield ids[start:start + size]
+
+
+def _busbw(before: Result | dict[str, Any]) -> tuple[Any, Any]:
+    """The (busbw_gbps, busbw_bytes) an earlier result of the cell had (a stored row or one just read)."""
+    if isinstance(before, dict):
+        return before.get("busbw_gbps"), before.get("busbw_bytes")
+    return before.busbw_gbps, before.busbw_bytes
+
+
 def _save_campaign(s: Session, campaign: str, sources: Sequence[str], results: Sequence[CellResult],
                    collectives: Sequence[CellCollectives], now: float) -> None:
     if not results and not collectives:
@@ -83,25 +96,31 @@ def _save_campaign(s: Session, campaign: str, sources: Sequence[str], results: S
         raise NotAnImportCampaign(campaign)
     camp.updated_at = now
     cells = {c.key: c for c in s.exec(select(Cell).where(Cell.campaign_id == camp.id))}
-    for item in results:
-        cell = cells.get(item.key)
-        if cell is None:
+    for item in results:  # new cells first, all in one flush (one round trip, not one per record)
+        if item.key not in cells:
             assert camp.id is not None
-            cell = Cell(campaign_id=camp.id, key=item.key, provider=item.provider, gpu=item.gpu, count=item.count,
-                        market=item.market, config_json="", state="done", created_at=now, updated_at=now)
-            s.add(cell)
-            s.flush()
-            cells[item.key] = cell
-        cell.config_json, cell.updated_at = json.dumps(item.config), now
+            cells[item.key] = Cell(campaign_id=camp.id, key=item.key, provider=item.provider, gpu=item.gpu,
+                                   count=item.count, market=item.market, config_json="", state="done", created_at=now,
+                                   updated_at=now)
+            s.add(cells[item.key])
+    s.flush()
+    ids = list({cells[item.key].id for item in results})
+    old = {r.cell_id: r for chunk in _chunks(ids) for r in s.exec(select(Result).where(col(Result.cell_id).in_(chunk)))}
+    latest: dict[int, dict[str, Any]] = {}
+    for item in results:
+        known = cells[item.key]
+        assert known.id is not None
+        known.config_json, known.updated_at = json.dumps(item.config), now
         values = dict(item.result)
-        old = s.exec(select(Result).where(Result.cell_id == cell.id)).first()
-        if old is not None:
-            if values.get("busbw_gbps") is None:  # keep what an earlier nccl-tests log gave the cell
-                values["busbw_gbps"], values["busbw_bytes"] = old.busbw_gbps, old.busbw_bytes
-            s.delete(old)
-            s.flush()
-        assert cell.id is not None
-        s.add(Result(cell_id=cell.id, computed_at=now, **values))
+        if values.get("busbw_gbps") is None:  # keep what an earlier nccl-tests log gave the cell
+            before: Any = latest.get(known.id) or old.get(known.id)
+            if before is not None:
+                values["busbw_gbps"], values["busbw_bytes"] = _busbw(before)
+        latest[known.id] = values
+    for replaced in old.values():
+        s.delete(replaced)
+    s.flush()
+    s.add_all(Result(cell_id=cell_id, computed_at=now, **values) for cell_id, values in latest.items())
     s.flush()
     for run in collectives:
         cell = cells.get(run.key)

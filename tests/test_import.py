@@ -161,6 +161,13 @@ BAD_RECORDS = [
     ("- {provider: x, gpu: H100_SXM, count: 8, market: sometimes, hourly_usd: 1, step_time_ms: 7, target_steps: 1}\n",
      1, "market"),
     ("[{\"provider\": \"x\",\n \"gpu\": \"H100_SXM\" \"count\": 8}]\n", 2, "syntax"),
+    # Plain JSON (an export) is read by the json module; a bad record still names its line.
+    ('[{"provider": "x", "gpu": "H100_SXM", "count": 8, "market": "spot", "hourly_usd": 1,\n'
+     '  "step_time_ms": 700, "target_steps": 10},\n'
+     ' {"provider": "x", "gpu": "H100_SXM", "count": 8, "market": "spot",\n'
+     '  "hourly_usd": -1, "step_time_ms": 700, "target_steps": 10}]\n', 4, "hourly_usd"),
+    ('[{"provider": "x", "gpu": "H100_SXM", "count": 8, "market": "spot", "hourly_usd": 1,\n'
+     '  "step_time_ms": 700, "target_steps": 10, "count": 4}]\n', 2, "count"),
 ]
 
 
