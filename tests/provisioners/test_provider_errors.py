@@ -3,7 +3,6 @@ a node already gone is a typed case, and the CLI prints any provider error as on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from runpod import error as runpod_error
 from provisioners.base import AuthError, NoCapacity, Node, NodeGone, OfferRequest, ProviderError, Unavailable
 from provisioners.runpod import RunPodProvider, RunPodSettings, error_table
 from provisioners.vastai import classify as vast_classify
-from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
+from tests.fakes.runpod_fake import FakeRunPod
 
 
 def _http_error(status: int) -> requests.exceptions.HTTPError:
@@ -48,13 +47,8 @@ def test_vastai_table(exc: BaseException, typed: type[ProviderError] | None) -> 
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRunPod]:
-    server = FakeRunPod("rp-key", ssh_port=22, authorized_keys=tmp_path / "authorized_keys",
-                        workdir=tmp_path / "pods", boot_s=0.0)
-    with running_fake_runpod(server) as url:
-        monkeypatch.setenv("RUNPOD_API_BASE_URL", url)
-        monkeypatch.setenv("RUNPOD_API_KEY", "rp-key")
-        yield server
+def fake(runpod_fake: FakeRunPod) -> FakeRunPod:
+    return runpod_fake
 
 
 def _provider(tmp_path: Path, sleeps: list[float]) -> RunPodProvider:

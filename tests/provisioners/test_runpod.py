@@ -10,18 +10,13 @@ import pytest
 
 from provisioners.base import NodeState, OfferRequest, ProviderError
 from provisioners.runpod import RunPodProvider, RunPodSettings, pod_state
-from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
+from tests.fakes.runpod_fake import FakeRunPod
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRunPod]:
-    server = FakeRunPod("rp-key", ssh_port=22, authorized_keys=tmp_path / "authorized_keys",
-                        workdir=tmp_path / "pods", boot_s=0.0)
-    with running_fake_runpod(server) as url:
-        monkeypatch.setenv("RUNPOD_API_BASE_URL", url)
-        monkeypatch.setenv("RUNPOD_API_KEY", "rp-key")
-        yield server
-    assert server.inventory() == [], "a test left a node billing at the fake"
+def fake(runpod_fake: FakeRunPod) -> Iterator[FakeRunPod]:
+    yield runpod_fake
+    assert runpod_fake.inventory() == [], "a test left a node billing at the fake"
 
 
 def _provider(tmp_path: Path, cloud: str = "SECURE") -> RunPodProvider:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,20 +11,15 @@ import pytest
 from provisioners import runpod_graphql
 from provisioners.base import OfferRequest
 from provisioners.runpod import RunPodProvider, RunPodSettings
-from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
+from tests.fakes.runpod_fake import FakeRunPod
 
 EVIL = 'img:1" }) { id } podTerminate(input: {podId: "victim"}) }\n#'
 """A value that closes the string and the input object, then adds a mutation of its own."""
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRunPod]:
-    server = FakeRunPod("rp-key", ssh_port=22, authorized_keys=tmp_path / "authorized_keys",
-                        workdir=tmp_path / "pods", boot_s=0.0)
-    with running_fake_runpod(server) as url:
-        monkeypatch.setenv("RUNPOD_API_BASE_URL", url)
-        monkeypatch.setenv("RUNPOD_API_KEY", "rp-key")
-        yield server
+def fake(runpod_fake: FakeRunPod) -> FakeRunPod:
+    return runpod_fake
 
 
 def _sent(fake: FakeRunPod) -> list[dict]:
