@@ -113,7 +113,8 @@ class AttemptDriver:
                 call()
             except Exception as exc:  # whatever it was, the node must still be terminated and the attempt closed
                 failed.append(f"{step} failed: {type(exc).__name__}: {exc}")
-                self.ctx.log(f"{self.key}: attempt {attempt.number}: {failed[-1]}")
+        for problem in failed:  # logged only once the node is terminated: a failing log cannot skip that
+            self.ctx.log(f"{self.key}: attempt {attempt.number}: {problem}")
         if outcome.kind == "abandoned":  # the cell's new owner (or `down`) closes it
             return
         try:
