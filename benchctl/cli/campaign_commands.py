@@ -202,7 +202,7 @@ def _termination_as_interrupt() -> Iterator[None]:
 def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency: int, poll_interval: float,
              status_interval: float) -> None:
     from benchctl.budget import Budget, attempt_worst_case_s
-    from benchctl.cli.report_commands import print_leaderboard
+    from benchctl.cli.leaderboard import print_leaderboard
     from benchctl.engine import pending_cells, run_campaign, terminate_orphans
     from benchctl.errors import BenchctlError
     from benchctl.lease import Leases

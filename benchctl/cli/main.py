@@ -11,12 +11,14 @@ import click
 from benchctl import __version__
 from benchctl.cli.campaign_commands import resume, run
 from benchctl.cli.down_commands import down
+from benchctl.cli.import_files import import_command
+from benchctl.cli.leaderboard import leaderboard
 from benchctl.cli.payload_commands import comm_volume_command
 from benchctl.cli.plan_commands import plan
 from benchctl.cli.preflight_commands import preflight_command
-from benchctl.cli.report_commands import import_command, leaderboard, status
 from benchctl.cli.report_page_commands import report_command
 from benchctl.cli.state import CliState
+from benchctl.cli.status import status
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

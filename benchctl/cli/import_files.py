@@ -1,0 +1,28 @@
+"""``benchctl import FILE...``: result records and nccl-tests logs taken elsewhere join the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from benchctl.cli.state import CliState, pass_state
+
+
+@click.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--campaign", help="The campaign the imports join (default: imported); never one benchctl ran.")
+@click.option("--config", "config", metavar="KEY",
+              help="The cell an nccl-tests log measured (needed when the campaign has several).")
+@pass_state
+def import_command(state: CliState, files: tuple[Path, ...], campaign: str | None, config: str | None) -> None:
+    """Import result records (.json/.yaml) and nccl-tests logs; all or nothing."""
+    from benchctl.importer import import_files
+    from benchctl.terminal_text import clean
+
+    summary = import_files(state.engine(), list(files), campaign, config)
+    skipped = f", skipped {summary.skipped} rows without a result" if summary.skipped else ""
+    click.echo(f"imported {summary.results} results and {summary.collectives} nccl-tests logs into campaign "
+               f"{clean(summary.campaign)}{skipped}; `benchctl leaderboard` ranks them")
+    for line in summary.logs_read_as:
+        click.echo(f"  read {clean(line)}")

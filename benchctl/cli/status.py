@@ -1,0 +1,50 @@
+"""``benchctl status [NAME]``: cells, their states and attempts, and money spent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from benchctl.cli.state import CliState, pass_state
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@pass_state
+def status(state: CliState, name: str | None, fmt: str) -> None:
+    """Cells, their states and attempts, and money spent (of campaign NAME, or all)."""
+    import time
+
+    from benchctl.errors import CampaignNotFound
+    from benchctl.render import render
+    from benchctl.terminal_text import clean
+    from store import queries as q
+
+    engine = state.engine()
+    campaigns = q.campaigns(engine, name)
+    if name is not None and not campaigns:
+        raise CampaignNotFound(f"no campaign named {name!r} in the store; `benchctl status` lists them")
+    report: list[dict[str, Any]] = []
+    for camp in campaigns:
+        assert camp.id is not None
+        spent = q.spent_usd(engine, camp.id)
+        by_outcome = q.spent_by_outcome(engine, camp.id)
+        now = time.time()
+        cells = [{"key": c.key, "state": c.state, "attempts": len(q.attempts(engine, c.id or 0)),
+                  "controller": c.lease_owner if (c.lease_expires_at or 0) > now else None,
+                  "reason": c.reason} for c in q.cells(engine, camp.id)]
+        report.append({"name": camp.name, "budget_usd": camp.budget_usd, "spent_usd": spent,
+                       "remaining_usd": camp.budget_usd - spent, "spent_by_outcome_usd": by_outcome,
+                       "bad_node_spent_usd": by_outcome.get("bad_node", 0.0), "cells": cells})
+    if fmt == "json":
+        click.echo(render([], [], "json", payload={"campaigns": report}))
+        return
+    if not report:
+        click.echo("no campaigns yet: start one with `benchctl run FILE`")
+    for camp_report in report:
+        click.echo(f"campaign {clean(camp_report['name'])}: spent ${camp_report['spent_usd']:.4f} of "
+                   f"${camp_report['budget_usd']:.2f}, ${camp_report['remaining_usd']:.4f} remaining "
+                   f"(${camp_report['bad_node_spent_usd']:.4f} on nodes that failed preflight)")
+        click.echo(render(camp_report["cells"], ["key", "state", "attempts", "controller", "reason"], "table"))
