@@ -29,7 +29,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import payload
 from payload.events import EventLog
 from payload.job import Job
 
@@ -193,7 +192,7 @@ def _start(job_path: Path, world_size: int, label: str, worker_args: list[str],
     rendezvous = workdir / f".rendezvous-{label}-{uuid.uuid4().hex}"
     job = Job.load(job_path)
     env = {**os.environ, **job.env}
-    package_root = str(Path(payload.__file__).parent.parent)
+    package_root = str(Path(__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = omp_threads(job, world_size, os.cpu_count() or 1)

@@ -97,8 +97,7 @@ def test_nccl_settings_that_cripple_a_node(tmp_path: Path, env: str, status: str
 
 
 def test_hints_cite_published_sources_not_a_file_users_do_not_have() -> None:
-    import payload.checks
-    import payload.thresholds
+    from payload import checks, thresholds
 
-    for module in (payload.checks, payload.thresholds):
+    for module in (checks, thresholds):
         assert "REFERENCE.md" not in Path(str(module.__file__)).read_text(), module.__name__
