@@ -207,7 +207,7 @@ class _ProviderSections(_Strict):
         return value if isinstance(value, ProviderSettings) else None
 
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy cannot read a Literal or a model built from the table; pydantic validates with them
     ProviderName = str
     ProvidersSpec = _ProviderSections
 else:
