@@ -1,17 +1,18 @@
-"""Provider registry: a campaign's provider name → a Provider instance (imported lazily)."""
+"""A campaign's provider name → a Provider instance, built from its row in ``provisioners.registry``."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from benchctl.errors import ProviderUnavailable, UsageError
 from benchctl.spec import CellSpec, ProvidersSpec
 from provisioners.base import OfferRequest, Provider, ProviderError
+from provisioners.registry import PROVIDERS
 
-AVAILABLE = ("local", "ssh", "runpod", "vastai", "aws", "skypilot")
+AVAILABLE = tuple(PROVIDERS)
 """Providers this version can drive: every name a campaign file accepts."""
 
 
@@ -37,40 +38,23 @@ class Providers:
         return self._made[name]
 
     def _make(self, name: str) -> Provider:
-        if name == "local":
-            from provisioners.local import LocalProvider
-
-            return LocalProvider(self.home / "nodes")
-        if name == "ssh":
-            from provisioners.ssh import SSHMachine, SSHProvider
-            from provisioners.ssh_transport import SSHEndpoint
-
-            nodes = self.settings.ssh.nodes if self.settings.ssh else []
-            return SSHProvider(self.home / "ssh", [
-                SSHMachine(name=n.label, gpu=n.gpu, count=n.count, hourly_usd=n.price_usd_per_hour,
-                           endpoint=SSHEndpoint(host=n.host, port=n.port, user=n.user, key=n.key, workdir=n.workdir,
-                                                python=n.python)) for n in nodes])
-        if name == "runpod":
-            return self._sdk_provider(name, "runpod", lambda: _runpod(self.home, self.settings))
-        if name == "vastai":
-            return self._sdk_provider(name, "vastai", lambda: _vastai(self.home, self.settings))
-        if name == "skypilot":
-            return self._sdk_provider(name, "skypilot", lambda: _skypilot(self.home, self.settings))
-        if name == "aws":
-            return self._sdk_provider(name, "aws", lambda: _aws(self.home, self.settings))
-        raise ProviderUnavailable(
-            f"provider {name!r} is not available in this version of benchctl (available: {', '.join(AVAILABLE)}); "
-            "remove its cells from the campaign or use a version that ships it")
-
-    @staticmethod
-    def _sdk_provider(name: str, extra: str, make: Callable[[], Provider]) -> Provider:
-        """A cloud provider: its SDK missing or its credentials missing are usage errors (exit 2)."""
+        """A provider from its row in the table: its SDK missing or its credentials missing are usage
+        errors (exit 2)."""
+        entry = PROVIDERS.get(name)
+        if entry is None:
+            raise ProviderUnavailable(
+                f"provider {name!r} is not available in this version of benchctl (available: "
+                f"{', '.join(AVAILABLE)}); remove its cells from the campaign or use a version that ships it")
         try:
-            return make()
+            return entry.make(self.home, self.settings.section(name))
         except ImportError as exc:
+            if entry.extra is None:
+                raise
             raise ProviderUnavailable(f"{name}: its SDK is not installed ({exc.name}): "
-                                      f"pip install 'benchctl[{extra}]'") from None
+                                      f"pip install 'benchctl[{entry.extra}]'") from None
         except ProviderError as exc:
+            if entry.extra is None:
+                raise
             raise ProviderUnavailable(str(exc)) from None
 
     def check(self, names: Iterable[str]) -> None:
@@ -108,34 +92,6 @@ class Providers:
                 problems.append(str(exc))
         if problems:
             raise ProviderUnavailable("\n".join(problems))
-
-
-def _runpod(home: Path, settings: ProvidersSpec) -> Provider:
-    from provisioners.runpod import RunPodProvider, RunPodSettings
-
-    spec = settings.runpod
-    return RunPodProvider(home / "runpod", RunPodSettings(**spec.model_dump()) if spec else RunPodSettings())
-
-
-def _vastai(home: Path, settings: ProvidersSpec) -> Provider:
-    from provisioners.vastai import VastProvider, VastSettings
-
-    spec = settings.vastai
-    return VastProvider(home / "vastai", VastSettings(**spec.model_dump()) if spec else VastSettings())
-
-
-def _skypilot(home: Path, settings: ProvidersSpec) -> Provider:
-    from provisioners.skypilot import SkyPilotProvider, SkyPilotSettings
-
-    spec = settings.skypilot
-    return SkyPilotProvider(home / "skypilot", SkyPilotSettings(**spec.model_dump()) if spec else SkyPilotSettings())
-
-
-def _aws(home: Path, settings: ProvidersSpec) -> Provider:
-    from provisioners.aws import AWSProvider, AWSSettings
-
-    spec = settings.aws
-    return AWSProvider(home / "aws", AWSSettings(**spec.model_dump()) if spec else AWSSettings())
 
 
 def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = (), image: str | None = None,

@@ -8,15 +8,14 @@ raises SpecError naming the file, the line and the field.
 
 from __future__ import annotations
 
-import ipaddress
 import itertools
 import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from benchctl.errors import SpecError
 from benchctl.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, line_of, load_yaml, read_capped
@@ -28,10 +27,11 @@ from payload.thresholds import resolve as resolve_thresholds
 from provisioners.aws_instances import INSTANCES as AWS_INSTANCES
 from provisioners.aws_instances import UnknownInstance
 from provisioners.aws_instances import resolve as resolve_aws_instance
+from provisioners.base import ProviderSettings
+from provisioners.registry import PROVIDERS
 
 Market = Literal["spot", "on-demand"]
-ProviderName = Literal["local", "ssh", "runpod", "vastai", "aws", "skypilot"]
-PRICED_BY_USER = ("local",)
+PRICED_BY_USER = tuple(name for name, entry in PROVIDERS.items() if entry.priced_by_user)
 """Providers whose price the cell states (nobody bills it). ``ssh`` nodes state theirs in
 ``providers.ssh.nodes``; the others bill their own."""
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
@@ -197,94 +197,24 @@ class PayloadSpec(_Strict):
         return self
 
 
-class SSHNodeSpec(_Strict):
-    """A machine you already have, reached over SSH (provider ``ssh``)."""
+class _ProviderSections(_Strict):
+    """Provider settings that live in the campaign (never credentials: those stay in each provider's
+    place): one optional section per provider that takes settings, built from the provider table."""
 
-    name: str | None = Field(default=None, description="how cells and the store name it; default host:port")
-    host: str = Field(min_length=1)
-    port: int = Field(default=22, ge=1, le=65535)
-    user: str = Field(min_length=1)
-    key: str | None = Field(default=None, description="private key file; default: ssh's own choice (agent, ~/.ssh)")
-    gpu: str = Field(min_length=1)
-    count: int = Field(ge=1)
-    price_usd_per_hour: float = Field(default=0.0, ge=0)
-    python: str = Field(default="python3", description="the node's interpreter with PyTorch")
-    workdir: str = Field(default="benchctl", min_length=1, description="our files on the node (relative: under home)")
-
-    @property
-    def label(self) -> str:
-        return self.name or f"{self.host}:{self.port}"
+    def section(self, name: str) -> ProviderSettings | None:
+        """``providers.<name>`` as the campaign states it; None when it does not."""
+        value = getattr(self, name, None)
+        return value if isinstance(value, ProviderSettings) else None
 
 
-class SSHProviderSpec(_Strict):
-    nodes: list[SSHNodeSpec] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> SSHProviderSpec:
-        labels = [n.label for n in self.nodes]
-        if len(set(labels)) != len(labels):
-            raise ValueError("two ssh nodes have the same name (or host:port); give each a distinct `name`")
-        return self
-
-
-class RunPodSpec(_Strict):
-    cloud: Literal["SECURE", "COMMUNITY", "ALL"] = "SECURE"
-    python: str = Field(default="python3", description="the pod's interpreter with PyTorch")
-    workdir: str = Field(default="/workspace/benchctl", min_length=1)
-    container_disk_gb: int = Field(default=50, ge=10)
-
-
-class VastSpec(_Strict):
-    min_reliability: float = Field(default=0.98, ge=0, le=1)
-    min_cuda: float = Field(default=12.4, ge=0)
-    datacenter_only: bool = False
-    bid_margin: float = Field(default=0.1, ge=0, description="spot bid = min_bid × (1 + bid_margin)")
-    ssh: Literal["direct", "proxy"] = "direct"
-    disk_gb: int = Field(default=60, ge=10)
-    python: str = Field(default="python3", description="the instance's interpreter with PyTorch")
-    workdir: str = Field(default="/workspace/benchctl", min_length=1)
-
-
-class SkyPilotSpec(_Strict):
-    python: str = Field(default="python3", description="the cluster's interpreter with PyTorch")
-    workdir: str = Field(default="benchctl", min_length=1, description="our files on the cluster (relative: home)")
-    disk_size: int = Field(default=256, ge=10, description="GB of disk per cluster")
-    autodown_idle_minutes: int = Field(default=30, ge=1, description="SkyPilot tears the cluster down after this "
-                                       "long without an SSH session (the controller is gone)")
-
-
-class AWSSpec(_Strict):
-    region: str = Field(default="us-east-1", min_length=1, description="for cells that name no region")
-    ami: str | None = Field(default=None, description="an image id; default: the newest AMI matching ami_name")
-    ami_name: str = Field(default="Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu *) *", min_length=1)
-    ami_owner: str = Field(default="amazon", min_length=1)
-    ssh_user: str = Field(default="ubuntu", min_length=1)
-    ssh_port: int = Field(default=22, ge=1, le=65535)
-    ssh_cidr: str | None = Field(default=None, description="who may SSH in; default: this machine's public IP")
-    disk_gb: int = Field(default=200, ge=8)
-    python: str = Field(default="/opt/pytorch/bin/python", description="the instance's interpreter with PyTorch "
-                        "(the Deep Learning AMI's; the campaign's `image` does not apply to aws)")
-    workdir: str = Field(default="benchctl", min_length=1)
-
-    @field_validator("ssh_cidr")
-    @classmethod
-    def _cidr(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                ipaddress.ip_network(value, strict=False)
-            except ValueError:
-                raise ValueError(f"{value!r} is not an address range; give one like 203.0.113.7/32") from None
-        return value
-
-
-class ProvidersSpec(_Strict):
-    """Provider settings that live in the campaign (never credentials: those stay in each provider's place)."""
-
-    ssh: SSHProviderSpec | None = None
-    runpod: RunPodSpec | None = None
-    vastai: VastSpec | None = None
-    skypilot: SkyPilotSpec | None = None
-    aws: AWSSpec | None = None
+if TYPE_CHECKING:  # mypy cannot read a Literal or a model built from the table; pydantic validates with them
+    ProviderName = str
+    ProvidersSpec = _ProviderSections
+else:
+    ProviderName = Literal[tuple(PROVIDERS)]
+    ProvidersSpec = create_model("ProvidersSpec", __base__=_ProviderSections, __doc__=_ProviderSections.__doc__,
+                                 **{name: (entry.settings | None, None) for name, entry in PROVIDERS.items()
+                                    if entry.settings is not None})
 
 
 class CampaignSpec(_Strict):
@@ -481,7 +411,7 @@ def parse_campaign(text: str, file: str) -> Campaign:
                         "the profiled step time by the target's step count, so they must be the same model; "
                         "drop payload.profile.model")
     cells = _expand(spec, data["matrix"], file, lines)
-    if spec.providers.ssh is None and any(c.provider == "ssh" for c in cells):
+    if spec.providers.section("ssh") is None and any(c.provider == "ssh" for c in cells):
         index = next(i for i, e in enumerate(data["matrix"])
                      if "ssh" in (e.get("provider") if isinstance(e.get("provider"), list) else [e.get("provider")]))
         where_ssh: Path_ = ("matrix", index)

@@ -26,18 +26,29 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from provisioners import aws_setup
 from provisioners.aws_api import AUTH_CODES, EC2, AWSError, session
 from provisioners.aws_instances import UnknownInstance, resolve
-from provisioners.base import Node, NodeGone, NodeState, Offer, OfferRequest, Provider, ProviderError
+from provisioners.base import (
+    Node,
+    NodeGone,
+    NodeState,
+    Offer,
+    OfferRequest,
+    Provider,
+    ProviderError,
+    ProviderSettings,
+)
 from provisioners.ssh_keys import campaign_key
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
@@ -48,30 +59,45 @@ SPOT_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
 UNKNOWN_GRACE_S = 120.0
 
 
-@dataclass(frozen=True)
-class AWSSettings:
-    region: str = "us-east-1"
-    ami: str | None = None
-    ami_name: str = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu *) *"
-    ami_owner: str = "amazon"
-    ssh_user: str = "ubuntu"
-    ssh_port: int = 22
-    ssh_cidr: str | None = None
-    disk_gb: int = 200
-    python: str = "/opt/pytorch/bin/python"  # where the Deep Learning AMI keeps PyTorch
-    workdir: str = "benchctl"
-    security_group: str = "benchctl-ssh"
-    read_timeout_s: float = 30.0
-    api_attempts: int = 5
+SECURITY_GROUP = "benchctl-ssh"
+"""The security group our instances share: SSH in from ``ssh_cidr``."""
+
+
+class AWSSettings(ProviderSettings):
+    """The campaign's ``providers.aws``."""
+
+    region: str = Field(default="us-east-1", min_length=1, description="for cells that name no region")
+    ami: str | None = Field(default=None, description="an image id; default: the newest AMI matching ami_name")
+    ami_name: str = Field(default="Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu *) *", min_length=1)
+    ami_owner: str = Field(default="amazon", min_length=1)
+    ssh_user: str = Field(default="ubuntu", min_length=1)
+    ssh_port: int = Field(default=22, ge=1, le=65535)
+    ssh_cidr: str | None = Field(default=None, description="who may SSH in; default: this machine's public IP")
+    disk_gb: int = Field(default=200, ge=8)
+    python: str = Field(default="/opt/pytorch/bin/python", description="the instance's interpreter with PyTorch "
+                        "(the Deep Learning AMI's; the campaign's `image` does not apply to aws)")
+    workdir: str = Field(default="benchctl", min_length=1)
+
+    @field_validator("ssh_cidr")
+    @classmethod
+    def _cidr(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an address range; give one like 203.0.113.7/32") from None
+        return value
 
 
 class AWSProvider(Provider):
     name = "aws"
 
-    def __init__(self, root: Path, settings: AWSSettings | None = None) -> None:
+    def __init__(self, root: Path, settings: AWSSettings | None = None, read_timeout_s: float = 30.0,
+                 api_attempts: int = 5) -> None:
         self.session = session()
         self.root = root
         self.settings = settings or AWSSettings()
+        self.read_timeout_s, self.api_attempts = read_timeout_s, api_attempts
         self._clients: dict[str, EC2] = {}
         self._lock = threading.Lock()
         self._endpoints: dict[str, SSHEndpoint] = {}
@@ -79,8 +105,7 @@ class AWSProvider(Provider):
     def ec2(self, region: str) -> EC2:
         with self._lock:  # a boto3 session is not thread-safe; the clients it makes are
             if region not in self._clients:
-                self._clients[region] = EC2(self.session, region, self.settings.read_timeout_s,
-                                            self.settings.api_attempts)
+                self._clients[region] = EC2(self.session, region, self.read_timeout_s, self.api_attempts)
             return self._clients[region]
 
     def spot_prices(self, region: str, instance_type: str) -> dict[str, float]:
@@ -130,7 +155,7 @@ class AWSProvider(Provider):
         ec2 = self.ec2(region)
         _, public = campaign_key(self.root / "keys", campaign_tag)
         key_name = aws_setup.key_pair(ec2, campaign_tag, public)
-        group_id = aws_setup.ssh_group(ec2, s.security_group, s.ssh_port, s.ssh_cidr or aws_setup.caller_cidr())
+        group_id = aws_setup.ssh_group(ec2, SECURITY_GROUP, s.ssh_port, s.ssh_cidr or aws_setup.caller_cidr())
         image_id, root_device = aws_setup.image(ec2, s.ami, s.ami_name, s.ami_owner)
         tags = [{"Key": CAMPAIGN_TAG, "Value": campaign_tag}, {"Key": TOKEN_TAG, "Value": token},
                 {"Key": "Name", "Value": f"{campaign_tag}--{token}"}]
@@ -154,8 +179,8 @@ class AWSProvider(Provider):
             with contextlib.suppress(ProviderError):  # the node runs: keep the offer's price, never lose the node
                 price = self.spot_prices(region, offer.details["instance_type"]).get(zone, price)
         return Node(provider=self.name, node_id=instance_id, token=token, campaign_tag=campaign_tag, offer=offer,
-                    details={"instance_id": instance_id, "region": region, "zone": zone, "host": instance_id,
-                             "billed_usd_per_hour": price, "launched_at": time.time()})
+                    details={"instance_id": instance_id, "region": region, "zone": zone, "launched_at": time.time()},
+                    hourly_usd=price, host=instance_id)
 
     def _instance(self, node: Node) -> dict[str, Any] | None:
         try:

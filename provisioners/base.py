@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 if TYPE_CHECKING:
     from provisioners.transfer_deadline import Deadline
 
@@ -44,6 +46,14 @@ class Unavailable(ProviderError):
 
 class NodeGone(ProviderError):
     """The node does not exist at the provider any more (terminating it is then done)."""
+
+
+class ProviderSettings(BaseModel):
+    """A provider's settings as the campaign states them (``providers.<name>``): no unknown keys, no
+    coercion between types (``disk_gb: "60"`` is an error), no infinities or NaN. Never credentials:
+    these settings are stored with the campaign; keys stay in each provider's own place."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)
@@ -83,9 +93,9 @@ class Offer:
 
 @dataclass(frozen=True)
 class Node:
-    """A rented node. ``details`` holds what the provider needs to find it again after a crash;
-    ``details["billed_usd_per_hour"]`` and ``details["host"]``, when a provider knows them only
-    after the launch, replace the offer's price and host in the attempt's record."""
+    """A rented node. ``details`` holds what the provider needs to find it again after a crash.
+    ``hourly_usd`` (the billed price) and ``host``, when a provider knows them only after the
+    launch, replace the offer's price and host in the attempt's record (None: the offer's stand)."""
 
     provider: str
     node_id: str
@@ -93,14 +103,24 @@ class Node:
     campaign_tag: str
     offer: Offer
     details: dict[str, Any] = field(default_factory=dict)
+    hourly_usd: float | None = None
+    host: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Node:
+        """The node ``to_dict`` wrote, by this version or an older one: older records kept the billed
+        price and the host in ``details`` (``billed_usd_per_hour``, ``host``) and lack offer details."""
         data = dict(raw)
-        return cls(**{**data, "offer": Offer(**data["offer"])})  # older records lack offer details: default
+        details = dict(data.get("details") or {})
+        if "hourly_usd" not in data and "billed_usd_per_hour" in details:
+            billed = details.pop("billed_usd_per_hour")
+            data["hourly_usd"] = float(billed) if billed is not None else None
+        if "host" not in data and "host" in details:
+            data["host"] = str(details.pop("host")) or None
+        return cls(**{**data, "details": details, "offer": Offer(**data["offer"])})
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from provisioners import runpod_graphql
 from provisioners.api_retry import ErrorTable, Wording, by_type, call_api
@@ -45,6 +46,7 @@ from provisioners.base import (
     OfferRequest,
     Provider,
     ProviderError,
+    ProviderSettings,
     Unavailable,
 )
 from provisioners.ssh_keys import campaign_key
@@ -55,13 +57,17 @@ GPU_TYPE_IDS = {"H100_SXM": "NVIDIA H100 80GB HBM3", "H100_PCIE": "NVIDIA H100 P
 KEY_HELP = "set RUNPOD_API_KEY, or put api_key in ~/.runpod/config.toml (`runpod config`)"
 
 
-@dataclass(frozen=True)
-class RunPodSettings:
-    cloud: str = "SECURE"
-    python: str = "python3"
-    workdir: str = "/workspace/benchctl"
-    container_disk_gb: int = 50
-    default_image: str = "runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04"
+DEFAULT_IMAGE = "runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04"
+"""The pod's image when neither the cell nor the campaign's defaults name one."""
+
+
+class RunPodSettings(ProviderSettings):
+    """The campaign's ``providers.runpod``."""
+
+    cloud: Literal["SECURE", "COMMUNITY", "ALL"] = "SECURE"
+    python: str = Field(default="python3", description="the pod's interpreter with PyTorch")
+    workdir: str = Field(default="/workspace/benchctl", min_length=1)
+    container_disk_gb: int = Field(default=50, ge=10)
 
 
 def sdk() -> Any:
@@ -152,7 +158,7 @@ class RunPodProvider(Provider):
                                     count=request.count, vcpus=request.min_vcpus or 0, region=cloud.lower(),
                                     hourly_usd=round(per_gpu * request.count, 4), market=request.market,
                                     details={"gpu_type_id": gpu["id"], "cloud": cloud, "per_gpu": per_gpu,
-                                             "image": request.image or self.settings.default_image}))
+                                             "image": request.image or DEFAULT_IMAGE}))
         return sorted(offers, key=lambda o: o.hourly_usd)
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
@@ -173,12 +179,10 @@ class RunPodProvider(Provider):
                                 {"input": pod_input})["podFindAndDeployOnDemand"]
         if not pod or not pod.get("id"):
             raise NoCapacity(f"runpod did not create a pod for {offer.offer_id}: no capacity now")
-        details: dict[str, Any] = {"pod_id": pod["id"], "host": pod.get("machineId") or ""}
         billed = self._pod(pod["id"])
-        if billed and billed.get("costPerHr") is not None:
-            details["billed_usd_per_hour"] = float(billed["costPerHr"])
         return Node(provider=self.name, node_id=pod["id"], token=token, campaign_tag=campaign_tag, offer=offer,
-                    details=details)
+                    details={"pod_id": pod["id"]}, host=pod.get("machineId") or None,
+                    hourly_usd=float(billed["costPerHr"]) if billed and billed.get("costPerHr") is not None else None)
 
     def _pod(self, pod_id: str) -> dict[str, Any] | None:
         pod = self._graphql("read a pod", runpod_graphql.POD, {"podId": pod_id}).get("pod")

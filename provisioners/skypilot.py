@@ -30,9 +30,10 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from pydantic import Field
 
 from provisioners.api_retry import ErrorTable, Wording, by_type, call_api
 from provisioners.base import (
@@ -45,6 +46,7 @@ from provisioners.base import (
     OfferRequest,
     Provider,
     ProviderError,
+    ProviderSettings,
     Unavailable,
 )
 from provisioners.skypilot_sdk import SkyClient, SkySDK
@@ -57,12 +59,14 @@ IN_FLIGHT = ("PENDING", "WAITING", "RUNNING")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class SkyPilotSettings:
-    python: str = "python3"
-    workdir: str = "benchctl"
-    disk_size: int = 256
-    autodown_idle_minutes: int = 30
+class SkyPilotSettings(ProviderSettings):
+    """The campaign's ``providers.skypilot``."""
+
+    python: str = Field(default="python3", description="the cluster's interpreter with PyTorch")
+    workdir: str = Field(default="benchctl", min_length=1, description="our files on the cluster (relative: home)")
+    disk_size: int = Field(default=256, ge=10, description="GB of disk per cluster")
+    autodown_idle_minutes: int = Field(default=30, ge=1, description="SkyPilot tears the cluster down after this "
+                                       "long without an SSH session (the controller is gone)")
 
 
 def error_table() -> ErrorTable:
@@ -184,10 +188,9 @@ class SkyPilotProvider(Provider):
         task = validate(config, cluster)
         request_id = self._call("submit a launch", self.client.launch, task, cluster,
                                 self.settings.autodown_idle_minutes)
-        details = {"cluster": cluster, "request_id": request_id, "use_spot": offer.market == "spot",
-                   "billed_usd_per_hour": offer.hourly_usd, "host": cluster}
+        details = {"cluster": cluster, "request_id": request_id, "use_spot": offer.market == "spot"}
         return Node(provider=self.name, node_id=cluster, token=token, campaign_tag=campaign_tag, offer=offer,
-                    details=details)
+                    details=details, hourly_usd=offer.hourly_usd, host=cluster)
 
     def _cluster(self, name: str) -> str | None:
         found = [c for c in self._call("read cluster status", self.client.clusters, [name]) if c.name == name]

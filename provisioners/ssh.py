@@ -13,57 +13,89 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
-from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError
+from pydantic import Field, model_validator
+
+from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError, ProviderSettings
 from provisioners.node_records import write_private
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
 
-@dataclass(frozen=True)
-class SSHMachine:
-    name: str
-    endpoint: SSHEndpoint
-    gpu: str
-    count: int
-    hourly_usd: float
+class SSHNode(ProviderSettings):
+    """A machine you already have, reached over SSH: one of the campaign's ``providers.ssh.nodes``."""
+
+    name: str | None = Field(default=None, description="how cells and the store name it; default host:port")
+    host: str = Field(min_length=1)
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str = Field(min_length=1)
+    key: str | None = Field(default=None, description="private key file; default: ssh's own choice (agent, ~/.ssh)")
+    gpu: str = Field(min_length=1)
+    count: int = Field(ge=1)
+    price_usd_per_hour: float = Field(default=0.0, ge=0)
+    python: str = Field(default="python3", description="the node's interpreter with PyTorch")
+    workdir: str = Field(default="benchctl", min_length=1, description="our files on the node (relative: under home)")
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.host}:{self.port}"
+
+    @property
+    def endpoint(self) -> SSHEndpoint:
+        return SSHEndpoint(host=self.host, port=self.port, user=self.user, key=self.key, workdir=self.workdir,
+                           python=self.python)
+
+
+class SSHSettings(ProviderSettings):
+    """The campaign's ``providers.ssh``."""
+
+    nodes: list[SSHNode] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SSHSettings:
+        labels = [n.label for n in self.nodes]
+        if len(set(labels)) != len(labels):
+            raise ValueError("two ssh nodes have the same name (or host:port); give each a distinct `name`")
+        return self
 
 
 class SSHProvider(Provider):
     name = "ssh"
 
-    def __init__(self, root: Path, machines: list[SSHMachine]) -> None:
+    def __init__(self, root: Path, machines: Sequence[SSHNode] = ()) -> None:
         self.root = root
-        self.machines = {m.name: m for m in machines}
+        self.machines = {m.label: m for m in machines}
         for sub in ("claims", "nodes", "known_hosts"):
             (root / sub).mkdir(parents=True, exist_ok=True)
 
-    def _matching(self, request: OfferRequest) -> list[SSHMachine]:
+    def _matching(self, request: OfferRequest) -> list[SSHNode]:
         return [m for m in self.machines.values()
                 if m.gpu.lower() == request.gpu.lower() and m.count == request.count
-                and m.name not in request.exclude_hosts]
+                and m.label not in request.exclude_hosts]
 
     def offers(self, request: OfferRequest) -> list[Offer]:
-        free = [m for m in self._matching(request) if self._holder(m.name) is None]
-        return [Offer(provider=self.name, offer_id=m.name, gpu=m.gpu, count=m.count, vcpus=0, region="ssh",
-                      hourly_usd=m.hourly_usd, market=request.market, host=m.name,
-                      details={"endpoint": asdict(m.endpoint)}) for m in sorted(free, key=lambda m: m.hourly_usd)]
+        free = [m for m in self._matching(request) if self._holder(m.label) is None]
+        return [Offer(provider=self.name, offer_id=m.label, gpu=m.gpu, count=m.count, vcpus=0, region="ssh",
+                      hourly_usd=m.price_usd_per_hour, market=request.market, host=m.label,
+                      details={"endpoint": asdict(m.endpoint)})
+                for m in sorted(free, key=lambda m: m.price_usd_per_hour)]
 
     def all_busy(self, request: OfferRequest) -> bool:
-        return any(self._holder(m.name) is not None for m in self._matching(request))
+        return any(self._holder(m.label) is not None for m in self._matching(request))
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         machine = self.machines.get(offer.offer_id)
         if machine is None:
             raise ProviderError(f"ssh node {offer.offer_id!r} is not in this campaign's providers.ssh.nodes")
-        node = Node(provider=self.name, node_id=f"{machine.name}/{token}", token=token, campaign_tag=campaign_tag,
-                    offer=offer, details={"machine": machine.name, "endpoint": asdict(machine.endpoint)})
+        node = Node(provider=self.name, node_id=f"{machine.label}/{token}", token=token, campaign_tag=campaign_tag,
+                    offer=offer, details={"machine": machine.label, "endpoint": asdict(machine.endpoint)})
         self._write_record(token, {"node": node.to_dict(), "campaign_tag": campaign_tag, "terminated": False,
                                    "created_at": time.time()})
-        if not self._claim(machine.name, token):
+        if not self._claim(machine.label, token):
             self._mark_terminated(token)
-            raise ProviderError(f"ssh node {machine.name} is in use by another attempt; it is free again when "
+            raise ProviderError(f"ssh node {machine.label} is in use by another attempt; it is free again when "
                                 "that attempt ends")
         return node
 

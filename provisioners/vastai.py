@@ -25,9 +25,11 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field
 
 from provisioners.api_retry import Wording, call_api
 from provisioners.base import (
@@ -40,6 +42,7 @@ from provisioners.base import (
     OfferRequest,
     Provider,
     ProviderError,
+    ProviderSettings,
     Unavailable,
 )
 from provisioners.ssh_keys import campaign_key
@@ -51,18 +54,21 @@ KEY_HELP = "set VAST_API_KEY, or put the key in ~/.config/vastai/vast_api_key (o
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class VastSettings:
-    min_reliability: float = 0.98
-    min_cuda: float = 12.4
+DEFAULT_IMAGE = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
+"""The instance's image when neither the cell nor the campaign's defaults name one."""
+
+
+class VastSettings(ProviderSettings):
+    """The campaign's ``providers.vastai``."""
+
+    min_reliability: float = Field(default=0.98, ge=0, le=1)
+    min_cuda: float = Field(default=12.4, ge=0)
     datacenter_only: bool = False
-    bid_margin: float = 0.1
-    ssh: str = "direct"
-    disk_gb: int = 60
-    python: str = "python3"
-    workdir: str = "/workspace/benchctl"
-    request_timeout_s: float = 30.0
-    default_image: str = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
+    bid_margin: float = Field(default=0.1, ge=0, description="spot bid = min_bid × (1 + bid_margin)")
+    ssh: Literal["direct", "proxy"] = "direct"
+    disk_gb: int = Field(default=60, ge=10)
+    python: str = Field(default="python3", description="the instance's interpreter with PyTorch")
+    workdir: str = Field(default="/workspace/benchctl", min_length=1)
 
 
 def api_key() -> str | None:
@@ -114,7 +120,7 @@ def _wording(what: str) -> Wording:
 class VastProvider(Provider):
     name = "vastai"
 
-    def __init__(self, root: Path, settings: VastSettings | None = None) -> None:
+    def __init__(self, root: Path, settings: VastSettings | None = None, request_timeout_s: float = 30.0) -> None:
         from vastai import VastAI
 
         key = api_key()
@@ -122,7 +128,7 @@ class VastProvider(Provider):
             raise AuthError(f"vastai: no API key: {KEY_HELP}")
         self.settings = settings or VastSettings()
         self.sdk = VastAI(api_key=key, server_url=os.environ.get("VAST_URL") or "https://console.vast.ai", retry=1)
-        self.sdk.client.timeout = self.settings.request_timeout_s
+        self.sdk.client.timeout = request_timeout_s
         self.root = root
         self.sleep: Callable[[float], None] = time.sleep
         """Between retries (a test replaces it)."""
@@ -153,7 +159,7 @@ class VastProvider(Provider):
                                 vcpus=int(o.get("cpu_cores_effective") or 0), region=str(o.get("geolocation") or ""),
                                 hourly_usd=price, market=request.market, host=str(o["machine_id"]),
                                 details={"bid": price if spot else None,
-                                         "image": request.image or s.default_image}))
+                                         "image": request.image or DEFAULT_IMAGE}))
         return sorted(offers, key=lambda o: o.hourly_usd)
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
@@ -165,7 +171,7 @@ class VastProvider(Provider):
         if not instance_id:
             raise NoCapacity(f"vastai did not rent offer {offer.offer_id}: {answer}")
         node = Node(provider=self.name, node_id=str(instance_id), token=token, campaign_tag=campaign_tag, offer=offer,
-                    details={"instance_id": int(instance_id), "host": offer.host})
+                    details={"instance_id": int(instance_id)}, host=offer.host or None)
         try:
             self._call("add the campaign's SSH key", self.sdk.attach_ssh, int(instance_id), public)
             instance = self._instance(node)
@@ -173,7 +179,7 @@ class VastProvider(Provider):
             self.terminate(node)  # rented but unusable: do not leave it billing
             raise
         if instance and instance.get("dph_total") is not None:
-            node.details["billed_usd_per_hour"] = float(instance["dph_total"])
+            node = replace(node, hourly_usd=float(instance["dph_total"]))
         return node
 
     def _instance(self, node: Node) -> dict[str, Any] | None:

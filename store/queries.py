@@ -104,16 +104,16 @@ def new_attempt(engine: Engine, cell_id: int, token: str, provider: str, market:
 
 
 def attach_node(engine: Engine, attempt_id: int, node: dict[str, Any]) -> None:
-    """Record the node an attempt got; its billed price and host replace the offer's when known."""
+    """Record the node an attempt got (``Node.to_dict()``); its billed price and host (the node's
+    ``hourly_usd`` and ``host``) replace the offer's when known."""
     with Session(engine) as s:
         attempt = s.get(Attempt, attempt_id)
         assert attempt is not None
         attempt.node_json = json.dumps(node, sort_keys=True)
-        details = node.get("details") or {}
-        if details.get("billed_usd_per_hour") is not None:
-            attempt.hourly_usd = float(details["billed_usd_per_hour"])
-        if details.get("host"):
-            attempt.host = str(details["host"])
+        if node.get("hourly_usd") is not None:
+            attempt.hourly_usd = float(node["hourly_usd"])
+        if node.get("host"):
+            attempt.host = str(node["host"])
         s.commit()
 
 

@@ -101,14 +101,16 @@ matrix:
 @pytest.fixture
 def sky_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SkyPilotStandIn]:
     """The provider registry builds the skypilot provider on the SDK stand-in (in this process)."""
-    from benchctl import providers
+    from dataclasses import replace
+
+    from provisioners.registry import PROVIDERS
     from provisioners.skypilot import SkyPilotProvider
 
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     with running_sshd(tmp_path / "sshd") as sshd:
         sky = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work")
-        monkeypatch.setattr(providers, "_skypilot", lambda home, settings: SkyPilotProvider(home / "skypilot",
-                                                                                           client=sky))
+        monkeypatch.setitem(PROVIDERS, "skypilot", replace(PROVIDERS["skypilot"], make=lambda home, settings:
+                                                           SkyPilotProvider(home / "skypilot", client=sky)))
         yield sky
     assert sky.launched == [] and sky.inventory() == [], "plan launched nothing"
 

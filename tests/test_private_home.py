@@ -13,8 +13,7 @@ import sqlalchemy as sa
 from benchctl import settings
 from provisioners.base import OfferRequest
 from provisioners.local import LocalProvider
-from provisioners.ssh import SSHMachine, SSHProvider
-from provisioners.ssh_transport import SSHEndpoint
+from provisioners.ssh import SSHNode, SSHProvider
 from store.database import open_store
 
 
@@ -67,7 +66,7 @@ def test_node_records_are_private(open_umask: Path) -> None:
         local.terminate(node)
     assert _mode(settings.home() / "local" / "tok1" / "node.json") == 0o600, "rewritten at terminate"
 
-    machine = SSHMachine(name="box", endpoint=SSHEndpoint(host="127.0.0.1"), gpu="H100", count=1, hourly_usd=1.0)
+    machine = SSHNode(name="box", host="127.0.0.1", user="me", gpu="H100", count=1, price_usd_per_hour=1.0)
     ssh = SSHProvider(settings.home() / "ssh", [machine])
     ssh.launch(ssh.offers(OfferRequest(gpu="H100", count=1, market="on-demand"))[0], "tok2", "campaign")
     records = settings.home() / "ssh" / "nodes"

@@ -39,20 +39,20 @@ ON_DEMAND = "skypilot:cpux1:on-demand:cloud=lambda"
 
 @pytest.fixture
 def sky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SkyPilotStandIn]:
-    from benchctl import providers
-    from benchctl.spec import ProvidersSpec
+    from dataclasses import replace
+
+    from provisioners.registry import PROVIDERS
     from provisioners.skypilot import SkyPilotProvider, SkyPilotSettings
 
     monkeypatch.setenv("HOME", str(tmp_path / "user"))  # SkyPilot keeps a user hash under ~/.sky
     with running_sshd(tmp_path / "sshd") as sshd:
         standin = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.5)
 
-        def make(home: Path, settings: ProvidersSpec) -> SkyPilotProvider:
-            assert settings.skypilot is not None, "the campaign's providers.skypilot reaches the provider"
-            return SkyPilotProvider(home / "skypilot", SkyPilotSettings(**settings.skypilot.model_dump()),
-                                    client=standin)
+        def make(home: Path, settings: SkyPilotSettings | None) -> SkyPilotProvider:
+            assert settings is not None, "the campaign's providers.skypilot reaches the provider"
+            return SkyPilotProvider(home / "skypilot", settings, client=standin)
 
-        monkeypatch.setattr(providers, "_skypilot", make)
+        monkeypatch.setitem(PROVIDERS, "skypilot", replace(PROVIDERS["skypilot"], make=make))
         yield standin
         assert standin.inventory() == [], "a cluster was left up"
 

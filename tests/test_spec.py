@@ -422,11 +422,13 @@ def _fields(model: type[BaseModel]) -> set[str]:
 
 def test_reference_documents_every_key() -> None:
     doc = (REPO / "docs" / "campaign-reference.md").read_text()
-    from benchctl.spec import AWSSpec, ProvidersSpec, RunPodSpec, SkyPilotSpec, SSHNodeSpec, VastSpec
+    from benchctl.spec import ProvidersSpec
+    from provisioners.registry import PROVIDERS
+    from provisioners.ssh import SSHNode
 
+    settings = [entry.settings for entry in PROVIDERS.values() if entry.settings is not None]
     keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec,
-                                               ProvidersSpec, SSHNodeSpec, RunPodSpec, VastSpec, AWSSpec,
-                                               SkyPilotSpec)))
+                                               ProvidersSpec, SSHNode, *settings)))
     missing = sorted(k for k in keys if f"`{k}`" not in doc and f".{k}`" not in doc)
     assert missing == []
 

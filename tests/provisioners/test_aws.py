@@ -99,8 +99,8 @@ def test_a_spot_launch_sends_what_ec2_needs(aws: AWS) -> None:
     volumes = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [node.node_id]}])["Volumes"]
     assert [v["Size"] for v in volumes] == [120]
     assert node.details | {"launched_at": 0} == {"instance_id": node.node_id, "region": "us-east-1",
-                                                  "zone": "us-east-1b", "host": node.node_id,
-                                                  "billed_usd_per_hour": 0.033, "launched_at": 0}
+                                                  "zone": "us-east-1b", "launched_at": 0}
+    assert (node.host, node.hourly_usd) == (node.node_id, 0.033)
     second = aws.provider.launch(offer, "bc-token2", "camp-a")  # key pair and group already there: reused
     assert second.node_id != node.node_id
     assert len(ec2.describe_security_groups(GroupNames=["benchctl-ssh"])["SecurityGroups"]) == 1
@@ -110,7 +110,7 @@ def test_an_on_demand_launch_has_no_market_options_and_the_table_price(aws: AWS)
     (offer,) = aws.provider.offers(OfferRequest(gpu="", count=1, market="on-demand", instance_type="c5.large"))
     node = aws.provider.launch(offer, "bc-od", "camp-a")
     assert aws.fake.requests[-1]["instance_market_options"] == {}
-    assert node.details["billed_usd_per_hour"] == pytest.approx(0.085)
+    assert node.hourly_usd == pytest.approx(0.085)
     (instance,) = aws.client().describe_instances(InstanceIds=[node.node_id])["Reservations"][0]["Instances"]
     assert "InstanceLifecycle" not in instance
 
@@ -254,7 +254,7 @@ def test_an_unreachable_api_is_retried_then_reported(tmp_path: Path, monkeypatch
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_closed_port()}")
-    provider = AWSProvider(tmp_path, AWSSettings(api_attempts=2, read_timeout_s=2))
+    provider = AWSProvider(tmp_path, AWSSettings(), api_attempts=2, read_timeout_s=2)
     with pytest.raises(ProviderError, match=r"aws API unavailable in us-east-1 while trying to read spot prices "
                                             r"\(retried\): EndpointConnectionError"):
         provider.offers(_spot_request())

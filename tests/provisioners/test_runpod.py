@@ -39,7 +39,7 @@ def test_spot_launch_status_preemption_owned_and_terminate(fake: FakeRunPod, tmp
     node = provider.launch(offer, "bc-tok1", "bc-camp-1")
     pod = fake.pods[node.node_id]
     assert pod["name"] == "bc-camp-1--bc-tok1" and pod["podType"] == "INTERRUPTABLE"
-    assert node.details["billed_usd_per_hour"] == pytest.approx(1.75 * 8), "the pod's costPerHr is the price"
+    assert node.hourly_usd == pytest.approx(1.75 * 8), "the pod's costPerHr is the price"
     sent = json.loads(fake.requests[-2])
     assert "podRentInterruptable" in sent["query"] and sent["variables"]["input"]["bidPerGpu"] == 1.75
     assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text(), "the campaign key went in as PUBLIC_KEY"

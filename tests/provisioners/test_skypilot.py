@@ -129,7 +129,7 @@ def test_spot_launch_ssh_through_the_alias_preemption_owned_and_down(standin: Sk
     (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
     node = provider.launch(offer, "bc-tok1", "bc-camp-1")
     assert node.node_id == "bc-camp-1--bc-tok1" and node.details["request_id"] == "req-1"
-    assert node.details["billed_usd_per_hour"] == 0.07 and node.details["use_spot"] is True
+    assert node.hourly_usd == 0.07 and node.details["use_spot"] is True
     (launched,) = standin.launched
     assert (launched["cloud"], launched["use_spot"], launched["instance_type"]) == ("lambda", True, "cpu_1x")
     assert launched["autodown_idle_minutes"] == 30

@@ -24,8 +24,9 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVast]:
     assert server.inventory() == [], "a test left a node billing at the fake"
 
 
-def _provider(tmp_path: Path, **settings: object) -> VastProvider:
-    return VastProvider(tmp_path / "vastai", VastSettings(**settings))  # type: ignore[arg-type]
+def _provider(tmp_path: Path, request_timeout_s: float = 30.0, **settings: object) -> VastProvider:
+    return VastProvider(tmp_path / "vastai", VastSettings(**settings),  # type: ignore[arg-type]
+                        request_timeout_s=request_timeout_s)
 
 
 def test_offers_filter_and_price(fake: FakeVast, tmp_path: Path) -> None:
@@ -50,7 +51,7 @@ def test_rent_status_outbid_owned_destroy(fake: FakeVast, tmp_path: Path) -> Non
     node = provider.launch(offer, "bc-tok", "bc-camp-1")
     body = fake.rent_bodies[-1]
     assert body["price"] == pytest.approx(0.044) and body["label"] == "bc-camp-1--bc-tok"
-    assert node.details["billed_usd_per_hour"] == pytest.approx(0.044) and node.details["host"] == "602"
+    assert node.hourly_usd == pytest.approx(0.044) and node.host == "602"
     assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text()
     assert provider.status(node) is NodeState.RUNNING
     assert [n.token for n in provider.owned("bc-camp-1")] == ["bc-tok"]

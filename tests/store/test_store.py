@@ -296,3 +296,19 @@ def test_new_campaigns_get_distinct_uids(engine: Engine) -> None:
     again, _ = q.upsert_campaign(engine, "a", "{}", "/a.yaml", 1.0, [])
     uids = {c.name: c.uid for c in q.campaigns(engine)}
     assert first == again and len(uids["a"]) == 12 and uids["a"] != uids["b"]
+
+
+def test_attach_node_takes_the_nodes_billed_price_and_host(engine: Engine) -> None:
+    from provisioners.base import Node, Offer
+
+    _, cell_id = _campaign_with_cell(engine)
+    billed, unknown = _attempt(engine, cell_id, "tok-b", hourly=2.0), _attempt(engine, cell_id, "tok-u", hourly=2.0)
+    offer = Offer(provider="aws", offer_id="o", gpu="cpu", count=1, vcpus=2, region="r", hourly_usd=2.0,
+                  market="spot", host="offer-host")
+    q.attach_node(engine, billed, Node(provider="aws", node_id="i-1", token="tok-b", campaign_tag="c", offer=offer,
+                                       hourly_usd=2.75, host="i-1").to_dict())
+    q.attach_node(engine, unknown, Node(provider="aws", node_id="i-2", token="tok-u", campaign_tag="c",
+                                        offer=offer).to_dict())
+    by_token = {a.token: a for a in q.attempts(engine, cell_id)}
+    assert (by_token["tok-b"].hourly_usd, by_token["tok-b"].host) == (2.75, "i-1")
+    assert (by_token["tok-u"].hourly_usd, by_token["tok-u"].host) == (2.0, "localhost"), "None keeps the offer's"
