@@ -13,8 +13,8 @@ from provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError
 from provisioners.vastai import Limiter, VastProvider, VastSettings, instance_state
 from tests.fakes.vastai_fake import RATE_LIMITS, FakeVast, running_fake_vast, ssh_banner
 
-SCALE = 0.1
-"""The fake enforces Vast's intervals ×0.1; the provider keeps them ×0.15 (a margin for a busy machine)."""
+SCALE = 0.05
+"""The fake enforces Vast's intervals ×0.05; the provider keeps them ×0.075 (a margin for a busy machine)."""
 
 
 @pytest.fixture
