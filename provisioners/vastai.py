@@ -1,28 +1,49 @@
 """The ``vastai`` provider, through the ``vastai`` package's ``VastAI`` SDK (extra ``benchctl[vastai]``).
 
 - Offers: ``search_offers`` with ``gpu_name``, ``num_gpus``, ``cpu_cores_effective ≥ min_vcpus``,
-  ``reliability2`` and ``cuda_max_good`` floors and, optionally, datacenter hosts only
-  (``hosting_type = 1``); machines marked bad by preflight (their ``machine_id``) are excluded;
-  cheapest first. On-demand costs ``dph_total``; spot bids ``min_bid × (1 + bid_margin)``.
+  ``reliability`` (the documented filter; ``reliability2`` is silently ignored) and
+  ``cuda_max_good`` floors and, optionally, datacenter hosts only (``hosting_type = 1``); machines
+  marked bad by preflight (their ``machine_id``) are excluded; cheapest first. Priced as billed,
+  with the disk actually rented (``disk_gb``): on-demand is the ``dph_total`` searched with
+  ``allocated_storage = disk_gb`` (the SDK's default prices 5 GB); spot is the bid
+  (``min_bid × (1 + bid_margin)``, storage excluded) plus ``storage_cost`` ($/GB per 30-day month)
+  × ``disk_gb``. ``details["pricing"]`` says which.
 - Launch: ``create_instance`` with the bid (``price``; none on-demand), labelled
   ``<campaign tag>--<token>`` (``owned`` lists by that prefix), then the campaign's public key
   with ``attach_ssh``. Purchases go through the provider's launch lock, so two cells of one
-  controller never buy one offer. The billed price is the instance's ``dph_total``.
-- Status: running → running; loading/created/scheduling → starting; a bid instance that stopped
-  or exited (outbid) → preempted; any other stopped/exited/offline, or no instance → terminated;
-  anything else → unknown.
+  controller never buy one offer. A create is never re-sent blindly: it waits as long as the SDK
+  does (``CREATE_TIMEOUT_S``), and after a try that may have reached Vast (timeout, dropped
+  connection, 5xx) the label is looked up first and an instance carrying it is adopted. An offer
+  gone (``no_such_ask``: 404/410) is ``NoCapacity``. The billed price is the instance's ``dph_total``.
+- Status (``actual_status`` is the host's state, ``intended_status`` the renter's intent): running
+  → running; null/created/loading → starting; stopped/exited/rebooting (the container, and the
+  payload in it, stopped) → preempted for a bid (outbid), terminated otherwise; unknown/offline/
+  frozen (the host is out of touch or paused; the payload may live) → unknown; an intent of
+  stopped (someone stopped it by hand) or no instance → terminated. A node once preempted stays so
+  even when Vast resumes it by itself (its payload died when it was paused).
 - SSH: direct (``public_ipaddr`` + ``ports["22/tcp"]``) or through Vast's proxy
-  (``ssh_host``/``ssh_port``), as the settings say; direct falls back to the proxy.
-- Errors: the SDK raises ``requests`` HTTP errors (its CLI exits 0 on them; its Python API does
-  not), mapped in one table (``HTTP_STATUS_ERRORS``): 429, 5xx, connection errors, timeouts and
-  unreadable answers are ``Unavailable``, retried (bounded); 401/403 ``AuthError``; 404
-  ``NodeGone``; other 4xx are reported as they are; anything else is re-raised at once.
+  (``ssh_host``/``ssh_port``), as the settings say; direct falls back to the proxy when there is no
+  mapping or the mapped port gives no SSH banner within ``probe_timeout_s``. The address is read
+  once per node, not on every ``transport`` call.
+- Rate limits: Vast allows one call per endpoint and API key every ``MIN_INTERVAL_S`` seconds and
+  sends no ``Retry-After``; one ``Limiter`` per API key, shared by every provider and thread of the
+  process, spaces the calls.
+- Errors: the SDK raises ``requests`` HTTP errors, mapped in one table (``ERROR_CODES`` by the
+  body's ``error``, then ``HTTP_STATUS_ERRORS``): the daily ``search_quota_exceeded`` 429 is
+  ``SearchQuotaExceeded``, not retried; ``no_such_ask`` and 410 ``NoCapacity``; other 429s, 5xx,
+  connection errors, timeouts and unreadable answers are ``Unavailable``, retried (bounded);
+  401/403 ``AuthError``; 404 ``NodeGone``; other 4xx are reported as they are; anything else is
+  re-raised at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import hashlib
 import os
+import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -52,6 +73,16 @@ GPU_NAMES = {"H100_SXM": "H100 SXM", "H100_PCIE": "H100 PCIE", "H100_NVL": "H100
              "A100_PCIE": "A100 PCIE"}
 KEY_HELP = "set VAST_API_KEY, or put the key in ~/.config/vastai/vast_api_key (or ~/.vast_api_key)"
 T = TypeVar("T")
+HOURS_PER_MONTH = 24 * 30
+"""``storage_cost`` is $/GB per 30-day month (vastai ``cli/commands/price_increase.py``)."""
+CREATE_TIMEOUT_S = 120.0
+"""How long a create may take to answer: the SDK's own default (vastai ``api/client.py``
+``_DEFAULT_TIMEOUT_SECONDS``, "conservative enough for ... instance creation")."""
+MIN_INTERVAL_S = {"search": 6.0, "create": 4.5, "show_instance": 2.0, "show_instances": 1.0, "destroy": 3.0,
+                  "attach_ssh": 1.0}
+"""Seconds between two calls of one endpoint with one key: the 429 thresholds of Vast's openapi.yaml
+(PUT asks 4.5, DELETE instance 3.0, GET instance 2.0, GET v1 instances 1.0); search 10 a minute;
+attach_ssh (no threshold documented) 1 s."""
 
 
 DEFAULT_IMAGE = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
@@ -71,6 +102,43 @@ class VastSettings(ProviderSettings):
     workdir: str = Field(default="/workspace/benchctl", min_length=1)
 
 
+class SearchQuotaExceeded(ProviderError):
+    """Vast's daily offer-search quota is spent: it resets at midnight UTC; retrying burns nothing but time."""
+
+
+class Limiter:
+    """Spaces the calls of each endpoint by ``MIN_INTERVAL_S`` (read at each call) plus ``margin``
+    of it (the network reorders what leaves on time), across threads. ``clock`` and ``sleep`` are
+    injectable; the wait happens outside the lock."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 intervals: dict[str, float] | None = None, margin: float = 0.1) -> None:
+        self.clock, self.sleep, self.margin = clock, sleep, margin
+        self.intervals = MIN_INTERVAL_S if intervals is None else intervals
+        self._next: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def wait(self, endpoint: str) -> None:
+        """Return when a call of ``endpoint`` may go out; the slot is taken by this caller."""
+        with self._lock:
+            now = self.clock()
+            start = max(now, self._next.get(endpoint, now))
+            self._next[endpoint] = start + self.intervals.get(endpoint, 0.0) * (1 + self.margin)
+        if start > now:
+            self.sleep(start - now)
+
+
+_LIMITERS: dict[str, Limiter] = {}
+_LIMITERS_LOCK = threading.Lock()
+
+
+def shared_limiter(key: str) -> Limiter:
+    """The process's one limiter for an API key (kept by the key's hash, never the key)."""
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    with _LIMITERS_LOCK:
+        return _LIMITERS.setdefault(digest, Limiter())
+
+
 def api_key() -> str | None:
     """VAST_API_KEY, else the SDK's key files; None when there is none."""
     if os.environ.get("VAST_API_KEY"):
@@ -87,17 +155,32 @@ def _status_of(exc: BaseException) -> int | None:
     return getattr(response, "status_code", None)
 
 
+def _error_code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    try:
+        body = response.json() if response is not None else None
+    except ValueError:
+        return None
+    return body.get("error") if isinstance(body, dict) else None
+
+
+ERROR_CODES: dict[str, type[ProviderError]] = {"search_quota_exceeded": SearchQuotaExceeded,
+                                               "no_such_ask": NoCapacity}
 HTTP_STATUS_ERRORS: dict[int, type[ProviderError]] = {401: AuthError, 403: AuthError, 404: NodeGone,
-                                                      429: Unavailable}
-"""The one table: an HTTP status the SDK's ``HTTPError`` carries → typed error (5xx: Unavailable;
-any other status: a ProviderError). Connection errors, timeouts and unreadable answers (all
-``requests`` errors) are Unavailable; anything else is ours, re-raised as it is."""
+                                                      410: NoCapacity, 429: Unavailable}
+"""The one table: the body's ``error`` (``ERROR_CODES``), else the HTTP status the SDK's
+``HTTPError`` carries → typed error (5xx: Unavailable; any other status: a ProviderError).
+Connection errors, timeouts and unreadable answers (all ``requests`` errors) are Unavailable;
+anything else is ours, re-raised as it is."""
 
 
 def classify(exc: BaseException) -> type[ProviderError] | None:
     import requests
 
     if isinstance(exc, requests.exceptions.HTTPError):
+        code = _error_code(exc)
+        if code in ERROR_CODES:
+            return ERROR_CODES[code]
         status = _status_of(exc) or 0
         return HTTP_STATUS_ERRORS.get(status, Unavailable if status >= 500 else ProviderError)
     if isinstance(exc, requests.exceptions.RequestException):
@@ -105,11 +188,23 @@ def classify(exc: BaseException) -> type[ProviderError] | None:
     return None
 
 
+def _may_have_reached(exc: BaseException) -> bool:
+    """Whether a failed create may still have rented: anything but an answer that refused it."""
+    status = _status_of(exc)
+    return status is None or status >= 500
+
+
 def _wording(what: str) -> Wording:
     def wording(typed: type[ProviderError], exc: BaseException) -> str:
         status = _status_of(exc)
         if typed is AuthError:
             return f"vastai refused the API key while trying to {what} ({status}): {KEY_HELP}"
+        if typed is SearchQuotaExceeded:
+            now = dt.datetime.now(dt.timezone.utc)
+            midnight = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+            left = int((midnight - now).total_seconds() // 60)
+            return (f"vastai's daily search quota is spent (429 search_quota_exceeded) while trying to {what}: "
+                    f"it resets at midnight UTC, in {left // 60}h{left % 60:02d}m; not retried")
         if typed is Unavailable:
             return f"vastai API unavailable while trying to {what} (retried): {type(exc).__name__}: {exc}"
         return f"vastai could not {what} ({status}): {_body(exc)}"
@@ -127,19 +222,33 @@ class VastProvider(Provider):
         if not key:
             raise AuthError(f"vastai: no API key: {KEY_HELP}")
         self.settings = settings or VastSettings()
-        self.sdk = VastAI(api_key=key, server_url=os.environ.get("VAST_URL") or "https://console.vast.ai", retry=1)
+        url = os.environ.get("VAST_URL") or "https://console.vast.ai"
+        self.sdk = VastAI(api_key=key, server_url=url, retry=1)
         self.sdk.client.timeout = request_timeout_s
+        self.create_sdk = VastAI(api_key=key, server_url=url, retry=1)
+        """Creates only: they wait as long as the SDK would (``CREATE_TIMEOUT_S``)."""
+        self.create_sdk.client.timeout = max(CREATE_TIMEOUT_S, request_timeout_s)
+        self.limiter = shared_limiter(key)
         self.root = root
         self.sleep: Callable[[float], None] = time.sleep
         """Between retries (a test replaces it)."""
+        self.probe_timeout_s = 5.0
+        """How long the direct SSH port has to greet before the proxy is used instead."""
+        self._endpoints: dict[str, tuple[str, int]] = {}
+        self._lost: dict[str, NodeState] = {}
+        self._lock = threading.Lock()
 
-    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return call_api(lambda: fn(*args, **kwargs), classify, _wording(what), max_s=90, sleep=self.sleep)
+    def _call(self, what: str, endpoint: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        def once() -> T:
+            self.limiter.wait(endpoint)
+            return fn(*args, **kwargs)
+
+        return call_api(once, classify, _wording(what), max_s=90, sleep=self.sleep)
 
     def offers(self, request: OfferRequest) -> list[Offer]:
         s = self.settings
         query: dict[str, Any] = {"gpu_name": {"eq": GPU_NAMES.get(request.gpu, request.gpu)},
-                                 "num_gpus": {"eq": request.count}, "reliability2": {"gte": s.min_reliability},
+                                 "num_gpus": {"eq": request.count}, "reliability": {"gte": s.min_reliability},
                                  "cuda_max_good": {"gte": s.min_cuda}}
         if request.min_vcpus:
             query["cpu_cores_effective"] = {"gte": request.min_vcpus}
@@ -150,30 +259,28 @@ class VastProvider(Provider):
         if s.datacenter_only:
             query["hosting_type"] = {"eq": 1}
         spot = request.market == "spot"
-        found = self._call("search offers", self.sdk.search_offers, query=query, type="bid" if spot else "on-demand",
-                           order="dph_total") or []
+        found = self._call("search offers", "search", self.sdk.search_offers, query=query,
+                           type="bid" if spot else "on-demand", order="dph_total", storage=s.disk_gb) or []
         offers = []
         for o in found:
-            price = round(float(o["min_bid"]) * (1 + s.bid_margin), 4) if spot else float(o["dph_total"])
+            bid, price, pricing = _price(o, spot, s)
             offers.append(Offer(provider=self.name, offer_id=str(o["id"]), gpu=request.gpu, count=int(o["num_gpus"]),
                                 vcpus=int(o.get("cpu_cores_effective") or 0), region=str(o.get("geolocation") or ""),
                                 hourly_usd=price, market=request.market, host=str(o["machine_id"]),
-                                details={"bid": price if spot else None,
-                                         "image": request.image or DEFAULT_IMAGE}))
+                                details={"bid": bid, "pricing": pricing, "image": request.image or DEFAULT_IMAGE}))
         return sorted(offers, key=lambda o: o.hourly_usd)
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         _, public = campaign_key(self.root / "keys", campaign_tag)
-        answer = self._call("rent an offer", self.sdk.create_instance, id=int(offer.offer_id),
-                            image=offer.details["image"], disk=self.settings.disk_gb, label=f"{campaign_tag}--{token}",
-                            price=offer.details.get("bid"), ssh=True, direct=self.settings.ssh == "direct")
+        label = f"{campaign_tag}--{token}"
+        answer = self._create(offer, label)
         instance_id = answer.get("new_contract") if isinstance(answer, dict) else None
         if not instance_id:
             raise NoCapacity(f"vastai did not rent offer {offer.offer_id}: {answer}")
         node = Node(provider=self.name, node_id=str(instance_id), token=token, campaign_tag=campaign_tag, offer=offer,
                     details={"instance_id": int(instance_id)}, host=offer.host or None)
         try:
-            self._call("add the campaign's SSH key", self.sdk.attach_ssh, int(instance_id), public)
+            self._call("add the campaign's SSH key", "attach_ssh", self.sdk.attach_ssh, int(instance_id), public)
             instance = self._instance(node)
         except ProviderError:
             self.terminate(node)  # rented but unusable: do not leave it billing
@@ -182,36 +289,74 @@ class VastProvider(Provider):
             node = replace(node, hourly_usd=float(instance["dph_total"]))
         return node
 
+    def _create(self, offer: Offer, label: str) -> dict[str, Any]:
+        """One rent of ``offer``: a try that may have reached Vast is followed by a look-up of
+        ``label`` before anything is sent again; an instance carrying it is the answer."""
+        uncertain = False
+
+        def once() -> dict[str, Any]:
+            nonlocal uncertain
+            if uncertain:
+                self.limiter.wait("show_instances")
+                rows = self.sdk.show_instances_v1({"select_filters": {"label": {"eq": label}}, "limit": 25})
+                mine = [r for r in rows.get("instances") or [] if r.get("label") == label]
+                if mine:
+                    return {"success": True, "new_contract": mine[0]["id"]}
+            self.limiter.wait("create")
+            try:
+                return self.create_sdk.create_instance(
+                    id=int(offer.offer_id), image=offer.details["image"], disk=self.settings.disk_gb, label=label,
+                    price=offer.details.get("bid"), ssh=True, direct=self.settings.ssh == "direct")
+            except Exception as exc:
+                uncertain = uncertain or (classify(exc) is Unavailable and _may_have_reached(exc))
+                raise
+
+        return call_api(once, classify, _wording("rent an offer"), max_s=90 + CREATE_TIMEOUT_S, sleep=self.sleep)
+
     def _instance(self, node: Node) -> dict[str, Any] | None:
         try:
-            return self._call("read an instance", self.sdk.show_instance, int(node.node_id))
+            return self._call("read an instance", "show_instance", self.sdk.show_instance, int(node.node_id))
         except NodeGone:
             return None
 
     def status(self, node: Node) -> NodeState:
-        return instance_state(self._instance(node))
+        if node.node_id in self._lost:
+            return self._lost[node.node_id]
+        state = instance_state(self._instance(node))
+        if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+            with self._lock:
+                self._lost[node.node_id] = state
+        return state
 
     def transport(self, node: Node) -> SSHTransport:
-        instance = self._instance(node) or {}
-        direct = (instance.get("ports") or {}).get("22/tcp") or []
-        if self.settings.ssh == "direct" and direct and instance.get("public_ipaddr"):
-            host, port = str(instance["public_ipaddr"]), int(direct[0]["HostPort"])
-        elif instance.get("ssh_host") and instance.get("ssh_port"):
-            host, port = str(instance["ssh_host"]), int(instance["ssh_port"])
-        else:
-            raise ProviderError(f"vastai instance {node.node_id} has no SSH endpoint yet")
+        with self._lock:
+            known = self._endpoints.get(node.node_id)
+        host, port = known or self._ssh_address(node)
+        with self._lock:
+            self._endpoints[node.node_id] = (host, port)
         private, _ = campaign_key(self.root / "keys", node.campaign_tag)
         endpoint = SSHEndpoint(host=host, port=port, user="root", key=str(private), workdir=self.settings.workdir,
                                python=self.settings.python)
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
 
+    def _ssh_address(self, node: Node) -> tuple[str, int]:
+        instance = self._instance(node) or {}
+        direct = (instance.get("ports") or {}).get("22/tcp") or []
+        if self.settings.ssh == "direct" and direct and instance.get("public_ipaddr"):
+            address = (str(instance["public_ipaddr"]), int(direct[0]["HostPort"]))
+            if _greets(address, self.probe_timeout_s):
+                return address
+        if instance.get("ssh_host") and instance.get("ssh_port"):
+            return str(instance["ssh_host"]), int(instance["ssh_port"])
+        raise ProviderError(f"vastai instance {node.node_id} has no SSH endpoint yet")
+
     def terminate(self, node: Node) -> None:
         with contextlib.suppress(NodeGone):
-            self._call("destroy an instance", self.sdk.destroy_instance, int(node.node_id))
+            self._call("destroy an instance", "destroy", self.sdk.destroy_instance, int(node.node_id))
 
     def owned(self, campaign_tag: str) -> list[Node]:
         nodes = []
-        for row in self._call("list instances", self.sdk.show_instances) or []:
+        for row in self._call("list instances", "show_instances", self.sdk.show_instances) or []:
             label = str(row.get("label") or "")
             if not label.startswith(f"{campaign_tag}--"):
                 continue
@@ -224,16 +369,37 @@ class VastProvider(Provider):
         return nodes
 
 
+def _price(offer: dict[str, Any], spot: bool, s: VastSettings) -> tuple[float | None, float, str]:
+    """(the bid to send, the billed $/hr, how it was priced) for an offer searched with
+    ``allocated_storage = s.disk_gb``."""
+    if not spot:
+        return None, float(offer["dph_total"]), f"dph_total with {s.disk_gb} GB of disk"
+    bid = round(float(offer["min_bid"]) * (1 + s.bid_margin), 4)
+    storage = float(offer.get("storage_cost") or 0.0) * s.disk_gb / HOURS_PER_MONTH
+    return bid, round(bid + storage, 4), (f"bid min_bid × {1 + s.bid_margin:g} + {s.disk_gb} GB of disk at "
+                                          f"${float(offer.get('storage_cost') or 0.0):g}/GB/month")
+
+
+def _greets(address: tuple[str, int], timeout: float) -> bool:
+    """Whether an SSH server greets on ``address`` within ``timeout`` (connect and banner)."""
+    try:
+        with socket.create_connection(address, timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            return conn.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
 def instance_state(instance: dict[str, Any] | None) -> NodeState:
     """An instance's state (see the module doc)."""
-    if instance is None:
+    if instance is None or instance.get("intended_status") == "stopped":
         return NodeState.TERMINATED
-    actual, intended = instance.get("actual_status"), instance.get("intended_status")
-    if actual == "running" and intended != "stopped":
+    actual = instance.get("actual_status")
+    if actual == "running":
         return NodeState.RUNNING
-    if actual in ("loading", "created", "scheduling") or (actual is None and intended == "running"):
+    if actual in (None, "created", "loading"):
         return NodeState.STARTING
-    if actual in ("exited", "stopped", "offline") or intended == "stopped":
+    if actual in ("stopped", "exited", "rebooting"):
         return NodeState.PREEMPTED if instance.get("is_bid") else NodeState.TERMINATED
     return NodeState.UNKNOWN
 

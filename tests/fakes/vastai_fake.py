@@ -1,14 +1,44 @@
 """A local Vast.ai REST API for the ``vastai`` SDK (``VastAI(server_url=...)``).
 
 Endpoints: ``POST /api/v0/bundles/`` (offer search: the query's ``{field: {op: value}}`` filters,
-``type`` on-demand|bid, ``order``, ``limit``), ``PUT /api/v0/asks/{id}/`` (rent: ``price`` is the
-bid, null for on-demand; answers ``new_contract``; an offer already rented or a bid under
-``min_bid`` is refused), ``GET /api/v0/instances/{id}/``, ``GET /api/v1/instances/`` (paged),
-``DELETE /api/v0/instances/{id}/``, ``POST /api/v0/instances/{id}/ssh/`` (authorizes the key on
-the test's sshd). Instances reach ``actual_status: running`` after ``boot_s``, with their SSH
-endpoint on that sshd, both direct (``public_ipaddr`` + ``ports["22/tcp"]``) and through the
-"proxy" (``ssh_host``/``ssh_port``). ``outbid(id)`` stops a bid instance and kills its processes.
-``faults``: ``401``, ``429``, ``500``, ``malformed``, ``drop`` or ``slow`` (answers after 3 s).
+``type`` on-demand|bid, ``order``, ``limit``, ``allocated_storage``), ``PUT /api/v0/asks/{id}/``
+(rent: ``price`` is the bid, null for on-demand; answers ``new_contract``), ``GET
+/api/v0/instances/{id}/``, ``GET /api/v1/instances/`` (paged; ``select_filters`` on ``label``),
+``DELETE /api/v0/instances/{id}/``, ``POST /api/v0/instances/{id}/ssh/`` (authorizes the key on the
+test's sshd). Instances reach ``actual_status: running`` after ``boot_s``, with their SSH endpoint
+on that sshd, both direct (``public_ipaddr`` + ``ports["22/tcp"]``, the port ``direct_port`` names)
+and through the "proxy" (``ssh_host``/``ssh_port``). ``faults``: ``401``, ``429``, ``500``,
+``malformed``, ``drop``, ``slow`` (answers after 3 s), ``quota`` (the next search answers the daily
+quota 429) and ``slow_create`` (the next rent succeeds, then answers after 1.5 s).
+
+Each behaviour below cites where the real API shows it (see also tests/fakes/README.md, Vast.ai):
+
+- Rate limits: a minimum interval per endpoint and per identity (the API key here), answered with
+  a 429 in plain text "API requests too frequent endpoint threshold=N" and no ``Retry-After``
+  (docs.vast.ai/api-reference/rate-limits-and-errors; the thresholds are the 429 examples of
+  vast-ai/docs api-reference/openapi.yaml @c6246226: PUT asks 4.5 s, DELETE instances/{id} 3.0 s,
+  GET instances/{id} 2.0 s, GET v1/instances 1.0 s). The search interval (6 s: 10 a minute) is
+  issue 16's; the openapi's bundles 429 names no threshold. A refused call does not move the
+  interval. ``rate_scale`` shrinks every interval for fast tests.
+- The daily search quota: 429 ``{"error": "search_quota_exceeded"}``, reset at midnight UTC and
+  never retried by the SDK (vastai 1.9.1 ``vastai/api/client.py`` ``is_search_quota_exceeded``).
+- Renting an offer that is gone: 410 "Offer no longer available", an unknown one 404 "Offer not
+  found", both ``{"success": false, "error": "no_such_ask", "msg", "ask_id"}`` (openapi.yaml, PUT
+  /api/v0/asks/{id}/ responses; docs.vast.ai/api-reference/instances/create-instance).
+- Search filters: only documented fields filter; an undocumented one (``reliability2``) is ignored
+  silently (vast-cli ``vast.py`` ``offers_fields``: ``reliability`` listed, ``reliability2``
+  commented out; openapi.yaml ``/api/v0/bundles`` documents ``reliability``).
+- Prices: an offer's ``dph_total`` includes ``allocated_storage`` GB of disk (the SDK sends 5 GB
+  unless told: vastai ``api/offers.py`` ``search_offers(storage=5.0)``), at ``storage_cost`` $/GB per
+  30-day month (vast.py field docs "storage cost in $/GB/month"; vastai
+  ``cli/commands/price_increase.py`` ``_SEC_PER_MONTH = 3600 * 24 * 30``); ``min_bid`` is the
+  machine's price without storage. An instance's ``dph_total`` is its price plus the storage of
+  the ``disk`` it was created with.
+- Status: ``actual_status`` is the container's state (null, created, loading, running, stopped,
+  frozen, exited, rebooting, unknown, offline: vast-cli ``vastai/SKILL.md`` "Instance status
+  values"), ``intended_status`` the renter's intent. An outbid bid instance is paused (stopped)
+  with its intent unchanged and resumes by itself when its bid wins again
+  (docs guides/instances/choosing/instance-types.mdx, "Interruptible Instances").
 """
 
 from __future__ import annotations
@@ -16,6 +46,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,44 +58,84 @@ from tests.fakes.http_server import FakeHandler, serving
 
 OFFERS = [
     {"id": 1001, "machine_id": 501, "gpu_name": "H100 SXM", "num_gpus": 8, "cpu_cores_effective": 192,
-     "dph_total": 16.8, "min_bid": 9.6, "reliability2": 0.998, "cuda_max_good": 12.8, "hosting_type": 1},
+     "dph_base": 16.8, "min_bid": 9.6, "storage_cost": 0.3, "reliability": 0.998, "cuda_max_good": 12.8,
+     "hosting_type": 1},
     {"id": 1002, "machine_id": 502, "gpu_name": "H100 SXM", "num_gpus": 8, "cpu_cores_effective": 96,
-     "dph_total": 14.9, "min_bid": 8.1, "reliability2": 0.990, "cuda_max_good": 12.4, "hosting_type": 0},
-    {"id": 2001, "machine_id": 601, "gpu_name": "cpu", "num_gpus": 1, "cpu_cores_effective": 2, "dph_total": 0.12,
-     "min_bid": 0.05, "reliability2": 0.999, "cuda_max_good": 12.8, "hosting_type": 1},
-    {"id": 2002, "machine_id": 602, "gpu_name": "cpu", "num_gpus": 1, "cpu_cores_effective": 2, "dph_total": 0.11,
-     "min_bid": 0.04, "reliability2": 0.999, "cuda_max_good": 12.8, "hosting_type": 1},
-    {"id": 2003, "machine_id": 603, "gpu_name": "cpu", "num_gpus": 2, "cpu_cores_effective": 2, "dph_total": 0.2,
-     "min_bid": 0.08, "reliability2": 0.999, "cuda_max_good": 12.8, "hosting_type": 1},
+     "dph_base": 14.9, "min_bid": 8.1, "storage_cost": 0.3, "reliability": 0.990, "cuda_max_good": 12.4,
+     "hosting_type": 0},
+    {"id": 1003, "machine_id": 503, "gpu_name": "H100 SXM", "num_gpus": 8, "cpu_cores_effective": 160,
+     "dph_base": 12.0, "min_bid": 6.0, "storage_cost": 0.3, "reliability": 0.90, "cuda_max_good": 12.8,
+     "hosting_type": 1},
+    {"id": 2001, "machine_id": 601, "gpu_name": "cpu", "num_gpus": 1, "cpu_cores_effective": 2, "dph_base": 0.12,
+     "min_bid": 0.05, "storage_cost": 0.12, "reliability": 0.999, "cuda_max_good": 12.8, "hosting_type": 1},
+    {"id": 2002, "machine_id": 602, "gpu_name": "cpu", "num_gpus": 1, "cpu_cores_effective": 2, "dph_base": 0.11,
+     "min_bid": 0.04, "storage_cost": 0.12, "reliability": 0.999, "cuda_max_good": 12.8, "hosting_type": 1},
+    {"id": 2003, "machine_id": 603, "gpu_name": "cpu", "num_gpus": 2, "cpu_cores_effective": 2, "dph_base": 0.2,
+     "min_bid": 0.08, "storage_cost": 0.12, "reliability": 0.999, "cuda_max_good": 12.8, "hosting_type": 1},
 ]
 DEFAULTS = {"verified": True, "external": False, "rentable": True, "rented": False}
 OPS = {"eq": lambda a, b: a == b, "neq": lambda a, b: a != b, "gte": lambda a, b: a >= b,
        "lte": lambda a, b: a <= b, "gt": lambda a, b: a > b, "lt": lambda a, b: a < b,
        "in": lambda a, b: a in b, "notin": lambda a, b: a not in b}
+FILTERABLE = {"id", "machine_id", "gpu_name", "num_gpus", "cpu_cores_effective", "dph_total", "min_bid",
+              "reliability", "cuda_max_good", "hosting_type", "storage_cost", "verified", "external", "rentable",
+              "rented"}
+"""Documented offer fields (a subset of vast.py ``offers_fields``); any other filter is ignored."""
+HOURS_PER_MONTH = 24 * 30
+RATE_LIMITS = {"search": 6.0, "create": 4.5, "show_instance": 2.0, "show_instances": 1.0, "destroy": 3.0}
+"""Minimum seconds between two calls of one endpoint with one key (see the module doc)."""
+
+
+def storage_per_hour(offer: dict[str, Any], gb: float) -> float:
+    return float(offer["storage_cost"]) * gb / HOURS_PER_MONTH
 
 
 class FakeVast:
-    def __init__(self, api_key: str, ssh_port: int, authorized_keys: Path, workdir: Path, boot_s: float = 0.3) -> None:
+    def __init__(self, api_key: str, ssh_port: int, authorized_keys: Path, workdir: Path, boot_s: float = 0.3,
+                 rate_scale: float = 1.0) -> None:
         self.api_key, self.ssh_port, self.authorized_keys, self.workdir = api_key, ssh_port, authorized_keys, workdir
         self.boot_s = boot_s
         self.proxy_port = ssh_port
         """Where the "proxy" (``ssh_host``/``ssh_port``) answers; the same sshd unless a test says otherwise."""
+        self.direct_port = ssh_port
+        """Where the direct mapping (``ports["22/tcp"]``) points."""
         self.offers = {o["id"]: {**DEFAULTS, **o} for o in OFFERS}
         self.instances: dict[int, dict[str, Any]] = {}
         self.faults: list[str] = []
         self.rent_bodies: list[dict[str, Any]] = []
+        self.rate_limits = {k: v * rate_scale for k, v in RATE_LIMITS.items()}
+        self.calls: Counter[str] = Counter()
+        """Calls per endpoint that were answered (not refused by the rate limit)."""
+        self.throttled: Counter[str] = Counter()
+        """429s for calls that came too soon, per endpoint."""
+        self._last: dict[tuple[str, str], float] = {}
         self.lock = threading.Lock()
         self._next = 7000
 
+    def admit(self, key: str, endpoint: str) -> float | None:
+        """None when a call of ``endpoint`` with ``key`` may run now; else the threshold it broke."""
+        interval = self.rate_limits.get(endpoint)
+        with self.lock:
+            now = time.monotonic()
+            last = self._last.get((key, endpoint))
+            if interval and last is not None and now - last < interval:
+                self.throttled[endpoint] += 1
+                return interval
+            self._last[(key, endpoint)] = now
+            self.calls[endpoint] += 1
+            return None
+
     def search(self, q: dict[str, Any]) -> list[dict[str, Any]]:
         wanted = "bid" if q.get("type") == "bid" else "on-demand"
-        filters = {k: v for k, v in q.items() if k not in ("order", "type", "limit", "allocated_storage")}
+        storage = float(q.get("allocated_storage", 5.0))
+        filters = {k: v for k, v in q.items() if k in FILTERABLE}
         found = []
         for offer in self.offers.values():
-            if all(isinstance(cond, dict) and all(op in OPS and field in offer and OPS[op](offer[field], value)
+            row = {**offer, "type": wanted, "dph_total": round(offer["dph_base"] + storage_per_hour(offer, storage), 6)}
+            if all(isinstance(cond, dict) and all(op in OPS and OPS[op](row[field], value)
                                                   for op, value in cond.items())
                    for field, cond in filters.items()):
-                found.append({**offer, "type": wanted})
+                found.append(row)
         for field, direction in reversed(q.get("order") or []):
             found.sort(key=lambda o, f=field: o.get(f, 0), reverse=direction == "desc")
         return found[: int(q["limit"])] if q.get("limit") else found
@@ -73,20 +144,23 @@ class FakeVast:
         with self.lock:
             offer = self.offers.get(offer_id)
             if offer is None or offer["rented"]:
-                return 400, {"success": False, "error": "no_such_ask", "msg": f"offer {offer_id} is not available"}
+                code, msg = (404, "Offer not found") if offer is None else (410, "Offer no longer available")
+                return code, {"success": False, "error": "no_such_ask", "msg": msg, "ask_id": offer_id}
             bid = body.get("price")
             if bid is not None and bid < offer["min_bid"]:
                 return 400, {"success": False, "error": "invalid_price", "msg": f"bid below min_bid {offer['min_bid']}"}
             offer["rented"] = True
             self._next += 1
             self.rent_bodies.append(body)
+            price = bid if bid is not None else offer["dph_base"]
             self.instances[self._next] = {
                 "id": self._next, "label": body.get("label"), "machine_id": offer["machine_id"],
-                "is_bid": bid is not None, "dph_total": bid if bid is not None else offer["dph_total"],
-                "intended_status": "running", "actual_status": "loading", "created": time.time(), "offer": offer_id,
-                "gpu_name": offer["gpu_name"], "num_gpus": offer["num_gpus"],
-                "cpu_cores_effective": offer["cpu_cores_effective"], "image_uuid": body.get("image"),
-                "start_date": time.time(), "extra_env": [[k, v] for k, v in (body.get("env") or {}).items()]}
+                "is_bid": bid is not None, "dph_total": price + storage_per_hour(offer, float(body.get("disk", 10))),
+                "intended_status": "running", "actual_status": "loading", "cur_state": "running",
+                "created": time.time(), "offer": offer_id, "gpu_name": offer["gpu_name"],
+                "num_gpus": offer["num_gpus"], "cpu_cores_effective": offer["cpu_cores_effective"],
+                "image_uuid": body.get("image"), "start_date": time.time(),
+                "extra_env": [[k, v] for k, v in (body.get("env") or {}).items()]}
             return 200, {"success": True, "new_contract": self._next}
 
     def view(self, instance: dict[str, Any]) -> dict[str, Any]:
@@ -96,8 +170,14 @@ class FakeVast:
         up = row["actual_status"] == "running"
         row.update(ssh_host="127.0.0.1" if up else None, ssh_port=self.proxy_port if up else None,
                    public_ipaddr="127.0.0.1" if up else None,
-                   ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(self.ssh_port)}]} if up else {})
+                   ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(self.direct_port)}]} if up else {})
         return row
+
+    def listing(self, select_filters: dict[str, Any]) -> list[dict[str, Any]]:
+        """``GET /api/v1/instances/`` rows; ``select_filters`` on ``label`` (openapi.yaml: filterable columns)."""
+        wanted = (select_filters.get("label") or {}).get("eq")
+        with self.lock:
+            return [self.view(i) for i in self.instances.values() if wanted is None or i["label"] == wanted]
 
     def destroy(self, instance_id: int) -> bool:
         with self.lock:
@@ -107,15 +187,32 @@ class FakeVast:
             return instance is not None
 
     def outbid(self, instance_id: int) -> None:
-        """Another renter outbid ours: the instance stops, its container's processes die."""
+        """Another renter outbid ours: the instance is paused (its intent unchanged), its processes die."""
         with self.lock:
             instance = self.instances[instance_id]
-            instance.update(intended_status="stopped", actual_status="exited")
+            instance.update(actual_status="stopped", cur_state="stopped")
         kill_container(self.workdir, str(instance["label"]).rsplit("--", 1)[-1])
+
+    def set_status(self, instance_id: int, actual: str | None, **fields: Any) -> None:
+        """What the host reports now (``running`` again: an outbid instance resumed by itself)."""
+        with self.lock:
+            self.instances[instance_id].update(actual_status=actual, **fields)
 
     def inventory(self) -> list[int]:
         with self.lock:
             return sorted(self.instances)
+
+
+def _endpoint(method: str, path: list[str]) -> str:
+    if path == ["api", "v0", "bundles"]:
+        return "search"
+    if method == "PUT" and path[:3] == ["api", "v0", "asks"]:
+        return "create"
+    if path == ["api", "v1", "instances"]:
+        return "show_instances"
+    if path[:3] == ["api", "v0", "instances"] and len(path) == 4:
+        return {"GET": "show_instance", "DELETE": "destroy"}.get(method, method)
+    return "/".join(path[:3] + path[4:])
 
 
 @contextmanager
@@ -129,12 +226,27 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
 
         def _handle(self, method: str) -> None:
             body = self._body()
-            if self.answer_fault(fake.faults, fake.api_key, b'{"offers": [',
-                                 b'{"success": false, "error": "invalid_user_key"}'):
-                return
             parts = urlsplit(self.path)
             path = [p for p in parts.path.split("/") if p]
+            endpoint = _endpoint(method, path)
+            if endpoint == "search" and fake.faults[:1] == ["quota"]:
+                fake.faults.pop(0)
+                self.send_body(429, json.dumps({"success": False, "error": "search_quota_exceeded",
+                                                "msg": "Daily search quota exceeded."}).encode())
+                return
+            slow_create = endpoint == "create" and fake.faults[:1] == ["slow_create"]
+            if slow_create:
+                fake.faults.pop(0)
+            elif self.answer_fault(fake.faults, fake.api_key, b'{"offers": [',
+                                   b'{"success": false, "error": "invalid_user_key"}'):
+                return
+            threshold = fake.admit(self.headers.get("Authorization", ""), endpoint)
+            if threshold is not None:
+                self.send_body(429, f"API requests too frequent endpoint threshold={threshold}".encode(), "text/plain")
+                return
             code, answer = self._route(method, path, body, parse_qs(parts.query))
+            if slow_create:
+                time.sleep(1.5)  # created, but the answer comes after the client gave up
             self.send_body(code, json.dumps(answer).encode(), "application/json")
 
         def _route(self, method: str, path: list[str], body: dict, query: dict) -> tuple[int, Any]:
@@ -143,9 +255,8 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
             if method == "PUT" and path[:3] == ["api", "v0", "asks"]:
                 return fake.rent(int(path[3]), body)
             if method == "GET" and path == ["api", "v1", "instances"]:
-                with fake.lock:
-                    rows = [fake.view(i) for i in fake.instances.values()]
-                return 200, {"instances": rows, "next_token": None}
+                filters = json.loads(query.get("select_filters", ["{}"])[0])
+                return 200, {"instances": fake.listing(filters), "next_token": None}
             if path[:3] == ["api", "v0", "instances"] and len(path) >= 4:
                 instance_id = int(path[3])
                 if method == "GET":
@@ -161,7 +272,6 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
                     return 200, {"success": True}
             return 404, {"success": False, "error": f"no route {method} {'/'.join(path)}"}
 
-
         def do_GET(self) -> None:
             self._handle("GET")
 
@@ -176,3 +286,33 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
 
     with serving(Handler) as url:
         yield url
+
+
+@contextmanager
+def ssh_banner(banner: bool = True) -> Iterator[int]:
+    """A listener on 127.0.0.1 (yields its port) that greets with an SSH banner, or, with
+    ``banner=False``, accepts and says nothing: a direct port that connects but never answers."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if banner:
+                conn.sendall(b"SSH-2.0-fake\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()

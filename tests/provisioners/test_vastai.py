@@ -8,15 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from provisioners.base import NodeState, OfferRequest, ProviderError
-from provisioners.vastai import VastProvider, VastSettings, instance_state
-from tests.fakes.vastai_fake import FakeVast, running_fake_vast
+from provisioners import vastai
+from provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError
+from provisioners.vastai import Limiter, VastProvider, VastSettings, instance_state
+from tests.fakes.vastai_fake import RATE_LIMITS, FakeVast, running_fake_vast, ssh_banner
+
+SCALE = 0.05
+"""The fake enforces Vast's intervals ×0.05; the provider keeps them ×0.075 (a margin for a busy machine)."""
 
 
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVast]:
     server = FakeVast("vast-key", ssh_port=2222, authorized_keys=tmp_path / "authorized_keys",
-                      workdir=tmp_path / "work", boot_s=0.0)
+                      workdir=tmp_path / "work", boot_s=0.0, rate_scale=SCALE)
+    for endpoint, interval in RATE_LIMITS.items():
+        monkeypatch.setitem(vastai.MIN_INTERVAL_S, endpoint, interval * SCALE * 1.5)
     with running_fake_vast(server) as url:
         monkeypatch.setenv("VAST_URL", url)
         monkeypatch.setenv("VAST_API_KEY", "vast-key")
@@ -25,17 +31,25 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVast]:
 
 
 def _provider(tmp_path: Path, request_timeout_s: float = 30.0, **settings: object) -> VastProvider:
-    return VastProvider(tmp_path / "vastai", VastSettings(**settings),  # type: ignore[arg-type]
-                        request_timeout_s=request_timeout_s)
+    provider = VastProvider(tmp_path / "vastai", VastSettings(**settings),  # type: ignore[arg-type]
+                            request_timeout_s=request_timeout_s)
+    provider.sleep = lambda s: None
+    return provider
 
 
-def test_offers_filter_and_price(fake: FakeVast, tmp_path: Path) -> None:
+def test_offers_filter_and_price_what_is_billed(fake: FakeVast, tmp_path: Path) -> None:
     provider = _provider(tmp_path)
     on_demand = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand", min_vcpus=128))
-    assert [(o.offer_id, o.host, o.vcpus, o.hourly_usd) for o in on_demand] == [("1001", "501", 192, 16.8)]
+    assert [(o.offer_id, o.host, o.vcpus) for o in on_demand] == [("1001", "501", 192)], \
+        "1003 (reliability 0.90) is below the 0.98 floor: the documented `reliability` filter applies"
+    assert on_demand[0].hourly_usd == pytest.approx(16.8 + 0.3 * 60 / 720), "dph_total for the 60 GB rented, not 5"
+    assert "60 GB" in on_demand[0].details["pricing"]
     spot = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
-    assert [(o.offer_id, o.hourly_usd) for o in spot] == [("1002", 8.91), ("1001", 10.56)], \
-        "bids are min_bid × 1.1, cheapest first"
+    disk = 0.3 * 60 / 720
+    assert [(o.offer_id, o.details["bid"], o.hourly_usd) for o in spot] == [
+        ("1002", 8.91, pytest.approx(8.91 + disk, abs=1e-4)), ("1001", 10.56, pytest.approx(10.56 + disk, abs=1e-4))], \
+        "bids are min_bid × 1.1; billed is the bid plus the disk's storage, cheapest first"
+    assert "min_bid" in spot[0].details["pricing"] and "storage" not in spot[0].details["pricing"].split("+")[0]
     assert [o.offer_id for o in provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot",
                                                              exclude_hosts=("502",)))] == ["1001"], \
         "a machine that failed preflight is excluded from the query"
@@ -43,6 +57,7 @@ def test_offers_filter_and_price(fake: FakeVast, tmp_path: Path) -> None:
     assert [o.offer_id for o in datacenter.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))] == ["1001"]
     strict = _provider(tmp_path, min_cuda=12.6)
     assert [o.offer_id for o in strict.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))] == ["1001"]
+    assert sum(fake.throttled.values()) == 0, "five searches, spaced as Vast asks"
 
 
 def test_rent_status_outbid_owned_destroy(fake: FakeVast, tmp_path: Path) -> None:
@@ -50,17 +65,21 @@ def test_rent_status_outbid_owned_destroy(fake: FakeVast, tmp_path: Path) -> Non
     (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="spot"))
     node = provider.launch(offer, "bc-tok", "bc-camp-1")
     body = fake.rent_bodies[-1]
-    assert body["price"] == pytest.approx(0.044) and body["label"] == "bc-camp-1--bc-tok"
-    assert node.hourly_usd == pytest.approx(0.044) and node.host == "602"
+    assert body["price"] == pytest.approx(0.044) and body["label"] == "bc-camp-1--bc-tok" and body["disk"] == 60
+    assert node.hourly_usd == pytest.approx(0.044 + 0.12 * 60 / 720)
+    assert node.hourly_usd == pytest.approx(offer.hourly_usd, abs=1e-4), "priced as billed"
+    assert node.host == "602"
     assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text()
     assert provider.status(node) is NodeState.RUNNING
     assert [n.token for n in provider.owned("bc-camp-1")] == ["bc-tok"]
     assert provider.offers(OfferRequest(gpu="cpu", count=1, market="spot"))[0].offer_id == "2001", "rented is gone"
     fake.outbid(int(node.node_id))
     assert provider.status(node) is NodeState.PREEMPTED
+    fake.set_status(int(node.node_id), "running", cur_state="running")  # Vast resumes it when the bid wins again
+    assert provider.status(node) is NodeState.PREEMPTED, "its payload died when it was paused: still preempted"
     provider.terminate(node)
     provider.terminate(node)  # gone is success
-    assert fake.inventory() == [] and provider.status(node) is NodeState.TERMINATED
+    assert fake.inventory() == [] and provider.status(node) is NodeState.PREEMPTED
 
 
 def test_two_cells_never_buy_one_offer(fake: FakeVast, tmp_path: Path) -> None:
@@ -80,11 +99,21 @@ def test_two_cells_never_buy_one_offer(fake: FakeVast, tmp_path: Path) -> None:
     for t in threads:
         t.join()
     errors = [r for r in results if isinstance(r, ProviderError)]
-    assert len(errors) == 1 and "not available" in str(errors[0]), "the second purchase of one offer is refused"
-    assert len(fake.inventory()) == 1
+    assert len(errors) == 1 and isinstance(errors[0], NoCapacity), "an offer gone (410 no_such_ask) is NoCapacity"
+    assert "no longer available" in str(errors[0]) and "\n" not in str(errors[0])
+    assert len(fake.inventory()) == 1 and fake.calls["create"] == 2, "refused at once, never retried"
     for node in provider.owned("bc-camp-2"):
         provider.terminate(node)
     assert fake.inventory() == []
+
+
+def test_an_unknown_offer_is_no_capacity(fake: FakeVast, tmp_path: Path) -> None:
+    provider = _provider(tmp_path)
+    (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
+    fake.offers.pop(int(offer.offer_id))  # the host withdrew it between search and rent
+    with pytest.raises(NoCapacity, match="Offer not found"):
+        provider.launch(offer, "bc-gone", "bc-camp-7")
+    assert fake.calls["create"] == 1
 
 
 @pytest.mark.parametrize("fault", ["429", "500", "malformed", "drop", "slow"])
@@ -92,6 +121,14 @@ def test_transient_faults_are_retried(fake: FakeVast, tmp_path: Path, fault: str
     provider = _provider(tmp_path, request_timeout_s=1.0)
     fake.faults = [fault, fault]
     assert provider.offers(OfferRequest(gpu="cpu", count=1, market="spot")) and fake.faults == []
+
+
+def test_the_daily_search_quota_is_reported_not_retried(fake: FakeVast, tmp_path: Path) -> None:
+    provider = _provider(tmp_path)
+    fake.faults = ["quota", "quota", "quota"]
+    with pytest.raises(vastai.SearchQuotaExceeded, match=r"daily search quota .* resets at midnight UTC, in \d+h"):
+        provider.offers(OfferRequest(gpu="cpu", count=1, market="spot"))
+    assert fake.faults == ["quota", "quota"], "one search, not retried"
 
 
 def test_persistent_faults_and_refused_keys(fake: FakeVast, tmp_path: Path) -> None:
@@ -118,11 +155,17 @@ def test_missing_key_names_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mon
     (None, NodeState.TERMINATED),
     ({"actual_status": "running", "intended_status": "running"}, NodeState.RUNNING),
     ({"actual_status": "loading", "intended_status": "running"}, NodeState.STARTING),
+    ({"actual_status": "created", "intended_status": "running"}, NodeState.STARTING),
     ({"actual_status": None, "intended_status": "running"}, NodeState.STARTING),
-    ({"actual_status": "exited", "intended_status": "stopped", "is_bid": True}, NodeState.PREEMPTED),
-    ({"actual_status": "running", "intended_status": "stopped", "is_bid": True}, NodeState.PREEMPTED),
+    ({"actual_status": "stopped", "intended_status": "running", "is_bid": True}, NodeState.PREEMPTED),
+    ({"actual_status": "exited", "intended_status": "running", "is_bid": True}, NodeState.PREEMPTED),
+    ({"actual_status": "rebooting", "intended_status": "running", "is_bid": True}, NodeState.PREEMPTED),
     ({"actual_status": "exited", "intended_status": "running", "is_bid": False}, NodeState.TERMINATED),
-    ({"actual_status": "offline", "intended_status": "running", "is_bid": False}, NodeState.TERMINATED),
+    ({"actual_status": "rebooting", "intended_status": "running", "is_bid": False}, NodeState.TERMINATED),
+    ({"actual_status": "running", "intended_status": "stopped", "is_bid": True}, NodeState.TERMINATED),
+    ({"actual_status": "offline", "intended_status": "running", "is_bid": False}, NodeState.UNKNOWN),
+    ({"actual_status": "offline", "intended_status": "running", "is_bid": True}, NodeState.UNKNOWN),
+    ({"actual_status": "unknown", "intended_status": "running"}, NodeState.UNKNOWN),
     ({"actual_status": "frozen", "intended_status": "running"}, NodeState.UNKNOWN),
 ])
 def test_every_status_maps(instance: dict | None, state: NodeState) -> None:
@@ -133,10 +176,87 @@ def test_every_status_maps(instance: dict | None, state: NodeState) -> None:
 def test_ssh_endpoint_direct_or_through_the_proxy(fake: FakeVast, tmp_path: Path, mode: str) -> None:
     provider = _provider(tmp_path, ssh=mode)
     (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
-    fake.proxy_port = 3333
-    node = provider.launch(offer, f"bc-{mode}", "bc-camp-3")
-    endpoint = provider.transport(node).endpoint
-    assert (endpoint.host, endpoint.port, endpoint.user) == ("127.0.0.1", 2222 if mode == "direct" else 3333, "root")
-    assert endpoint.key is not None and endpoint.key.endswith("bc-camp-3")
+    with ssh_banner() as direct, ssh_banner() as proxy:
+        fake.direct_port, fake.proxy_port = direct, proxy
+        node = provider.launch(offer, f"bc-{mode}", "bc-camp-3")
+        endpoint = provider.transport(node).endpoint
+        assert (endpoint.host, endpoint.port, endpoint.user) == ("127.0.0.1", direct if mode == "direct" else proxy,
+                                                                 "root")
+        assert endpoint.key is not None and endpoint.key.endswith("bc-camp-3")
+        reads = fake.calls["show_instance"]
+        for _ in range(3):
+            assert provider.transport(node).endpoint.port == endpoint.port
+        assert fake.calls["show_instance"] == reads, "the address is read once per node, not on every transport"
     provider.terminate(node)
     assert fake.inventory() == []
+
+
+def test_direct_ssh_that_never_greets_falls_back_to_the_proxy(fake: FakeVast, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, ssh="direct")
+    provider.probe_timeout_s = 0.3
+    (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
+    with ssh_banner(banner=False) as silent, ssh_banner() as proxy:
+        fake.direct_port, fake.proxy_port = silent, proxy  # the direct port connects, then times out
+        node = provider.launch(offer, "bc-silent", "bc-camp-4")
+        assert provider.transport(node).endpoint.port == proxy
+    provider.terminate(node)
+
+
+def test_polling_nodes_from_many_threads_stays_within_the_rate_limits(fake: FakeVast, tmp_path: Path) -> None:
+    provider = _provider(tmp_path)
+    offers = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
+    nodes = [provider.launch(o, f"bc-p{i}", "bc-camp-5") for i, o in enumerate(offers)]
+    others = [_provider(tmp_path) for _ in nodes]  # one provider per cell, as each cell may hold its own
+    states: list[NodeState] = []
+
+    def poll(p: VastProvider, node: object) -> None:
+        for _ in range(3):
+            states.append(p.status(node))  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=poll, args=(p, n)) for p, n in zip(others, nodes, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert states == [NodeState.RUNNING] * 3 * len(nodes)
+    for node in nodes:
+        provider.terminate(node)
+    assert fake.throttled == {}, f"no call came sooner than Vast allows: {dict(fake.throttled)}"
+    assert fake.calls["show_instance"] >= 3 * len(nodes)
+
+
+def test_the_limiter_spaces_each_endpoint_across_threads() -> None:
+    now = [100.0]
+    slept: list[float] = []
+    lock = threading.Lock()
+
+    def sleep(s: float) -> None:
+        with lock:
+            slept.append(round(s, 6))
+
+    limiter = Limiter(clock=lambda: now[0], sleep=sleep, intervals={"show_instance": 2.0, "create": 4.5}, margin=0)
+    threads = [threading.Thread(target=limiter.wait, args=("show_instance",)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    limiter.wait("create")
+    assert sorted(slept) == [2.0, 4.0], "three calls at one instant: now, +2 s, +4 s; create is its own endpoint"
+    assert vastai.shared_limiter("k1") is vastai.shared_limiter("k1") is not vastai.shared_limiter("k2")
+
+
+def test_a_create_that_timed_out_is_looked_up_not_re_sent(fake: FakeVast, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vastai, "CREATE_TIMEOUT_S", 0.5, raising=False)
+    provider = _provider(tmp_path, request_timeout_s=0.5)
+    (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
+    fake.faults = ["slow_create"]  # Vast rents, but answers after the client gave up
+    node = provider.launch(offer, "bc-slow", "bc-camp-6")
+    assert fake.calls["create"] == 1 and len(fake.inventory()) == 1, "one create sent, one instance"
+    assert node.node_id == str(fake.inventory()[0]) and node.token == "bc-slow"
+    provider.terminate(node)
+
+
+def test_the_create_timeout_is_the_sdks(fake: FakeVast, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, request_timeout_s=30.0)
+    assert provider.sdk.client.timeout == 30.0 and provider.create_sdk.client.timeout == 120.0
