@@ -28,7 +28,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,10 @@ from provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
 GPU_TYPE_IDS = {"H100_SXM": "NVIDIA H100 80GB HBM3", "H100_PCIE": "NVIDIA H100 PCIe", "H100_NVL": "NVIDIA H100 NVL",
                 "A100_SXM": "NVIDIA A100-SXM4-80GB", "A100_PCIE": "NVIDIA A100 80GB PCIe"}
+SSH_KEY_VARIABLE = "SSH_PUBLIC_KEY"
+"""The pod's own key: RunPod fills ``PUBLIC_KEY`` from the account's keys and documents
+``SSH_PUBLIC_KEY`` to override it per pod (docs.runpod.io/welcome/how-do-i/override-my-public-key)."""
+CREATE_TRIES = 3
 KEY_HELP = "set RUNPOD_API_KEY, or put api_key in ~/.runpod/config.toml (`runpod config`)"
 
 
@@ -87,6 +91,8 @@ def _wording(what: str) -> Wording:
     def wording(typed: type[ProviderError], exc: BaseException) -> str:
         if typed is AuthError:
             return f"runpod refused the API key while trying to {what} (401): {KEY_HELP}"
+        if typed is NoCapacity:
+            return f"runpod has no capacity to {what} now: {exc}"
         if typed is Unavailable:
             return f"runpod API unavailable while trying to {what} (retried): {type(exc).__name__}: {exc}"
         return f"runpod could not {what}: {exc}"
@@ -94,13 +100,33 @@ def _wording(what: str) -> Wording:
     return wording
 
 
+CAPACITY_MESSAGES = ("there are no longer any instances available", "does not have the resources to deploy")
+"""How RunPod words "no capacity": a GraphQL error on the create mutation (the SDK raises it as
+``QueryError``), e.g. "There are no longer any instances available with the requested
+specifications. Please refresh and try again." (runpodctl prints it as ``graphql error: ...``)."""
+
+
+class UnknownGpuType(ProviderError):
+    """The cell names a GPU type RunPod does not have: bad input, never retried."""
+
+
 def error_table() -> ErrorTable:
-    """The runpod SDK's exceptions (and requests', from its transport) as typed errors."""
+    """The runpod SDK's exceptions (and requests', from its transport) as typed errors. A
+    ``QueryError`` whose message is one of ``CAPACITY_MESSAGES`` is ``NoCapacity`` (see ``classify``)."""
     import requests
     from runpod import error
 
     return ((error.AuthenticationError, AuthError), (error.QueryError, ProviderError),
             (requests.exceptions.RequestException, Unavailable))
+
+
+def classify(exc: BaseException) -> type[ProviderError] | None:
+    """``error_table``'s verdict, with RunPod's capacity errors told apart from other GraphQL errors."""
+    from runpod import error
+
+    if isinstance(exc, error.QueryError) and any(m in str(exc).lower() for m in CAPACITY_MESSAGES):
+        return NoCapacity
+    return by_type(error_table())(exc)
 
 
 class RunPodProvider(Provider):
@@ -120,40 +146,48 @@ class RunPodProvider(Provider):
         """Between retries (a test replaces it)."""
 
     # -- the API, with retries -------------------------------------------------------------------
-    def _graphql(self, what: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _graphql(self, what: str, query: str, variables: dict[str, Any] | None = None,
+                 tries: int = 5) -> dict[str, Any]:
         """``query``'s data; campaign values go in ``variables``, never into the query text."""
         def post() -> dict[str, Any]:
             return runpod_graphql.post(query, variables or {}, self.runpod.api_key)
 
-        return call_api(post, by_type(error_table()), _wording(what), max_s=60, sleep=self.sleep)
+        return call_api(post, classify, _wording(what), tries=tries, max_s=60, sleep=self.sleep)
 
     # -- Provider ---------------------------------------------------------------------------------
     def offers(self, request: OfferRequest) -> list[Offer]:
         gpu_id = GPU_TYPE_IDS.get(request.gpu, request.gpu)
         types = self._graphql("list GPU prices", runpod_graphql.GPU_TYPES,
                               {"gpuTypeId": gpu_id, "gpuCount": request.count}).get("gpuTypes") or []
+        if not types:
+            raise UnknownGpuType(f"{request.label or request.gpu}: runpod has no GPU type {gpu_id!r}: "
+                                 "use one of benchctl's names or RunPod's own GPU type id")
         offers = []
         for gpu in types:
             for cloud in ("SECURE", "COMMUNITY") if self.settings.cloud == "ALL" else (self.settings.cloud,):
-                prefix = cloud.lower()
-                if not gpu.get(f"{prefix}Cloud"):
+                per_gpu = _price_per_gpu(gpu, cloud.lower(), request.market)
+                if per_gpu is None:
                     continue
-                if request.market == "spot":
-                    spot = gpu.get(f"{prefix}SpotPrice")
-                    floor = (gpu.get("lowestPrice") or {}).get("minimumBidPrice")
-                    if spot is None and floor is None:
-                        continue
-                    per_gpu = max(p for p in (spot, floor) if p is not None)
-                else:
-                    per_gpu = gpu.get(f"{prefix}Price")
-                    if per_gpu is None:
-                        continue
                 offers.append(Offer(provider=self.name, offer_id=f"{gpu['id']}|{cloud}", gpu=request.gpu,
                                     count=request.count, vcpus=request.min_vcpus or 0, region=cloud.lower(),
                                     hourly_usd=round(per_gpu * request.count, 4), market=request.market,
                                     details={"gpu_type_id": gpu["id"], "cloud": cloud, "per_gpu": per_gpu,
                                              "image": request.image or self.settings.default_image}))
         return sorted(offers, key=lambda o: o.hourly_usd)
+
+    def check_access(self, requests: Sequence[OfferRequest]) -> None:
+        """Every cell's GPU type is one RunPod has (one ``gpuTypes`` listing): an unknown id is bad
+        input, refused before anything is written, not a capacity wait at run time."""
+        try:
+            listed = self._graphql("list GPU types", runpod_graphql.GPU_TYPE_IDS).get("gpuTypes") or []
+        except ProviderError:
+            return  # an API that does not answer now is reported by the offers call that follows
+        known = {g.get("id") for g in listed}
+        unknown = [f"{r.label or r.gpu}: runpod has no GPU type {GPU_TYPE_IDS.get(r.gpu, r.gpu)!r}: use one of "
+                   f"{', '.join(sorted(GPU_TYPE_IDS))} or RunPod's own GPU type id"
+                   for r in requests if GPU_TYPE_IDS.get(r.gpu, r.gpu) not in known]
+        if unknown:
+            raise UnknownGpuType("\n".join(unknown))
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         _, public = campaign_key(self.root / "keys", campaign_tag)
@@ -163,14 +197,13 @@ class RunPodProvider(Provider):
             "name": name, "imageName": d["image"], "gpuTypeId": d["gpu_type_id"], "gpuCount": offer.count,
             "cloudType": d["cloud"], "startSsh": True, "supportPublicIp": True, "ports": "22/tcp",
             "volumeInGb": 0, "containerDiskInGb": self.settings.container_disk_gb, "minVcpuCount": offer.vcpus or 1,
-            "env": [{"key": "PUBLIC_KEY", "value": public}]}
+            "env": [{"key": SSH_KEY_VARIABLE, "value": public}]}
         if offer.market == "spot":
-            answer = self._graphql("rent a spot pod", runpod_graphql.RENT_SPOT,
-                                   {"input": {**pod_input, "bidPerGpu": d["per_gpu"]}})
-            pod = answer["podRentInterruptable"]
+            pod = self._create("rent a spot pod", runpod_graphql.RENT_SPOT, "podRentInterruptable",
+                               {"input": {**pod_input, "bidPerGpu": d["per_gpu"]}}, name)
         else:
-            pod = self._graphql("create a pod", runpod_graphql.DEPLOY_ON_DEMAND,
-                                {"input": pod_input})["podFindAndDeployOnDemand"]
+            pod = self._create("create a pod", runpod_graphql.DEPLOY_ON_DEMAND, "podFindAndDeployOnDemand",
+                               {"input": pod_input}, name)
         if not pod or not pod.get("id"):
             raise NoCapacity(f"runpod did not create a pod for {offer.offer_id}: no capacity now")
         details: dict[str, Any] = {"pod_id": pod["id"], "host": pod.get("machineId") or ""}
@@ -179,6 +212,29 @@ class RunPodProvider(Provider):
             details["billed_usd_per_hour"] = float(billed["costPerHr"])
         return Node(provider=self.name, node_id=pod["id"], token=token, campaign_tag=campaign_tag, offer=offer,
                     details=details)
+
+    def _create(self, what: str, mutation: str, field: str, variables: dict[str, Any],
+                name: str) -> dict[str, Any] | None:
+        """Send a create mutation once per try. When a try got no answer (it may have created the
+        pod all the same: RunPod has no idempotency key), the pods are listed first and a pod of
+        this ``name`` (the attempt token's) is the answer; the mutation is re-sent only when none
+        exists."""
+        for tries_left in range(CREATE_TRIES - 1, -1, -1):
+            try:
+                return self._graphql(what, mutation, variables, tries=1).get(field)
+            except Unavailable:
+                found = self._pod_named(name)
+                if found is not None:
+                    return found
+                if not tries_left:
+                    raise
+                self.sleep(2.0)
+        return None
+
+    def _pod_named(self, name: str) -> dict[str, Any] | None:
+        pods = (self._graphql("list pods", runpod_graphql.PODS).get("myself") or {}).get("pods") or []
+        return next((dict(p) for p in pods if p.get("name") == name and p.get("desiredStatus") != "TERMINATED"),
+                    None)
 
     def _pod(self, pod_id: str) -> dict[str, Any] | None:
         pod = self._graphql("read a pod", runpod_graphql.POD, {"podId": pod_id}).get("pod")
@@ -190,12 +246,11 @@ class RunPodProvider(Provider):
     def transport(self, node: Node) -> SSHTransport:
         endpoint = self._endpoints.get(node.node_id)
         if endpoint is None:
-            pod = self._pod(node.node_id) or {}
-            ssh = [p for p in ((pod.get("runtime") or {}).get("ports") or []) if p.get("privatePort") == 22]
-            if not ssh:
-                raise ProviderError(f"runpod pod {node.node_id} has no SSH port yet")
+            ssh = public_ssh_port(self._pod(node.node_id))
+            if ssh is None:
+                raise ProviderError(f"runpod pod {node.node_id} has no public SSH port (22/tcp)")
             private, _ = campaign_key(self.root / "keys", node.campaign_tag)
-            endpoint = SSHEndpoint(host=ssh[0]["ip"], port=int(ssh[0]["publicPort"]), user="root", key=str(private),
+            endpoint = SSHEndpoint(host=ssh["ip"], port=int(ssh["publicPort"]), user="root", key=str(private),
                                    workdir=self.settings.workdir, python=self.settings.python)
             self._endpoints[node.node_id] = endpoint
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
@@ -243,7 +298,7 @@ def pod_state(pod: dict[str, Any] | None) -> NodeState:
         return NodeState.TERMINATED
     status = pod.get("desiredStatus")
     if status == "RUNNING":
-        return NodeState.RUNNING if pod.get("runtime") else NodeState.STARTING
+        return NodeState.RUNNING if public_ssh_port(pod) else NodeState.STARTING
     if status in ("CREATED", "RESTARTING"):
         return NodeState.STARTING
     if status == "EXITED":
@@ -251,3 +306,27 @@ def pod_state(pod: dict[str, Any] | None) -> NodeState:
     if status in ("DEAD", "TERMINATED", "PAUSED"):
         return NodeState.TERMINATED
     return NodeState.UNKNOWN
+
+
+def public_ssh_port(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod's ``runtime.ports`` entry for 22/tcp on a public IP; None until RunPod publishes it
+    (``runtime`` appears before its ports do)."""
+    ports = ((pod or {}).get("runtime") or {}).get("ports") or []
+    return next((p for p in ports if p.get("privatePort") == 22 and p.get("isIpPublic") and p.get("ip")
+                 and p.get("publicPort")), None)
+
+
+def _price_per_gpu(gpu: dict[str, Any], cloud: str, market: str) -> float | None:
+    """The hourly price per GPU of ``cloud`` (secure/community); None when that cloud does not offer
+    it. Spot bids max(the cloud's spot price, the cloud's own minimum bid), never from a missing
+    spot price and never $0."""
+    if not gpu.get(f"{cloud}Cloud"):
+        return None
+    if market != "spot":
+        price = gpu.get(f"{cloud}Price")
+        return float(price) if price else None
+    spot = gpu.get(f"{cloud}SpotPrice")
+    if not spot:
+        return None
+    floor = (gpu.get(f"{cloud}LowestPrice") or {}).get("minimumBidPrice") or 0.0
+    return float(max(spot, floor))

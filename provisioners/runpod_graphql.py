@@ -20,8 +20,13 @@ _POD_FIELDS = """id name costPerHr desiredStatus gpuCount vcpuCount imageName ma
 
 GPU_TYPES = """query GpuTypes($gpuTypeId: String, $gpuCount: Int) {
   gpuTypes(input: {id: $gpuTypeId}) { id securePrice communityPrice secureSpotPrice communitySpotPrice
-    secureCloud communityCloud lowestPrice(input: {gpuCount: $gpuCount}) { minimumBidPrice uninterruptablePrice } }
+    secureCloud communityCloud
+    secureLowestPrice: lowestPrice(input: {gpuCount: $gpuCount, secureCloud: true}) { minimumBidPrice }
+    communityLowestPrice: lowestPrice(input: {gpuCount: $gpuCount, secureCloud: false}) { minimumBidPrice } }
 }"""
+"""Prices of one GPU type; each cloud's bid floor asked of that cloud (``secureCloud``)."""
+GPU_TYPE_IDS = """query GpuTypeIds { gpuTypes { id } }"""
+"""Every GPU type id (the SDK's ``get_gpus`` query, less the fields unused here)."""
 RENT_SPOT = """mutation RentSpot($input: PodRentInterruptableInput!) {
   podRentInterruptable(input: $input) { id costPerHr podType machineId }
 }"""
@@ -31,7 +36,7 @@ DEPLOY_ON_DEMAND = """mutation DeployOnDemand($input: PodFindAndDeployOnDemandIn
 POD = f"""query Pod($podId: String!) {{ pod(input: {{podId: $podId}}) {{ {_POD_FIELDS} }} }}"""
 PODS = f"""query Pods {{ myself {{ pods {{ {_POD_FIELDS} }} }} }}"""
 TERMINATE = """mutation Terminate($podId: String!) { podTerminate(input: {podId: $podId}) }"""
-QUERIES = (GPU_TYPES, RENT_SPOT, DEPLOY_ON_DEMAND, POD, PODS, TERMINATE)
+QUERIES = (GPU_TYPES, GPU_TYPE_IDS, RENT_SPOT, DEPLOY_ON_DEMAND, POD, PODS, TERMINATE)
 """Every query text this module sends: a test checks that nothing else goes over the wire."""
 
 

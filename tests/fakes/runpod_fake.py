@@ -1,11 +1,16 @@
 """A local RunPod API: the GraphQL endpoint the runpod SDK talks to, executed with graphql-core.
 
 Pods get their SSH endpoint on a real sshd the test runs (``runtime.ports``: privatePort 22 →
-the sshd's port); the ``PUBLIC_KEY`` a pod is created with is authorized there, as RunPod's
-images do. ``preempt(pod_id)`` evicts a spot pod (EXITED, its processes killed, as when the
-container dies). ``faults`` is a queue of answers served before the next real ones: ``401``,
-``429``, ``500`` (an HTML page), ``malformed`` (broken JSON), ``drop`` (connection closed) or
-``slow`` (answers after 3 s).
+the sshd's port, on a public IP, beside a private-IP entry); the pod's key is authorized there as
+RunPod's images do: ``SSH_PUBLIC_KEY`` when the pod sets it, else ``PUBLIC_KEY``, which RunPod
+fills from the account's keys (``account_keys``) whatever the pod set. A booted pod has a
+``runtime`` first and its ports ``ports_s`` later. ``preempt(pod_id)`` evicts a spot pod
+(EXITED, its processes killed, as when the container dies). ``sold_out`` holds (GPU type id,
+cloud) pairs whose create mutations fail with RunPod's capacity error. ``faults`` is a queue of
+answers served before the next real ones: ``401``, ``429``, ``500`` (an HTML page), ``malformed``
+(broken JSON), ``drop`` (connection closed), ``slow`` (answers after 3 s) or ``answer_lost`` (the
+request is carried out, then the connection closes without its answer).
+Every behaviour's source is in tests/fakes/README.md (RunPod).
 Requests carry ``query`` and ``variables``, executed as a GraphQL server does: the variables are
 data, coerced to their declared types. Point the SDK at it with ``RUNPOD_API_BASE_URL``.
 """
@@ -29,7 +34,7 @@ from tests.fakes.http_server import FakeHandler, serving
 SCHEMA = build_schema("""
 enum CloudTypeEnum { ALL SECURE COMMUNITY }
 input GpuTypeFilter { id: String }
-input GpuLowestPriceInput { gpuCount: Int }
+input GpuLowestPriceInput { gpuCount: Int secureCloud: Boolean }
 type LowestPrice { minimumBidPrice: Float uninterruptablePrice: Float }
 type GpuType {
   id: String displayName: String manufacturer: String memoryInGb: Int maxGpuCount: Int cudaCores: Int
@@ -76,9 +81,14 @@ GPU_TYPES = {
                          "min_bid": 0.99},
     "NVIDIA H100 NVL": {"secure": 2.79, "community": 2.59, "secure_spot": 1.59, "community_spot": 1.39,
                         "min_bid": 1.15},
+    "NVIDIA A100-SXM4-80GB": {"secure": 1.89, "community": 1.39, "secure_spot": None, "community_spot": 0.89,
+                              "min_bid": 0.95, "secure_min_bid": 0.0},
     "cpu": {"secure": 0.10, "community": 0.08, "secure_spot": 0.05, "community_spot": 0.04, "min_bid": 0.06},
 }
-"""Prices per GPU and hour. ``cpu`` is this fake's own type: its pods run the CPU payload here."""
+"""Prices per GPU and hour; ``min_bid`` is community cloud's bid floor, ``secure_min_bid`` secure
+cloud's (RunPod answers ``lowestPrice`` per cloud with ``secureCloud``; the floors differ).
+The A100 has no secure spot price and a 0.0 secure floor (a cloud without spot stock), and its
+community floor is above its community spot price. ``cpu`` is this fake's own type: its pods run the CPU payload here."""
 
 
 class FakeRunPod:
@@ -87,6 +97,11 @@ class FakeRunPod:
         self.boot_s = boot_s
         self.pods: dict[str, dict[str, Any]] = {}
         self.faults: list[str] = []
+        self.sold_out: set[tuple[str, str]] = set()
+        self.account_keys = ""
+        """The account's SSH keys, which RunPod puts in every pod's PUBLIC_KEY."""
+        self.ports_s = boot_s
+        """How long after its runtime a pod's port mappings appear."""
         self.requests: list[str] = []
         """Every request body received (a test checks what went over the wire)."""
         self.lock = threading.Lock()
@@ -106,14 +121,18 @@ class FakeRunPod:
             return {"id": "user-1", "pods": [self._view(p) for p in self.pods.values()]}
 
     def podFindAndDeployOnDemand(self, info: Any, input: dict) -> dict:
+        self._check_capacity(input)
         prices = GPU_TYPES[input["gpuTypeId"]]
         per_gpu = prices["community" if input.get("cloudType") == "COMMUNITY" else "secure"]
         return self._create(input, "RESERVED", per_gpu)
 
     def podRentInterruptable(self, info: Any, input: dict) -> dict:
+        self._check_capacity(input)
         prices = GPU_TYPES[input["gpuTypeId"]]
-        if input["bidPerGpu"] < prices["min_bid"]:
-            raise ValueError(f"bid {input['bidPerGpu']} is below the minimum bid {prices['min_bid']}")
+        floor = prices.get("secure_min_bid", prices["min_bid"]) if input.get("cloudType") == "SECURE" \
+            else prices["min_bid"]
+        if input["bidPerGpu"] <= 0 or input["bidPerGpu"] < floor:
+            raise ValueError(f"bid {input['bidPerGpu']} is below the minimum bid {floor}")
         return self._create(input, "INTERRUPTABLE", input["bidPerGpu"])
 
     def podTerminate(self, info: Any, input: dict) -> bool:
@@ -123,12 +142,18 @@ class FakeRunPod:
         return True
 
     # -- state ------------------------------------------------------------------------------------
+    def _check_capacity(self, spec: dict) -> None:
+        if (spec.get("gpuTypeId"), spec.get("cloudType")) in self.sold_out:
+            raise ValueError(NO_INSTANCES)
+
     def _create(self, spec: dict, pod_type: str, per_gpu: float) -> dict:
         pod_id = uuid.uuid4().hex[:14]
         env = {e["key"]: e.get("value") for e in spec.get("env") or []}
-        if env.get("PUBLIC_KEY"):
+        env["PUBLIC_KEY"] = self.account_keys
+        key = env.get("SSH_PUBLIC_KEY") or env["PUBLIC_KEY"]
+        if key:
             with self.authorized_keys.open("a") as keys:
-                keys.write(env["PUBLIC_KEY"] + "\n")
+                keys.write(key + "\n")
         pod = {"id": pod_id, "name": spec.get("name"), "imageName": spec.get("imageName"), "podType": pod_type,
                "desiredStatus": "RUNNING", "costPerHr": round(per_gpu * (spec.get("gpuCount") or 1), 4),
                "gpuCount": spec.get("gpuCount"), "vcpuCount": float(spec.get("minVcpuCount") or 8),
@@ -138,9 +163,11 @@ class FakeRunPod:
         return self._view(pod)
 
     def _view(self, pod: dict) -> dict:
-        booted = pod["desiredStatus"] == "RUNNING" and time.time() - pod["created"] >= self.boot_s
-        ports = [{"ip": "127.0.0.1", "isIpPublic": True, "privatePort": 22, "publicPort": self.ssh_port,
-                  "type": "tcp"}]
+        up = time.time() - pod["created"] - self.boot_s
+        booted = pod["desiredStatus"] == "RUNNING" and up >= 0
+        ports = [{"ip": "10.65.0.2", "isIpPublic": False, "privatePort": 22, "publicPort": 22, "type": "tcp"},
+                 {"ip": "127.0.0.1", "isIpPublic": True, "privatePort": 22, "publicPort": self.ssh_port,
+                  "type": "tcp"}] if up >= self.ports_s else []
         return {**pod, "runtime": {"ports": ports, "uptimeInSeconds": 1} if booted else None,
                 "machine": {"podHostId": f"{pod['id']}-host", "gpuDisplayName": "H100"}}
 
@@ -157,12 +184,21 @@ class FakeRunPod:
             return sorted(self.pods)
 
 
+NO_INSTANCES = ("There are no longer any instances available with the requested specifications. "
+                "Please refresh and try again.")
+"""RunPod's out-of-capacity answer to a create mutation, a GraphQL error (see tests/fakes/README.md)."""
+
+
 def _gpu_type(name: str, p: dict) -> dict:
+    def lowest_price(info: Any, input: dict | None = None) -> dict:
+        secure = (input or {}).get("secureCloud") is not False  # unset: one floor for both clouds (secure's)
+        floor = p.get("secure_min_bid", p["min_bid"]) if secure else p["min_bid"]
+        return {"minimumBidPrice": floor, "uninterruptablePrice": p["secure" if secure else "community"]}
+
     return {"id": name, "displayName": name, "manufacturer": "Nvidia", "memoryInGb": 80, "maxGpuCount": 8,
             "secureCloud": True, "communityCloud": True, "securePrice": p["secure"], "communityPrice": p["community"],
             "secureSpotPrice": p["secure_spot"], "communitySpotPrice": p["community_spot"],
-            "lowestPrice": lambda info, input=None: {"minimumBidPrice": p["min_bid"],
-                                                     "uninterruptablePrice": p["community"]}}
+            "lowestPrice": lowest_price}
 
 
 @contextmanager
@@ -173,6 +209,7 @@ def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             fake.requests.append(body.decode(errors="replace"))
+            lost = bool(fake.faults) and fake.faults[0] == "answer_lost" and bool(fake.faults.pop(0))
             if self.answer_fault(fake.faults, fake.api_key, b'{"data": {"pod": ', b'{"error": "unauthorized"}'):
                 return
             request = json.loads(body)
@@ -181,6 +218,9 @@ def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
             answer: dict[str, Any] = {"data": result.data}
             if result.errors:
                 answer["errors"] = [{"message": e.message} for e in result.errors]
+            if lost:
+                self.drop()
+                return
             self.send_body(200, json.dumps(answer).encode(), "application/json")
 
     with serving(Handler) as url:

@@ -30,7 +30,8 @@ def test_offers_price_on_demand_and_spot_bids(fake: FakeRunPod, tmp_path: Path) 
     spot = provider.offers(OfferRequest(gpu="H100_PCIE", count=8, market="spot"))
     assert [(o.region, o.details["per_gpu"], o.hourly_usd) for o in spot] == [
         ("community", 1.19, 9.52), ("secure", 1.35, 10.8)], "the bid is max(spot price, minimum bid) per GPU"
-    assert provider.offers(OfferRequest(gpu="NO_SUCH_GPU", count=8, market="spot")) == []
+    with pytest.raises(ProviderError, match="no GPU type"):
+        provider.offers(OfferRequest(gpu="NO_SUCH_GPU", count=8, market="spot"))
 
 
 def test_spot_launch_status_preemption_owned_and_terminate(fake: FakeRunPod, tmp_path: Path) -> None:
@@ -108,7 +109,11 @@ def test_missing_key_names_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize(("pod", "state"), [
     (None, NodeState.TERMINATED),
-    ({"desiredStatus": "RUNNING", "runtime": {"ports": []}}, NodeState.RUNNING),
+    ({"desiredStatus": "RUNNING", "runtime": {"ports": [{"ip": "1.2.3.4", "isIpPublic": True, "privatePort": 22,
+                                                         "publicPort": 40022}]}}, NodeState.RUNNING),
+    ({"desiredStatus": "RUNNING", "runtime": {"ports": []}}, NodeState.STARTING),
+    ({"desiredStatus": "RUNNING", "runtime": {"ports": [{"ip": "10.0.0.2", "isIpPublic": False, "privatePort": 22,
+                                                         "publicPort": 22}]}}, NodeState.STARTING),
     ({"desiredStatus": "RUNNING", "runtime": None}, NodeState.STARTING),
     ({"desiredStatus": "CREATED"}, NodeState.STARTING),
     ({"desiredStatus": "RESTARTING"}, NodeState.STARTING),

@@ -10,7 +10,7 @@ import pytest
 
 from provisioners import runpod_graphql
 from provisioners.base import OfferRequest
-from provisioners.runpod import RunPodProvider, RunPodSettings
+from provisioners.runpod import RunPodProvider, RunPodSettings, UnknownGpuType
 from tests.fakes.runpod_fake import FakeRunPod
 
 EVIL = 'img:1" }) { id } podTerminate(input: {podId: "victim"}) }\n#'
@@ -49,7 +49,8 @@ def test_image_and_name_with_query_syntax_reach_the_api_as_data(fake: FakeRunPod
 def test_a_gpu_name_with_query_syntax_asks_for_that_gpu_only(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = RunPodProvider(tmp_path / "runpod", RunPodSettings())
     evil_gpu = 'NVIDIA H100 80GB HBM3"}) { id } gpuTypes(input: {id: "NVIDIA H100 PCIe'
-    assert provider.offers(OfferRequest(gpu=evil_gpu, count=8, market="spot")) == []
+    with pytest.raises(UnknownGpuType):  # no GPU type has that id
+        provider.offers(OfferRequest(gpu=evil_gpu, count=8, market="spot"))
     (request,) = _sent(fake)
     assert request["query"] == runpod_graphql.GPU_TYPES
     assert request["variables"] == {"gpuTypeId": evil_gpu, "gpuCount": 8}
