@@ -1,23 +1,27 @@
 """The ``runpod`` provider, through the runpod SDK (extra ``benchctl[runpod]``).
 
-- Offers: the GPU type's prices from ``gpuTypes`` (secure or community cloud per the settings;
-  on-demand = the cloud's price, spot = a bid of max(minimumBidPrice, the cloud's spot price),
-  both per GPU × count).
-- Launch: on-demand through the ``podFindAndDeployOnDemand`` mutation (what the SDK's
-  ``create_pod`` sends); spot through ``podRentInterruptable`` with ``bidPerGpu``. Every query is
-  a constant of ``runpod_graphql`` and campaign values travel as GraphQL variables. The pod is
-  named ``<campaign tag>--<token>`` (``owned`` lists by that prefix) and gets the campaign's
-  public key as ``PUBLIC_KEY``. The billed price is the pod's ``costPerHr``, the host its
-  ``machineId``.
-- Status from ``desiredStatus``: RUNNING with a runtime → running, without → starting;
-  CREATED/RESTARTING → starting; EXITED on an INTERRUPTABLE pod (we never stop pods, we
-  terminate them) → preempted; EXITED otherwise, DEAD, TERMINATED, PAUSED or no pod → terminated;
-  anything else → unknown.
-- SSH: ``root`` at the ``runtime.ports`` entry with privatePort 22.
-- Errors, in one table (``error_table``): connection errors, timeouts, unreadable answers and
-  answers without data (429, 5xx) are ``Unavailable``, retried (bounded); a refused key (401) is
-  ``AuthError`` and a GraphQL error a ``ProviderError``, reported at once; anything else is ours
-  and re-raised as it is.
+- Offers: the GPU type's on-demand price per cloud from ``gpuTypes`` (secure or community per
+  the settings; both: one offer per cloud type, so a sold-out cloud's next offer is the other),
+  per GPU × count. A GPU type RunPod does not have is bad input (``UnknownGpuType``: refused by
+  ``check_access`` before a run, never retried). Spot cells are refused by ``validate``: RunPod's
+  supported APIs rent no interruptible pods (docs/providers.md).
+- Launch: the ``podFindAndDeployOnDemand`` mutation (what the SDK's ``create_pod`` sends). Every
+  query is a constant of ``runpod_graphql`` and campaign values travel as GraphQL variables. The
+  pod is named ``<campaign tag>--<token>`` (``owned`` lists by that prefix) and gets the
+  campaign's public key as ``SSH_PUBLIC_KEY``. A create that got no answer may have succeeded:
+  the pod is looked up by that name before the mutation is sent again. The billed price is the
+  pod's ``costPerHr``, the host its ``machineId``.
+- Status from ``desiredStatus``: RUNNING with a public 22/tcp port → running (RunPod shows a
+  ``runtime`` before its ports), RUNNING without → starting; CREATED/RESTARTING → starting;
+  EXITED on an INTERRUPTABLE pod → preempted; EXITED otherwise, DEAD, TERMINATED, PAUSED or no
+  pod → terminated; anything else → unknown.
+- SSH: ``root`` at the ``runtime.ports`` entry with privatePort 22 and ``isIpPublic``; the image
+  must run sshd (RunPod's own images do).
+- Errors, in one table (``error_table`` and ``classify``): connection errors, timeouts,
+  unreadable answers and answers without data (429, 5xx) are ``Unavailable``, retried (bounded;
+  a create is never blindly re-sent, see above); a refused key (401) is ``AuthError``; a GraphQL
+  error saying RunPod has no instances is ``NoCapacity``, any other a ``ProviderError``, both
+  reported at once; anything else is ours and re-raised as it is.
 - The key: ``RUNPOD_API_KEY``, else the SDK's ``~/.runpod/config.toml``. It is handed to the SDK
   only, never to nodes, events or the store.
 """
@@ -56,6 +60,8 @@ SSH_KEY_VARIABLE = "SSH_PUBLIC_KEY"
 """The pod's own key: RunPod fills ``PUBLIC_KEY`` from the account's keys and documents
 ``SSH_PUBLIC_KEY`` to override it per pod (docs.runpod.io/welcome/how-do-i/override-my-public-key)."""
 CREATE_TRIES = 3
+SPOT_UNAVAILABLE = ("RunPod spot is unavailable: RunPod's supported APIs (REST v2, the runpod SDK) rent no "
+                    "interruptible pods; use market: on-demand")
 KEY_HELP = "set RUNPOD_API_KEY, or put api_key in ~/.runpod/config.toml (`runpod config`)"
 
 
@@ -155,18 +161,25 @@ class RunPodProvider(Provider):
         return call_api(post, classify, _wording(what), tries=tries, max_s=60, sleep=self.sleep)
 
     # -- Provider ---------------------------------------------------------------------------------
+    def validate(self, request: OfferRequest) -> None:
+        """RunPod rents on-demand pods only: a spot cell is refused (see ``SPOT_UNAVAILABLE``)."""
+        if request.market == "spot":
+            raise ProviderError(f"{request.label or request.gpu}: {SPOT_UNAVAILABLE}")
+
     def offers(self, request: OfferRequest) -> list[Offer]:
+        self.validate(request)
         gpu_id = GPU_TYPE_IDS.get(request.gpu, request.gpu)
         types = self._graphql("list GPU prices", runpod_graphql.GPU_TYPES,
-                              {"gpuTypeId": gpu_id, "gpuCount": request.count}).get("gpuTypes") or []
+                              {"gpuTypeId": gpu_id}).get("gpuTypes") or []
         if not types:
             raise UnknownGpuType(f"{request.label or request.gpu}: runpod has no GPU type {gpu_id!r}: "
                                  "use one of benchctl's names or RunPod's own GPU type id")
         offers = []
         for gpu in types:
             for cloud in ("SECURE", "COMMUNITY") if self.settings.cloud == "ALL" else (self.settings.cloud,):
-                per_gpu = _price_per_gpu(gpu, cloud.lower(), request.market)
-                if per_gpu is None:
+                prefix = cloud.lower()
+                per_gpu = gpu.get(f"{prefix}Price") if gpu.get(f"{prefix}Cloud") else None
+                if not per_gpu:
                     continue
                 offers.append(Offer(provider=self.name, offer_id=f"{gpu['id']}|{cloud}", gpu=request.gpu,
                                     count=request.count, vcpus=request.min_vcpus or 0, region=cloud.lower(),
@@ -198,12 +211,8 @@ class RunPodProvider(Provider):
             "cloudType": d["cloud"], "startSsh": True, "supportPublicIp": True, "ports": "22/tcp",
             "volumeInGb": 0, "containerDiskInGb": self.settings.container_disk_gb, "minVcpuCount": offer.vcpus or 1,
             "env": [{"key": SSH_KEY_VARIABLE, "value": public}]}
-        if offer.market == "spot":
-            pod = self._create("rent a spot pod", runpod_graphql.RENT_SPOT, "podRentInterruptable",
-                               {"input": {**pod_input, "bidPerGpu": d["per_gpu"]}}, name)
-        else:
-            pod = self._create("create a pod", runpod_graphql.DEPLOY_ON_DEMAND, "podFindAndDeployOnDemand",
-                               {"input": pod_input}, name)
+        pod = self._create("create a pod", runpod_graphql.DEPLOY_ON_DEMAND, "podFindAndDeployOnDemand",
+                           {"input": pod_input}, name)
         if not pod or not pod.get("id"):
             raise NoCapacity(f"runpod did not create a pod for {offer.offer_id}: no capacity now")
         details: dict[str, Any] = {"pod_id": pod["id"], "host": pod.get("machineId") or ""}
@@ -315,18 +324,3 @@ def public_ssh_port(pod: dict[str, Any] | None) -> dict[str, Any] | None:
     return next((p for p in ports if p.get("privatePort") == 22 and p.get("isIpPublic") and p.get("ip")
                  and p.get("publicPort")), None)
 
-
-def _price_per_gpu(gpu: dict[str, Any], cloud: str, market: str) -> float | None:
-    """The hourly price per GPU of ``cloud`` (secure/community); None when that cloud does not offer
-    it. Spot bids max(the cloud's spot price, the cloud's own minimum bid), never from a missing
-    spot price and never $0."""
-    if not gpu.get(f"{cloud}Cloud"):
-        return None
-    if market != "spot":
-        price = gpu.get(f"{cloud}Price")
-        return float(price) if price else None
-    spot = gpu.get(f"{cloud}SpotPrice")
-    if not spot:
-        return None
-    floor = (gpu.get(f"{cloud}LowestPrice") or {}).get("minimumBidPrice") or 0.0
-    return float(max(spot, floor))

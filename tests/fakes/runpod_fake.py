@@ -34,7 +34,7 @@ from tests.fakes.http_server import FakeHandler, serving
 SCHEMA = build_schema("""
 enum CloudTypeEnum { ALL SECURE COMMUNITY }
 input GpuTypeFilter { id: String }
-input GpuLowestPriceInput { gpuCount: Int secureCloud: Boolean }
+input GpuLowestPriceInput { gpuCount: Int }
 type LowestPrice { minimumBidPrice: Float uninterruptablePrice: Float }
 type GpuType {
   id: String displayName: String manufacturer: String memoryInGb: Int maxGpuCount: Int cudaCores: Int
@@ -81,14 +81,9 @@ GPU_TYPES = {
                          "min_bid": 0.99},
     "NVIDIA H100 NVL": {"secure": 2.79, "community": 2.59, "secure_spot": 1.59, "community_spot": 1.39,
                         "min_bid": 1.15},
-    "NVIDIA A100-SXM4-80GB": {"secure": 1.89, "community": 1.39, "secure_spot": None, "community_spot": 0.89,
-                              "min_bid": 0.95, "secure_min_bid": 0.0},
     "cpu": {"secure": 0.10, "community": 0.08, "secure_spot": 0.05, "community_spot": 0.04, "min_bid": 0.06},
 }
-"""Prices per GPU and hour; ``min_bid`` is community cloud's bid floor, ``secure_min_bid`` secure
-cloud's (RunPod answers ``lowestPrice`` per cloud with ``secureCloud``; the floors differ).
-The A100 has no secure spot price and a 0.0 secure floor (a cloud without spot stock), and its
-community floor is above its community spot price. ``cpu`` is this fake's own type: its pods run the CPU payload here."""
+"""Prices per GPU and hour. ``cpu`` is this fake's own type: its pods run the CPU payload here."""
 
 
 class FakeRunPod:
@@ -129,10 +124,8 @@ class FakeRunPod:
     def podRentInterruptable(self, info: Any, input: dict) -> dict:
         self._check_capacity(input)
         prices = GPU_TYPES[input["gpuTypeId"]]
-        floor = prices.get("secure_min_bid", prices["min_bid"]) if input.get("cloudType") == "SECURE" \
-            else prices["min_bid"]
-        if input["bidPerGpu"] <= 0 or input["bidPerGpu"] < floor:
-            raise ValueError(f"bid {input['bidPerGpu']} is below the minimum bid {floor}")
+        if input["bidPerGpu"] < prices["min_bid"]:
+            raise ValueError(f"bid {input['bidPerGpu']} is below the minimum bid {prices['min_bid']}")
         return self._create(input, "INTERRUPTABLE", input["bidPerGpu"])
 
     def podTerminate(self, info: Any, input: dict) -> bool:
@@ -190,15 +183,11 @@ NO_INSTANCES = ("There are no longer any instances available with the requested 
 
 
 def _gpu_type(name: str, p: dict) -> dict:
-    def lowest_price(info: Any, input: dict | None = None) -> dict:
-        secure = (input or {}).get("secureCloud") is not False  # unset: one floor for both clouds (secure's)
-        floor = p.get("secure_min_bid", p["min_bid"]) if secure else p["min_bid"]
-        return {"minimumBidPrice": floor, "uninterruptablePrice": p["secure" if secure else "community"]}
-
     return {"id": name, "displayName": name, "manufacturer": "Nvidia", "memoryInGb": 80, "maxGpuCount": 8,
             "secureCloud": True, "communityCloud": True, "securePrice": p["secure"], "communityPrice": p["community"],
             "secureSpotPrice": p["secure_spot"], "communitySpotPrice": p["community_spot"],
-            "lowestPrice": lowest_price}
+            "lowestPrice": lambda info, input=None: {"minimumBidPrice": p["min_bid"],
+                                                     "uninterruptablePrice": p["community"]}}
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """The runpod provider against RunPod's behaviour as its real API shows it (issue 16: capacity
-errors, bid floors per cloud, SSH ports published late, the per-pod key, unknown GPU ids, a
+errors, spot that RunPod no longer rents, SSH ports published late, the per-pod key, unknown GPU ids, a
 create whose answer was lost), through the real runpod SDK and the local RunPod fake."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioners.base import NoCapacity, NodeState, OfferRequest, Unavailable
+from provisioners import runpod_graphql
+from provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError, Unavailable
 from provisioners.runpod import RunPodProvider, RunPodSettings, UnknownGpuType
 from tests.conftest import run_cli
 from tests.fakes.runpod_fake import FakeRunPod
@@ -58,24 +59,42 @@ def test_an_unknown_gpu_id_is_bad_input_asked_once(fake: FakeRunPod, tmp_path: P
     provider.check_access([OfferRequest(gpu="H100_SXM", count=8, market="on-demand")])
 
 
-def test_plan_refuses_an_unknown_runpod_gpu_with_exit_2(fake: FakeRunPod, tmp_path: Path) -> None:
+def _campaign(tmp_path: Path, gpu: str, market: str) -> Path:
     path = tmp_path / "c.yaml"
     path.write_text("name: c\nbudget_usd: 100\ntarget: {model: nanochat-d1, vocab_size: 512, "
                     "target_param_data_ratio: 8.5, total_batch_size: 524288}\n"
-                    "matrix:\n  - {provider: runpod, gpu: H100-SXM, count: 8, market: on-demand}\n")
-    env = {k: os.environ[k] for k in ("RUNPOD_API_BASE_URL", "RUNPOD_API_KEY")}
-    result = run_cli("plan", str(path), home=tmp_path / "home", env=env)
+                    f"matrix:\n  - {{provider: runpod, gpu: {gpu}, count: 8, market: {market}}}\n")
+    return path
+
+
+def _env() -> dict[str, str]:
+    return {k: os.environ[k] for k in ("RUNPOD_API_BASE_URL", "RUNPOD_API_KEY")}
+
+
+def test_plan_refuses_an_unknown_runpod_gpu_with_exit_2(fake: FakeRunPod, tmp_path: Path) -> None:
+    result = run_cli("plan", str(_campaign(tmp_path, "H100-SXM", "on-demand")), home=tmp_path / "home", env=_env())
     assert result.returncode == 2, result.stderr
     assert "runpod has no GPU type 'H100-SXM'" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_spot_bids_the_floor_of_its_own_cloud_never_zero(fake: FakeRunPod, tmp_path: Path) -> None:
+def test_spot_is_refused_plainly_and_never_bid_for(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = _provider(tmp_path)
-    spot = provider.offers(OfferRequest(gpu="A100_SXM", count=2, market="spot"))
-    assert [(o.region, o.details["per_gpu"]) for o in spot] == [("community", 0.95)], \
-        "secure has no spot price (no secure offer, no $0 bid); community bids its own floor over its spot price"
-    sent = json.loads(fake.requests[-1])
-    assert "secureCloud: true" in sent["query"] and "secureCloud: false" in sent["query"]
+    spot = OfferRequest(gpu="H100_SXM", count=8, market="spot", label="runpod:H100_SXMx8:spot")
+    with pytest.raises(ProviderError, match=r"^runpod:H100_SXMx8:spot: RunPod spot is unavailable"):
+        provider.validate(spot)
+    with pytest.raises(ProviderError, match="RunPod spot is unavailable"):
+        provider.offers(spot)
+    assert fake.requests == [], "nothing asked, nothing bid"
+    assert not any("podRentInterruptable" in q for q in runpod_graphql.QUERIES)
+
+
+def test_plan_refuses_a_runpod_spot_cell_with_exit_2(fake: FakeRunPod, tmp_path: Path) -> None:
+    result = run_cli("plan", str(_campaign(tmp_path, "H100_SXM", "spot")), home=tmp_path / "home", env=_env())
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: runpod:H100_SXMx8:spot: RunPod spot is unavailable: RunPod's supported APIs (REST v2, the runpod "
+        "SDK) rent no interruptible pods; use market: on-demand"]
+    assert fake.requests == []
 
 
 def test_ssh_waits_for_a_public_port_22_and_the_pod_gets_its_own_key(fake: FakeRunPod, tmp_path: Path) -> None:
