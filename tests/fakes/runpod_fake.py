@@ -4,8 +4,7 @@ Pods get their SSH endpoint on a real sshd the test runs (``runtime.ports``: pri
 the sshd's port, on a public IP, beside a private-IP entry); the pod's key is authorized there as
 RunPod's images do: ``SSH_PUBLIC_KEY`` when the pod sets it, else ``PUBLIC_KEY``, which RunPod
 fills from the account's keys (``account_keys``) whatever the pod set. A booted pod has a
-``runtime`` first and its ports ``ports_s`` later. ``preempt(pod_id)`` evicts a spot pod
-(EXITED, its processes killed, as when the container dies). ``sold_out`` holds (GPU type id,
+``runtime`` first and its ports ``ports_s`` later. ``sold_out`` holds (GPU type id,
 cloud) pairs whose create mutations fail with RunPod's capacity error. ``faults`` is a queue of
 answers served before the next real ones: ``401``, ``429``, ``500`` (an HTML page), ``malformed``
 (broken JSON), ``drop`` (connection closed), ``slow`` (answers after 3 s) or ``answer_lost`` (the
@@ -28,7 +27,6 @@ from typing import Any
 
 from graphql import build_schema, graphql_sync
 
-from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
 
 SCHEMA = build_schema("""
@@ -61,15 +59,9 @@ input PodFindAndDeployOnDemandInput {
   containerDiskInGb: Int ports: String volumeMountPath: String env: [EnvironmentVariableInput]
   templateId: String networkVolumeId: String minDownload: Int minUpload: Int
 }
-input PodRentInterruptableInput {
-  bidPerGpu: Float! name: String imageName: String cloudType: CloudTypeEnum startSsh: Boolean gpuTypeId: String
-  supportPublicIp: Boolean gpuCount: Int volumeInGb: Int minVcpuCount: Int minMemoryInGb: Int
-  containerDiskInGb: Int ports: String env: [EnvironmentVariableInput] dataCenterId: String
-}
 type Query { gpuTypes(input: GpuTypeFilter): [GpuType] pod(input: PodFilter): Pod myself: User }
 type Mutation {
   podFindAndDeployOnDemand(input: PodFindAndDeployOnDemandInput): Pod
-  podRentInterruptable(input: PodRentInterruptableInput): Pod
   podTerminate(input: PodFilter): Boolean
 }
 """)
@@ -121,13 +113,6 @@ class FakeRunPod:
         per_gpu = prices["community" if input.get("cloudType") == "COMMUNITY" else "secure"]
         return self._create(input, "RESERVED", per_gpu)
 
-    def podRentInterruptable(self, info: Any, input: dict) -> dict:
-        self._check_capacity(input)
-        prices = GPU_TYPES[input["gpuTypeId"]]
-        if input["bidPerGpu"] < prices["min_bid"]:
-            raise ValueError(f"bid {input['bidPerGpu']} is below the minimum bid {prices['min_bid']}")
-        return self._create(input, "INTERRUPTABLE", input["bidPerGpu"])
-
     def podTerminate(self, info: Any, input: dict) -> bool:
         with self.lock:
             if self.pods.pop(input["podId"], None) is None:
@@ -163,13 +148,6 @@ class FakeRunPod:
                   "type": "tcp"}] if up >= self.ports_s else []
         return {**pod, "runtime": {"ports": ports, "uptimeInSeconds": 1} if booted else None,
                 "machine": {"podHostId": f"{pod['id']}-host", "gpuDisplayName": "H100"}}
-
-    def preempt(self, pod_id: str) -> None:
-        """Evict a spot pod: EXITED, and its processes die with the container."""
-        with self.lock:
-            pod = self.pods[pod_id]
-            pod["desiredStatus"] = "EXITED"
-        kill_container(self.workdir, str(pod["name"]).rsplit("--", 1)[-1])
 
     def inventory(self) -> list[str]:
         """Pods that would still bill (not terminated)."""
