@@ -166,6 +166,10 @@ class RunPodProvider(Provider):
         if request.market == "spot":
             raise ProviderError(f"{request.label or request.gpu}: {SPOT_UNAVAILABLE}")
 
+    def plan_notes(self) -> list[str]:
+        return [f"the image must run sshd and authorize ${SSH_KEY_VARIABLE} (RunPod's own images do); "
+                "one that does not is never reachable and its attempts end at the ready timeout"]
+
     def offers(self, request: OfferRequest) -> list[Offer]:
         self.validate(request)
         gpu_id = GPU_TYPE_IDS.get(request.gpu, request.gpu)

@@ -116,6 +116,12 @@ def test_ssh_waits_for_a_public_port_22_and_the_pod_gets_its_own_key(fake: FakeR
     provider.terminate(node)
 
 
+def test_plan_says_the_image_must_run_sshd(fake: FakeRunPod, tmp_path: Path) -> None:
+    result = run_cli("plan", str(_campaign(tmp_path, "H100_SXM", "on-demand")), home=tmp_path / "home", env=_env())
+    assert result.returncode == 0, result.stderr
+    assert "warning: runpod: the image must run sshd and authorize $SSH_PUBLIC_KEY" in result.stdout
+
+
 def test_a_create_whose_answer_was_lost_is_looked_up_not_resent(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = _provider(tmp_path, cloud="SECURE")
     (offer, *_) = provider.offers(OfferRequest(gpu="H100_NVL", count=1, market="on-demand"))
