@@ -70,6 +70,7 @@ def plan_campaign(campaign: Campaign, providers: Providers) -> Plan:
     if failed and not answered:
         raise NoProviderAnswered("no provider answered for offers, so nothing could be planned: " + "; ".join(
             f"{name}: {problem}" for name, problem in sorted(failed.items())) + ". Fix that (or wait) and plan again")
+    warnings += [f"{name}: {note}" for name in sorted(answered) for note in providers.get(name).plan_notes()]
     priced = sum(r["worst_case_usd"] for r in rows if r["worst_case_usd"] is not None)
     if priced > campaign.spec.budget_usd:
         warnings.append(f"the worst case ${priced:.2f} is over budget_usd ${campaign.spec.budget_usd:.2f}: cells "

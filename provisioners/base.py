@@ -209,6 +209,11 @@ class Provider(ABC):
         written or rented; may ask the provider's API. Default: the constructor's checks suffice."""
         return None
 
+    def plan_notes(self) -> list[str]:
+        """What ``plan`` tells the user about this provider's cells: requirements it cannot check
+        itself (e.g. what the image must run). Default: none."""
+        return []
+
     def all_busy(self, request: OfferRequest) -> bool:
         """True when ``offers`` is empty only because every matching node is in use by other
         attempts (the cell should wait, not fail)."""

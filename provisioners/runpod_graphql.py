@@ -18,20 +18,19 @@ from typing import Any
 _POD_FIELDS = """id name costPerHr desiredStatus gpuCount vcpuCount imageName machineId podType
     runtime { ports { ip isIpPublic privatePort publicPort type } }"""
 
-GPU_TYPES = """query GpuTypes($gpuTypeId: String, $gpuCount: Int) {
-  gpuTypes(input: {id: $gpuTypeId}) { id securePrice communityPrice secureSpotPrice communitySpotPrice
-    secureCloud communityCloud lowestPrice(input: {gpuCount: $gpuCount}) { minimumBidPrice uninterruptablePrice } }
+GPU_TYPES = """query GpuTypes($gpuTypeId: String) {
+  gpuTypes(input: {id: $gpuTypeId}) { id securePrice communityPrice secureCloud communityCloud }
 }"""
-RENT_SPOT = """mutation RentSpot($input: PodRentInterruptableInput!) {
-  podRentInterruptable(input: $input) { id costPerHr podType machineId }
-}"""
+"""One GPU type's on-demand prices per cloud."""
+GPU_TYPE_IDS = """query GpuTypeIds { gpuTypes { id } }"""
+"""Every GPU type id (the SDK's ``get_gpus`` query, less the fields unused here)."""
 DEPLOY_ON_DEMAND = """mutation DeployOnDemand($input: PodFindAndDeployOnDemandInput!) {
   podFindAndDeployOnDemand(input: $input) { id costPerHr podType machineId }
 }"""
 POD = f"""query Pod($podId: String!) {{ pod(input: {{podId: $podId}}) {{ {_POD_FIELDS} }} }}"""
 PODS = f"""query Pods {{ myself {{ pods {{ {_POD_FIELDS} }} }} }}"""
 TERMINATE = """mutation Terminate($podId: String!) { podTerminate(input: {podId: $podId}) }"""
-QUERIES = (GPU_TYPES, RENT_SPOT, DEPLOY_ON_DEMAND, POD, PODS, TERMINATE)
+QUERIES = (GPU_TYPES, GPU_TYPE_IDS, DEPLOY_ON_DEMAND, POD, PODS, TERMINATE)
 """Every query text this module sends: a test checks that nothing else goes over the wire."""
 
 

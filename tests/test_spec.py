@@ -443,8 +443,7 @@ def test_shipped_campaign_files_parse(name: str) -> None:
     assert campaign.cells and len({c.key for c in campaign.cells}) == len(campaign.cells)
     if name == "h100-matrix.yaml":
         assert sorted(c.key for c in campaign.cells) == sorted([
-            "runpod:H100_SXMx8:spot", "runpod:H100_SXMx8:on-demand", "runpod:H100_PCIEx8:spot",
-            "runpod:H100_PCIEx8:on-demand", "runpod:H100_NVLx8:spot", "runpod:H100_NVLx8:on-demand",
+            "runpod:H100_SXMx8:on-demand", "runpod:H100_PCIEx8:on-demand", "runpod:H100_NVLx8:on-demand",
             "vastai:H100_SXMx8:spot:min_vcpus=128", "aws:p5.48xlarge:spot:region=us-east-1"])
         target = campaign.spec.target
         assert steps_for(target.model, target.target_param_data_ratio, target.total_batch_size) == 14_889

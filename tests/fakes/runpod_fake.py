@@ -1,11 +1,15 @@
 """A local RunPod API: the GraphQL endpoint the runpod SDK talks to, executed with graphql-core.
 
 Pods get their SSH endpoint on a real sshd the test runs (``runtime.ports``: privatePort 22 →
-the sshd's port); the ``PUBLIC_KEY`` a pod is created with is authorized there, as RunPod's
-images do. ``preempt(pod_id)`` evicts a spot pod (EXITED, its processes killed, as when the
-container dies). ``faults`` is a queue of answers served before the next real ones: ``401``,
-``429``, ``500`` (an HTML page), ``malformed`` (broken JSON), ``drop`` (connection closed) or
-``slow`` (answers after 3 s).
+the sshd's port, on a public IP, beside a private-IP entry); the pod's key is authorized there as
+RunPod's images do: ``SSH_PUBLIC_KEY`` when the pod sets it, else ``PUBLIC_KEY``, which RunPod
+fills from the account's keys (``account_keys``) whatever the pod set. A booted pod has a
+``runtime`` first and its ports ``ports_s`` later. ``sold_out`` holds (GPU type id,
+cloud) pairs whose create mutations fail with RunPod's capacity error. ``faults`` is a queue of
+answers served before the next real ones: ``401``, ``429``, ``500`` (an HTML page), ``malformed``
+(broken JSON), ``drop`` (connection closed), ``slow`` (answers after 3 s) or ``answer_lost`` (the
+request is carried out, then the connection closes without its answer).
+Every behaviour's source is in tests/fakes/README.md (RunPod).
 Requests carry ``query`` and ``variables``, executed as a GraphQL server does: the variables are
 data, coerced to their declared types. Point the SDK at it with ``RUNPOD_API_BASE_URL``.
 """
@@ -23,7 +27,6 @@ from typing import Any
 
 from graphql import build_schema, graphql_sync
 
-from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
 
 SCHEMA = build_schema("""
@@ -56,15 +59,9 @@ input PodFindAndDeployOnDemandInput {
   containerDiskInGb: Int ports: String volumeMountPath: String env: [EnvironmentVariableInput]
   templateId: String networkVolumeId: String minDownload: Int minUpload: Int
 }
-input PodRentInterruptableInput {
-  bidPerGpu: Float! name: String imageName: String cloudType: CloudTypeEnum startSsh: Boolean gpuTypeId: String
-  supportPublicIp: Boolean gpuCount: Int volumeInGb: Int minVcpuCount: Int minMemoryInGb: Int
-  containerDiskInGb: Int ports: String env: [EnvironmentVariableInput] dataCenterId: String
-}
 type Query { gpuTypes(input: GpuTypeFilter): [GpuType] pod(input: PodFilter): Pod myself: User }
 type Mutation {
   podFindAndDeployOnDemand(input: PodFindAndDeployOnDemandInput): Pod
-  podRentInterruptable(input: PodRentInterruptableInput): Pod
   podTerminate(input: PodFilter): Boolean
 }
 """)
@@ -87,6 +84,11 @@ class FakeRunPod:
         self.boot_s = boot_s
         self.pods: dict[str, dict[str, Any]] = {}
         self.faults: list[str] = []
+        self.sold_out: set[tuple[str, str]] = set()
+        self.account_keys = ""
+        """The account's SSH keys, which RunPod puts in every pod's PUBLIC_KEY."""
+        self.ports_s = boot_s
+        """How long after its runtime a pod's port mappings appear."""
         self.requests: list[str] = []
         """Every request body received (a test checks what went over the wire)."""
         self.lock = threading.Lock()
@@ -106,15 +108,10 @@ class FakeRunPod:
             return {"id": "user-1", "pods": [self._view(p) for p in self.pods.values()]}
 
     def podFindAndDeployOnDemand(self, info: Any, input: dict) -> dict:
+        self._check_capacity(input)
         prices = GPU_TYPES[input["gpuTypeId"]]
         per_gpu = prices["community" if input.get("cloudType") == "COMMUNITY" else "secure"]
         return self._create(input, "RESERVED", per_gpu)
-
-    def podRentInterruptable(self, info: Any, input: dict) -> dict:
-        prices = GPU_TYPES[input["gpuTypeId"]]
-        if input["bidPerGpu"] < prices["min_bid"]:
-            raise ValueError(f"bid {input['bidPerGpu']} is below the minimum bid {prices['min_bid']}")
-        return self._create(input, "INTERRUPTABLE", input["bidPerGpu"])
 
     def podTerminate(self, info: Any, input: dict) -> bool:
         with self.lock:
@@ -123,12 +120,18 @@ class FakeRunPod:
         return True
 
     # -- state ------------------------------------------------------------------------------------
+    def _check_capacity(self, spec: dict) -> None:
+        if (spec.get("gpuTypeId"), spec.get("cloudType")) in self.sold_out:
+            raise ValueError(NO_INSTANCES)
+
     def _create(self, spec: dict, pod_type: str, per_gpu: float) -> dict:
         pod_id = uuid.uuid4().hex[:14]
         env = {e["key"]: e.get("value") for e in spec.get("env") or []}
-        if env.get("PUBLIC_KEY"):
+        env["PUBLIC_KEY"] = self.account_keys
+        key = env.get("SSH_PUBLIC_KEY") or env["PUBLIC_KEY"]
+        if key:
             with self.authorized_keys.open("a") as keys:
-                keys.write(env["PUBLIC_KEY"] + "\n")
+                keys.write(key + "\n")
         pod = {"id": pod_id, "name": spec.get("name"), "imageName": spec.get("imageName"), "podType": pod_type,
                "desiredStatus": "RUNNING", "costPerHr": round(per_gpu * (spec.get("gpuCount") or 1), 4),
                "gpuCount": spec.get("gpuCount"), "vcpuCount": float(spec.get("minVcpuCount") or 8),
@@ -138,23 +141,23 @@ class FakeRunPod:
         return self._view(pod)
 
     def _view(self, pod: dict) -> dict:
-        booted = pod["desiredStatus"] == "RUNNING" and time.time() - pod["created"] >= self.boot_s
-        ports = [{"ip": "127.0.0.1", "isIpPublic": True, "privatePort": 22, "publicPort": self.ssh_port,
-                  "type": "tcp"}]
+        up = time.time() - pod["created"] - self.boot_s
+        booted = pod["desiredStatus"] == "RUNNING" and up >= 0
+        ports = [{"ip": "10.65.0.2", "isIpPublic": False, "privatePort": 22, "publicPort": 22, "type": "tcp"},
+                 {"ip": "127.0.0.1", "isIpPublic": True, "privatePort": 22, "publicPort": self.ssh_port,
+                  "type": "tcp"}] if up >= self.ports_s else []
         return {**pod, "runtime": {"ports": ports, "uptimeInSeconds": 1} if booted else None,
                 "machine": {"podHostId": f"{pod['id']}-host", "gpuDisplayName": "H100"}}
-
-    def preempt(self, pod_id: str) -> None:
-        """Evict a spot pod: EXITED, and its processes die with the container."""
-        with self.lock:
-            pod = self.pods[pod_id]
-            pod["desiredStatus"] = "EXITED"
-        kill_container(self.workdir, str(pod["name"]).rsplit("--", 1)[-1])
 
     def inventory(self) -> list[str]:
         """Pods that would still bill (not terminated)."""
         with self.lock:
             return sorted(self.pods)
+
+
+NO_INSTANCES = ("There are no longer any instances available with the requested specifications. "
+                "Please refresh and try again.")
+"""RunPod's out-of-capacity answer to a create mutation, a GraphQL error (see tests/fakes/README.md)."""
 
 
 def _gpu_type(name: str, p: dict) -> dict:
@@ -173,6 +176,7 @@ def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             fake.requests.append(body.decode(errors="replace"))
+            lost = bool(fake.faults) and fake.faults[0] == "answer_lost" and bool(fake.faults.pop(0))
             if self.answer_fault(fake.faults, fake.api_key, b'{"data": {"pod": ', b'{"error": "unauthorized"}'):
                 return
             request = json.loads(body)
@@ -181,6 +185,9 @@ def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
             answer: dict[str, Any] = {"data": result.data}
             if result.errors:
                 answer["errors"] = [{"message": e.message} for e in result.errors]
+            if lost:
+                self.drop()
+                return
             self.send_body(200, json.dumps(answer).encode(), "application/json")
 
     with serving(Handler) as url:

@@ -68,7 +68,7 @@ def test_a_bug_in_our_code_surfaces_at_once_not_retried(fake: FakeRunPod, tmp_pa
     monkeypatch.setattr(requests, "post", broken_post)
     sleeps: list[float] = []
     with pytest.raises(TypeError, match="unexpected keyword"):
-        _provider(tmp_path, sleeps).offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+        _provider(tmp_path, sleeps).offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     assert len(calls) == 1 and sleeps == [], "not retried, not reported as 'API unavailable'"
 
 
@@ -76,7 +76,7 @@ def test_transient_faults_are_retried_with_the_injected_sleep(fake: FakeRunPod, 
     sleeps: list[float] = []
     fake.faults = ["500"] * 10
     with pytest.raises(Unavailable, match=r"unavailable .* \(retried\)"):
-        _provider(tmp_path, sleeps).offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+        _provider(tmp_path, sleeps).offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     assert len(fake.faults) == 5 and len(sleeps) == 4, "five tries, four waits, none of them real"
 
 

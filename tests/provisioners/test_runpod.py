@@ -23,31 +23,25 @@ def _provider(tmp_path: Path, cloud: str = "SECURE") -> RunPodProvider:
     return RunPodProvider(tmp_path / "runpod", RunPodSettings(cloud=cloud))
 
 
-def test_offers_price_on_demand_and_spot_bids(fake: FakeRunPod, tmp_path: Path) -> None:
+def test_offers_price_on_demand_per_cloud(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = _provider(tmp_path, cloud="ALL")
     on_demand = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     assert [(o.region, o.hourly_usd) for o in on_demand] == [("community", 21.52), ("secure", 23.92)]
-    spot = provider.offers(OfferRequest(gpu="H100_PCIE", count=8, market="spot"))
-    assert [(o.region, o.details["per_gpu"], o.hourly_usd) for o in spot] == [
-        ("community", 1.19, 9.52), ("secure", 1.35, 10.8)], "the bid is max(spot price, minimum bid) per GPU"
-    assert provider.offers(OfferRequest(gpu="NO_SUCH_GPU", count=8, market="spot")) == []
+    with pytest.raises(ProviderError, match="no GPU type"):
+        provider.offers(OfferRequest(gpu="NO_SUCH_GPU", count=8, market="on-demand"))
 
 
-def test_spot_launch_status_preemption_owned_and_terminate(fake: FakeRunPod, tmp_path: Path) -> None:
+def test_launch_status_owned_and_terminate(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = _provider(tmp_path)
-    (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+    (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     node = provider.launch(offer, "bc-tok1", "bc-camp-1")
     pod = fake.pods[node.node_id]
-    assert pod["name"] == "bc-camp-1--bc-tok1" and pod["podType"] == "INTERRUPTABLE"
-    assert node.hourly_usd == pytest.approx(1.75 * 8), "the pod's costPerHr is the price"
-    sent = json.loads(fake.requests[-2])
-    assert "podRentInterruptable" in sent["query"] and sent["variables"]["input"]["bidPerGpu"] == 1.75
-    assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text(), "the campaign key went in as PUBLIC_KEY"
+    assert pod["name"] == "bc-camp-1--bc-tok1" and pod["podType"] == "RESERVED"
+    assert node.hourly_usd == pytest.approx(2.99 * 8), "the pod's costPerHr is the price"
+    assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text(), "the campaign key went in as SSH_PUBLIC_KEY"
     assert oct((tmp_path / "runpod" / "keys" / "bc-camp-1").stat().st_mode & 0o777) == "0o600"
     assert provider.status(node) is NodeState.RUNNING
     assert [n.token for n in provider.owned("bc-camp-1")] == ["bc-tok1"] and provider.owned("bc-other") == []
-    fake.preempt(node.node_id)
-    assert provider.status(node) is NodeState.PREEMPTED
     provider.terminate(node)
     provider.terminate(node)  # gone is success
     assert fake.inventory() == [] and provider.status(node) is NodeState.TERMINATED
@@ -67,7 +61,7 @@ def test_on_demand_launch_goes_through_create_pod(fake: FakeRunPod, tmp_path: Pa
 def test_transient_api_faults_are_retried(fake: FakeRunPod, tmp_path: Path, fault: str) -> None:
     provider = _provider(tmp_path)
     fake.faults = [fault, fault]
-    offers = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+    offers = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     assert offers and fake.faults == [], "two failures, then the answer"
 
 
@@ -83,19 +77,19 @@ def test_a_request_past_its_timeout_is_retried(fake: FakeRunPod, tmp_path: Path,
     monkeypatch.setattr("runpod.api.graphql.requests.post", post_with_short_timeout)
     provider = _provider(tmp_path)
     fake.faults = ["slow"]
-    assert provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot")) and fake.faults == []
+    assert provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand")) and fake.faults == []
 
 
 def test_persistent_faults_and_refused_keys_are_clear_errors(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = _provider(tmp_path)
     fake.faults = ["500"] * 10
     with pytest.raises(ProviderError, match=r"unavailable .* \(retried\)"):
-        provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+        provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     assert len(fake.faults) == 5, "bounded: five tries"
     fake.faults = ["401"]
     before = len(fake.requests)
     with pytest.raises(ProviderError, match=r"refused the API key .* RUNPOD_API_KEY"):
-        provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+        provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     assert len(fake.requests) == before + 1, "a 401 is not retried"
 
 
@@ -108,7 +102,11 @@ def test_missing_key_names_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize(("pod", "state"), [
     (None, NodeState.TERMINATED),
-    ({"desiredStatus": "RUNNING", "runtime": {"ports": []}}, NodeState.RUNNING),
+    ({"desiredStatus": "RUNNING", "runtime": {"ports": [{"ip": "1.2.3.4", "isIpPublic": True, "privatePort": 22,
+                                                         "publicPort": 40022}]}}, NodeState.RUNNING),
+    ({"desiredStatus": "RUNNING", "runtime": {"ports": []}}, NodeState.STARTING),
+    ({"desiredStatus": "RUNNING", "runtime": {"ports": [{"ip": "10.0.0.2", "isIpPublic": False, "privatePort": 22,
+                                                         "publicPort": 22}]}}, NodeState.STARTING),
     ({"desiredStatus": "RUNNING", "runtime": None}, NodeState.STARTING),
     ({"desiredStatus": "CREATED"}, NodeState.STARTING),
     ({"desiredStatus": "RESTARTING"}, NodeState.STARTING),

@@ -10,7 +10,7 @@ import pytest
 
 from provisioners import runpod_graphql
 from provisioners.base import OfferRequest
-from provisioners.runpod import RunPodProvider, RunPodSettings
+from provisioners.runpod import RunPodProvider, RunPodSettings, UnknownGpuType
 from tests.fakes.runpod_fake import FakeRunPod
 
 EVIL = 'img:1" }) { id } podTerminate(input: {podId: "victim"}) }\n#'
@@ -26,11 +26,9 @@ def _sent(fake: FakeRunPod) -> list[dict]:
     return [json.loads(body) for body in fake.requests]
 
 
-@pytest.mark.parametrize("market", ["spot", "on-demand"])
-def test_image_and_name_with_query_syntax_reach_the_api_as_data(fake: FakeRunPod, tmp_path: Path,
-                                                                 market: str) -> None:
+def test_image_and_name_with_query_syntax_reach_the_api_as_data(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = RunPodProvider(tmp_path / "runpod", RunPodSettings())
-    (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market=market, image=EVIL))
+    (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand", image=EVIL))
     fake.pods["victim"] = {**fake.pods.get("victim", {}), "id": "victim", "name": "someone-else",
                            "desiredStatus": "RUNNING", "created": 0.0}
     evil_tag = 'bc-"}){id}\n'
@@ -49,15 +47,16 @@ def test_image_and_name_with_query_syntax_reach_the_api_as_data(fake: FakeRunPod
 def test_a_gpu_name_with_query_syntax_asks_for_that_gpu_only(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = RunPodProvider(tmp_path / "runpod", RunPodSettings())
     evil_gpu = 'NVIDIA H100 80GB HBM3"}) { id } gpuTypes(input: {id: "NVIDIA H100 PCIe'
-    assert provider.offers(OfferRequest(gpu=evil_gpu, count=8, market="spot")) == []
+    with pytest.raises(UnknownGpuType):  # no GPU type has that id
+        provider.offers(OfferRequest(gpu=evil_gpu, count=8, market="on-demand"))
     (request,) = _sent(fake)
     assert request["query"] == runpod_graphql.GPU_TYPES
-    assert request["variables"] == {"gpuTypeId": evil_gpu, "gpuCount": 8}
+    assert request["variables"] == {"gpuTypeId": evil_gpu}
 
 
 def test_pod_ids_are_variables_in_status_and_terminate(fake: FakeRunPod, tmp_path: Path) -> None:
     provider = RunPodProvider(tmp_path / "runpod", RunPodSettings())
-    (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
+    (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     node = provider.launch(offer, "bc-tok", "bc-camp")
     forged = replace(node, node_id=f'{node.node_id}"}}) {{ id }} }}')
     provider.terminate(forged)  # no such pod: gone, and the real one is untouched
