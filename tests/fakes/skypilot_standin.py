@@ -7,8 +7,9 @@ ssh config file is written on this machine; a status record carries the handle's
 port and user and the key's content (``_include_credentials``), pointing at the test's real sshd,
 where the stand-in's own key is authorized (SkyPilot logs in with its own key). ``preempt`` kills
 the cluster's processes and removes it, as a refreshed status shows a reclaimed spot cluster;
-``down`` removes it. ``catalog`` is the catalog, one row per instance type; ``lands_in`` is where a launch really lands (region, $/hr), as the
-handle's ``launched_resources`` says after a failover. ``faults`` is a queue of exceptions raised
+``down`` removes it. ``catalog`` is the catalog, one row per instance type;
+``lands_in`` is where a launch really lands (region, $/hr), as the handle's
+``launched_resources`` says after a failover. ``faults`` is a queue of exceptions raised
 by the next calls.
 
 Autodown is enforced as SkyPilot's skylet does it (sky/skylet/events.py ``StopEvent._run``,
@@ -40,7 +41,8 @@ PRICES = [("lambda", "H100:8", False, "gpu_8x_h100_sxm5", 23.92), ("lambda", "cp
           # SkyPilot's Lambda catalog names both the PCIe and the SXM single-GPU types "H100"
           ("lambda", "H100:1", False, "gpu_1x_h100_pcie", 2.49), ("lambda", "H100:1", False, "gpu_1x_h100_sxm5", 3.29),
           # its RunPod catalog names them apart (sky/catalog/data_fetchers/fetch_runpod.py)
-          ("runpod", "H100:1", False, "1x_H100_SECURE", 2.39), ("runpod", "H100-SXM:1", False, "1x_H100-SXM_SECURE", 2.69)]
+          ("runpod", "H100:1", False, "1x_H100_SECURE", 2.39),
+          ("runpod", "H100-SXM:1", False, "1x_H100-SXM_SECURE", 2.69)]
 
 
 @dataclass
@@ -157,7 +159,8 @@ class SkyPilotStandIn:
             return Cluster(cluster.name, cluster.status, unhealthy=cluster.unhealthy)
         (resources,) = cluster.task.resources
         cloud, spot = str(resources.cloud).lower(), bool(resources.use_spot)
-        listed = [usd for c, _, s, itype, usd in self.catalog if (c, s, itype) == (cloud, spot, resources.instance_type)]
+        listed = [usd for c, _, s, itype, usd in self.catalog
+                  if (c, s, itype) == (cloud, spot, resources.instance_type)]
         region, hourly = self.lands_in or (resources.region or "us-east-1", listed[0] if listed else 0.0)
         return Cluster(cluster.name, "UP",
                        access=Access(self.sshd.host, self.sshd.port, self.sshd.user, self.key.read_text()),

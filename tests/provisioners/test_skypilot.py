@@ -326,3 +326,24 @@ def test_sdk_reads_access_and_price_from_the_handle() -> None:
     unhealthy = _cluster({"name": "c2", "status": "INIT", "handle": None, "init_kind": "unhealthy",
                           "init_status_reason": "some nodes are terminated"})
     assert (unhealthy.status, unhealthy.unhealthy, unhealthy.access) == ("INIT", "some nodes are terminated", None)
+
+
+def test_plan_refuses_a_gpu_form_the_cloud_cannot_tell_apart(home: Path, tmp_path: Path, standin: SkyPilotStandIn,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from benchctl import providers
+    from benchctl.cli.main import main
+
+    monkeypatch.setattr(providers, "_skypilot", lambda home, settings: _provider(tmp_path, standin))
+    path = tmp_path / "sky.yaml"
+    path.write_text("name: sky\nbudget_usd: 200\n"
+                    "target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}\n"
+                    "payload: {profile: {device_batch_size: 8, sequence_len: 2048}}\nmatrix:\n"
+                    "  - {provider: skypilot, cloud: vast, gpu: H100_SXM, count: 8, market: on-demand}\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", str(path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("error: skypilot:H100_SXMx8:on-demand:cloud=vast: SkyPilot's vast catalog cannot tell "
+                          "H100_SXM from the other forms")
+    assert standin.launched == []
