@@ -8,9 +8,8 @@ not import ``sky``, constructing ``SkySDK`` does (a missing SDK is an ImportErro
 
 from __future__ import annotations
 
-import contextlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 
@@ -23,8 +22,8 @@ class Access:
     host: str
     port: int
     user: str
-    private_key: str
-    """The key's content (the API server's key file is on the server's machine)."""
+    private_key: str = field(repr=False)
+    """The key's content (the API server's key file is on the server's machine); never in a repr."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +102,7 @@ class SkySDK:
         from sky.skylet.autostop_lib import AutostopWaitFor
 
         # sky/skylet/autostop_lib.py set_autostop: "Reset timer whenever an autostop setting is submitted".
-        with _quiet():
-            self.sky.get(self.sky.autostop(cluster_name, idle_minutes, wait_for=AutostopWaitFor.NONE, down=True))
+        self.sky.get(self.sky.autostop(cluster_name, idle_minutes, wait_for=AutostopWaitFor.NONE, down=True))
 
     def request_status(self, request_id: str) -> str | None:
         found = self.sky.api_status([request_id])
@@ -124,8 +122,9 @@ class SkySDK:
         from sky import exceptions
 
         try:
-            with _quiet():  # its progress and logs would print over benchctl's progress table
-                self.sky.stream_and_get(self.sky.down(cluster_name))
+            # its streamed log goes to a buffer, not the terminal (benchctl's progress table): a stream of
+            # our own, since redirecting sys.stdout would swallow every other thread's output too
+            self.sky.stream_and_get(self.sky.down(cluster_name), output_stream=io.StringIO())
         except exceptions.ClusterDoesNotExist:
             return
 
@@ -171,13 +170,6 @@ class SkySDK:
         except Exception as exc:  # SkyPilot's reason, whatever its type
             return exc
         return None
-
-
-@contextlib.contextmanager
-def _quiet() -> Any:
-    """SkyPilot's logging and progress on stdout/stderr go nowhere (it streams a request's log there)."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        yield
 
 
 def _field(record: Any, name: str) -> Any:

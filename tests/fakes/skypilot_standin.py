@@ -81,8 +81,6 @@ class SkyPilotStandIn:
     autodowned: list[str] = field(default_factory=list)
     """Clusters the skylet tore down by autodown."""
     renewals: list[str] = field(default_factory=list)
-    down_output: str = ""
-    """What ``down`` prints, as SkyPilot streams its teardown log."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -168,8 +166,6 @@ class SkyPilotStandIn:
 
     def down(self, cluster_name: str) -> None:
         self._fault()
-        if self.down_output:
-            print(self.down_output)  # the real SkySDK.down keeps SkyPilot's streamed log off the terminal
         with self.lock:
             self._remove(cluster_name)
 

@@ -217,7 +217,7 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     """SkyPilot counts a cluster busy only with a job or a PTY ssh session; benchctl has neither, so
     only the controller's renewals (from ``status``) keep it. Once they stop, autodown removes the
     cluster: an error saying so, not a preemption (the cluster was spot)."""
-    standin.minute_s = 0.25
+    standin.minute_s = 0.5
     provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work"),
                                                                         autodown_idle_minutes=4), client=standin)
     provider.minute_s = standin.minute_s
@@ -225,14 +225,14 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     node = provider.launch(offer, "bc-tok5", "bc-camp-1")
     _wait_running(provider, node)
     transport = provider.transport(node)
-    end = time.monotonic() + 3  # three idle periods: without renewals it would be gone
+    assert transport.run("true").code == 0  # an ssh session without a PTY: not "busy" to SkyPilot
+    end = time.monotonic() + 4  # two idle periods: without renewals it would be gone
     while time.monotonic() < end:
         assert provider.status(node) is NodeState.RUNNING, "autodown removed a cluster the controller watches"
-        assert transport.run("true").code == 0
         time.sleep(0.05)
     assert standin.autodowned == [] and len(standin.renewals) >= 4
     transport.close()
-    time.sleep(1.2)  # the controller is gone for longer than autodown_idle_minutes
+    time.sleep(2.5)  # the controller is gone for longer than autodown_idle_minutes
     with pytest.raises(ProviderError, match=r"autodown removed bc-camp-1--bc-tok5: .* not a preemption"):
         provider.status(node)
     assert standin.autodowned == [node.node_id]
@@ -287,17 +287,14 @@ def test_a_gpu_form_the_cloud_cannot_tell_apart_is_refused(standin: SkyPilotStan
 
 
 def test_sdk_down_keeps_skypilots_output_off_the_terminal(capfd: pytest.CaptureFixture[str]) -> None:
-    """SkyPilot's ``stream_and_get`` prints the request's log (sky/client/sdk.py): it must not land
-    on benchctl's progress table."""
+    """SkyPilot's ``stream_and_get`` prints the request's log to ``output_stream``, the terminal when
+    None (sky/client/sdk.py ``stream_response``): it must not land on benchctl's progress table."""
     import types
 
     from provisioners.skypilot_sdk import SkySDK
 
-    def stream_and_get(request_id: str) -> None:
-        print(f"Terminating cluster ... {request_id}")
-        import sys
-
-        print("⠋ Tearing down", file=sys.stderr)
+    def stream_and_get(request_id: str, output_stream: Any = None) -> None:
+        print(f"Terminating cluster ... {request_id}", file=output_stream)  # None: the terminal, as SkyPilot's
 
     sdk = SkySDK()
     sdk.sky = types.SimpleNamespace(down=lambda name: f"req-{name}", stream_and_get=stream_and_get)
