@@ -45,8 +45,8 @@ def sky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SkyPilotSta
 
     monkeypatch.setenv("HOME", str(tmp_path / "user"))  # SkyPilot keeps a user hash under ~/.sky
     with running_sshd(tmp_path / "sshd") as sshd:
-        # autodown_idle_minutes 20 of 0.5 s: SkyPilot's autodown fires 10 s after the last renewal
-        standin = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.5, minute_s=0.5)
+        # autodown_idle_minutes 20 of 1 s: SkyPilot's autodown fires 20 s after the last renewal
+        standin = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.5, minute_s=1.0)
 
         def make(home: Path, settings: ProvidersSpec) -> SkyPilotProvider:
             assert settings.skypilot is not None, "the campaign's providers.skypilot reaches the provider"
