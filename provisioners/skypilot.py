@@ -8,7 +8,8 @@
   ``<campaign tag>--<token>`` with autodown after ``autodown_idle_minutes`` whatever runs there;
   SkyPilot would count our clusters idle from the start (no job, no PTY session), so the
   controller renews the setting from ``status`` (its heartbeat): the cluster goes down that long
-  after the controller stops watching it. ``owned`` lists clusters by the tag prefix.
+  after the controller stops watching it (the last renewal's time is a file's mtime, kept across
+  controller restarts). ``owned`` lists clusters by the tag prefix.
 - Status (``cluster_state``): starting while the launch request runs; running once it
   succeeded and the cluster is UP; a cluster that is gone or STOPPED without our ``down`` is
   preempted when it was spot, terminated otherwise, unless autodown removed it (AUTOSTOPPING, or
@@ -145,8 +146,6 @@ class SkyPilotProvider(Provider):
         self.root = root
         self.settings = settings or SkyPilotSettings()
         self._downed: set[str] = set()
-        self._renewed: dict[str, float] = {}
-        """When each cluster's autodown timer was last restarted (monotonic)."""
         self.sleep: Callable[[float], None] = time.sleep
         """Between retries (a test replaces it)."""
         self.minute_s = 60.0
@@ -233,11 +232,11 @@ class SkyPilotProvider(Provider):
             raise typed(f"skypilot could not launch {node.node_id}: {why} "
                         f"(`sky api logs {request_id}` has the whole log)")
         minutes = self.settings.autodown_idle_minutes
-        renewed = self._renewed.get(node.node_id)
-        lapsed = renewed is not None and time.monotonic() - renewed >= minutes * self.minute_s
+        renewed = self._renewed(node.node_id)
+        lapsed = renewed is not None and time.time() - renewed >= minutes * self.minute_s
         if (cluster is not None and cluster.status == "AUTOSTOPPING") or (cluster is None and lapsed):
-            raise ProviderError(f"skypilot's autodown removed {node.node_id}: its idle timer was not renewed for "
-                                f"{minutes} minutes (autodown_idle_minutes); not a preemption")
+            raise ProviderError(f"skypilot's autodown removed {node.node_id}: no controller renewed its idle timer "
+                                f"for {minutes} minutes (autodown_idle_minutes); not a preemption")
         if cluster is not None and cluster.status == "INIT" and cluster.unhealthy:
             raise ProviderError(f"skypilot reports {node.node_id} unhealthy: {cluster.unhealthy}")
 
@@ -251,16 +250,30 @@ class SkyPilotProvider(Provider):
         if cluster.access is not None:
             self._save_access(node, cluster)
         minutes = self.settings.autodown_idle_minutes
-        last = self._renewed.get(node.node_id)
-        if last is not None and time.monotonic() - last < minutes * self.minute_s / 4:
+        last = self._renewed(node.node_id)
+        if last is not None and time.time() - last < minutes * self.minute_s / 4:
             return
         try:
             self._call("renew the cluster's autodown", self.client.renew_autodown, node.node_id, minutes)
         except ProviderError:
-            if last is None:  # the launch's own setting counts from now
-                self._renewed[node.node_id] = time.monotonic()
+            if last is None:  # the launch's own setting counts from about now
+                self._mark_renewed(node.node_id)
             return  # tried again at the next status
-        self._renewed[node.node_id] = time.monotonic()
+        self._mark_renewed(node.node_id)
+
+    def _renewed(self, cluster: str) -> float | None:
+        """When the cluster's autodown timer was last restarted (wall clock): a file's mtime under
+        ``root/autodown``, so a restarted controller still tells an autodown from a preemption."""
+        try:
+            return (self.root / "autodown" / cluster).stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def _mark_renewed(self, cluster: str) -> None:
+        path = self.root / "autodown" / cluster
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.touch()
+        os.utime(path)
 
     def _save_access(self, node: Node, cluster: Cluster) -> None:
         assert cluster.access is not None
@@ -289,7 +302,7 @@ class SkyPilotProvider(Provider):
     def terminate(self, node: Node) -> None:
         self._downed.add(node.node_id)
         self._call("tear the cluster down", self.client.down, node.node_id)
-        self._renewed.pop(node.node_id, None)
+        (self.root / "autodown" / node.node_id).unlink(missing_ok=True)
         (self.root / "keys" / node.node_id).unlink(missing_ok=True)
 
     def owned(self, campaign_tag: str) -> list[Node]:

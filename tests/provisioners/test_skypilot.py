@@ -236,6 +236,10 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     with pytest.raises(ProviderError, match=r"autodown removed bc-camp-1--bc-tok5: .* not a preemption"):
         provider.status(node)
     assert standin.autodowned == [node.node_id]
+    restarted = SkyPilotProvider(provider.root, provider.settings, client=standin)  # `benchctl resume` knows too
+    restarted.minute_s = standin.minute_s
+    with pytest.raises(ProviderError, match=r"autodown removed bc-camp-1--bc-tok5: .* not a preemption"):
+        restarted.status(node)
     provider.terminate(node)
     assert provider.status(node) is NodeState.TERMINATED
 
