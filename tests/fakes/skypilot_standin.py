@@ -106,8 +106,7 @@ class SkyPilotStandIn:
             (resources,) = task.resources  # read its attributes: to_yaml_config would consult the catalog
             self.launched.append({"cluster": cluster_name, "cloud": str(resources.cloud).lower(),
                                   "instance_type": resources.instance_type, "use_spot": resources.use_spot,
-                                  "region": resources.region, "accelerators": resources.accelerators,
-                                  "autodown_idle_minutes": autodown_idle_minutes})
+                                  "region": resources.region, "autodown_idle_minutes": autodown_idle_minutes})
             self._clusters[cluster_name] = _Cluster(cluster_name, task, request_id, time.monotonic() + self.boot_s,
                                                     autodown_idle_minutes)
             self.requests[request_id] = "RUNNING"

@@ -319,13 +319,20 @@ def test_sdk_reads_access_and_price_from_the_handle() -> None:
     resources = types.SimpleNamespace(region="us-east-2", instance_type="gpu_8x_h100_sxm5", use_spot=False)
     handle = types.SimpleNamespace(cached_external_ips=["203.0.113.7"], cached_external_ssh_ports=[2222],
                                    ssh_user="ubuntu", launched_resources=resources, get_hourly_price=lambda: 24.5)
-    record = {"name": "c1", "status": types.SimpleNamespace(value="UP"), "handle": handle, "init_kind": None,
-              "credentials": {"ssh_user": "ubuntu", "ssh_private_key_content": "KEY"}}
-    cluster = _cluster(record)
-    assert cluster.access == Access("203.0.113.7", 2222, "ubuntu", "KEY")
+    from sky.schemas.api.responses import StatusResponse
+    from sky.utils.status_lib import ClusterStatus
+
+    def response(**fields: Any) -> StatusResponse:  # SkyPilot's own model: its field names, validated
+        common = {"launched_at": 0, "autostop": 30, "to_down": True, "cluster_hash": "h", "cluster_ever_up": True,
+                  "user_hash": "u", "user_name": "me", "workspace": "default", "is_managed": False, "nodes": 1}
+        return StatusResponse.model_validate({**common, **fields})
+
+    cluster = _cluster(response(name="c1", status=ClusterStatus.UP, handle=handle,
+                                credentials={"ssh_user": "ubuntu", "ssh_private_key_content": "KEY"}))
+    assert cluster.access == Access("203.0.113.7", 2222, "ubuntu", "KEY") and "KEY" not in repr(cluster)
     assert cluster.launched == Launched("us-east-2", "gpu_8x_h100_sxm5", False, 24.5)
-    unhealthy = _cluster({"name": "c2", "status": "INIT", "handle": None, "init_kind": "unhealthy",
-                          "init_status_reason": "some nodes are terminated"})
+    unhealthy = _cluster(response(name="c2", status=ClusterStatus.INIT, init_kind="unhealthy",
+                                  init_status_reason="some nodes are terminated"))
     assert (unhealthy.status, unhealthy.unhealthy, unhealthy.access) == ("INIT", "some nodes are terminated", None)
 
 
