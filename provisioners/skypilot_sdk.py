@@ -8,7 +8,11 @@ not import ``sky``, constructing ``SkySDK`` does (a missing SDK is an ImportErro
 
 from __future__ import annotations
 
+import contextlib
 import io
+import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -95,8 +99,11 @@ class SkySDK:
 
         # wait_for NONE: SkyPilot's "idle" (no job, no PTY ssh session) is true all along for us; only our
         # renewals (renew_autodown) keep the cluster (sky/skylet/events.py StopEvent._run).
-        return str(self.sky.launch(task, cluster_name=cluster_name, idle_minutes_to_autostop=autodown_idle_minutes,
-                                   wait_for=AutostopWaitFor.NONE, down=True))
+        # sky.launch echoes "Running on cluster: <name>" to stdout (sky/client/sdk.py _launch, click.secho)
+        with _this_threads_stdout_dropped():
+            return str(self.sky.launch(task, cluster_name=cluster_name,
+                                       idle_minutes_to_autostop=autodown_idle_minutes,
+                                       wait_for=AutostopWaitFor.NONE, down=True))
 
     def renew_autodown(self, cluster_name: str, idle_minutes: int) -> None:
         from sky.skylet.autostop_lib import AutostopWaitFor
@@ -170,6 +177,35 @@ class SkySDK:
         except Exception as exc:  # SkyPilot's reason, whatever its type
             return exc
         return None
+
+
+_STDOUT_SWAP = threading.Lock()
+
+
+class _DropThread(io.TextIOBase):
+    """stdout that drops one thread's writes and passes every other thread's on."""
+
+    def __init__(self, real: Any, thread: threading.Thread) -> None:
+        self.real, self.thread = real, thread
+
+    def write(self, text: str) -> int:
+        return len(text) if threading.current_thread() is self.thread else int(self.real.write(text))
+
+    def flush(self) -> None:
+        self.real.flush()
+
+
+@contextlib.contextmanager
+def _this_threads_stdout_dropped() -> Iterator[None]:
+    """What this thread prints on stdout meanwhile goes nowhere (not over benchctl's progress
+    table); other threads' output still passes. One swap at a time."""
+    with _STDOUT_SWAP:
+        real = sys.stdout
+        sys.stdout = _DropThread(real, threading.current_thread())
+        try:
+            yield
+        finally:
+            sys.stdout = real
 
 
 def _field(record: Any, name: str) -> Any:

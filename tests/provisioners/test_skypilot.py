@@ -355,3 +355,27 @@ def test_plan_refuses_a_gpu_form_the_cloud_cannot_tell_apart(home: Path, tmp_pat
     assert err.startswith("error: skypilot:H100_SXMx8:on-demand:cloud=vast: SkyPilot's vast catalog cannot tell "
                           "H100_SXM from the other forms")
     assert standin.launched == []
+
+
+def test_sdk_launch_keeps_skypilots_echo_off_the_terminal_and_not_other_threads(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """``sky.launch`` echoes "Running on cluster: <name>" with click (sky/client/sdk.py ``_launch``)."""
+    import threading
+    import types
+
+    import click
+
+    from provisioners.skypilot_sdk import SkySDK
+
+    def launch(task: Any, **kw: Any) -> str:
+        click.secho("Running on cluster: ", fg="cyan", nl=False)
+        click.secho(kw["cluster_name"])
+        other = threading.Thread(target=lambda: print("progress table"))  # the controller's own output
+        other.start()
+        other.join()
+        return "req-1"
+
+    sdk = SkySDK()
+    sdk.sky = types.SimpleNamespace(launch=launch)
+    assert sdk.launch(object(), "c1", 30) == "req-1"
+    assert capfd.readouterr().out == "progress table\n"
