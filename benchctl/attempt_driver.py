@@ -83,6 +83,7 @@ class AttemptDriver:
                 if not_ready is not None:
                     outcome = not_ready
                     return outcome
+                q.attach_node(self.ctx.engine, attempt.id or 0, node.to_dict())  # a price known once it runs
             transport = self.provider.transport(node)  # some providers know the address only once ready
             if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:
                 reattach = False  # the controller stopped before the payload was started

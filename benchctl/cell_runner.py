@@ -182,7 +182,13 @@ class CellRunner:
             q.close_attempt(self.ctx.engine, _id(attempt), "lost", "controller stopped before the launch returned")
             return Outcome("error", "lost at launch")
         node = Node.from_dict(json.loads(attempt.node_json))
-        if self.provider.status(node) is NodeState.RUNNING:
+        try:
+            state = self.provider.status(node)
+        except ProviderError as exc:  # e.g. SkyPilot found the cluster unhealthy: end the attempt, node and all
+            outcome = Outcome("error", str(exc))
+            self.driver.end(attempt, node, outcome)
+            return outcome
+        if state is NodeState.RUNNING:
             self.ctx.log(f"{self.key}: re-attaching to attempt {attempt.number} on {node.node_id}")
             return self.driver.drive(attempt, node, reattach=True)
         outcome = Outcome("preempted", "node gone while the controller was away")

@@ -8,10 +8,36 @@ not import ``sky``, constructing ``SkySDK`` does (a missing SDK is an ImportErro
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from pathlib import Path
+import contextlib
+import io
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
+
+
+@dataclass(frozen=True)
+class Access:
+    """How to log in to a cluster's head, from its handle and the credentials ``sky.status`` returns
+    with ``_include_credentials`` (what SkyPilot's own CLI writes its ssh config from on a client
+    of a remote API server: sky/client/cli/command.py, ``_get_cluster_records_and_set_ssh_config``)."""
+
+    host: str
+    port: int
+    user: str
+    private_key: str = field(repr=False)
+    """The key's content (the API server's key file is on the server's machine); never in a repr."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What the launch actually rented, from the handle (``launched_resources``, ``get_hourly_price``)."""
+
+    region: str | None
+    instance_type: str | None
+    use_spot: bool
+    hourly_usd: float | None
 
 
 @dataclass(frozen=True)
@@ -19,6 +45,10 @@ class Cluster:
     name: str
     status: str
     """SkyPilot's cluster status name: INIT, UP, STOPPED, AUTOSTOPPING, PENDING."""
+    unhealthy: str | None = None
+    """For INIT: SkyPilot's reason when a refresh found the cluster abnormal (``init_kind`` unhealthy)."""
+    access: Access | None = None
+    launched: Launched | None = None
 
 
 @dataclass(frozen=True)
@@ -29,7 +59,11 @@ class CatalogPrice:
 
 class SkyClient(Protocol):
     def launch(self, task: Any, cluster_name: str, autodown_idle_minutes: int) -> str:
-        """Submit a launch (returns at once); the request's id."""
+        """Submit a launch (returns at once); the request's id. Autodown after ``autodown_idle_minutes``
+        counted from the last ``renew_autodown``, whatever runs on the cluster (``wait_for`` none)."""
+
+    def renew_autodown(self, cluster_name: str, idle_minutes: int) -> None:
+        """Set autodown again: SkyPilot restarts the cluster's idle timer on every setting."""
 
     def request_status(self, request_id: str) -> str | None:
         """PENDING, RUNNING, SUCCEEDED, FAILED or CANCELLED; None when the server no longer knows it."""
@@ -40,18 +74,16 @@ class SkyClient(Protocol):
     def down(self, cluster_name: str) -> None:
         """Tear the cluster down and wait until it is; a cluster that does not exist is success."""
 
-    def price(self, cloud: str, accelerators: str | None, instance_type: str | None, use_spot: bool,
-              region: str | None, cpus: str | None) -> CatalogPrice | None:
-        """The catalog's cheapest instance for these resources and its hourly price; None when none fits."""
-
-    def ssh_config(self, cluster_name: str) -> Path:
-        """The ssh config file that defines ``cluster_name`` as a host alias."""
+    def prices(self, cloud: str, accelerators: str | None, instance_type: str | None, use_spot: bool,
+               region: str | None, cpus: str | None) -> list[CatalogPrice]:
+        """The catalog's instance types that fit these resources (or the one named), each at its cheapest
+        single region's hourly price (the cell's region when given), cheapest first."""
 
     def enabled_clouds(self) -> list[str]:
         """The clouds SkyPilot has credentials for (``sky check``), lower-case names."""
 
-    def launch_error(self, request_id: str) -> str:
-        """Why a FAILED launch request failed, as SkyPilot says it ("" when it does not say)."""
+    def launch_error(self, request_id: str) -> BaseException | None:
+        """The exception a FAILED launch request failed with (None when SkyPilot gives none)."""
 
 
 class SkySDK:
@@ -63,9 +95,21 @@ class SkySDK:
         self.sky = sky
 
     def launch(self, task: Any, cluster_name: str, autodown_idle_minutes: int) -> str:
-        # autodown: with no SkyPilot job on the cluster, "idle" means no SSH session, i.e. our controller is gone.
-        return str(self.sky.launch(task, cluster_name=cluster_name, idle_minutes_to_autostop=autodown_idle_minutes,
-                                   down=True))
+        from sky.skylet.autostop_lib import AutostopWaitFor
+
+        # wait_for NONE: SkyPilot's "idle" (no job, no PTY ssh session) is true all along for us; only our
+        # renewals (renew_autodown) keep the cluster (sky/skylet/events.py StopEvent._run).
+        # sky.launch echoes "Running on cluster: <name>" to stdout (sky/client/sdk.py _launch, click.secho)
+        with _this_threads_stdout_dropped():
+            return str(self.sky.launch(task, cluster_name=cluster_name,
+                                       idle_minutes_to_autostop=autodown_idle_minutes,
+                                       wait_for=AutostopWaitFor.NONE, down=True))
+
+    def renew_autodown(self, cluster_name: str, idle_minutes: int) -> None:
+        from sky.skylet.autostop_lib import AutostopWaitFor
+
+        # sky/skylet/autostop_lib.py set_autostop: "Reset timer whenever an autostop setting is submitted".
+        self.sky.get(self.sky.autostop(cluster_name, idle_minutes, wait_for=AutostopWaitFor.NONE, down=True))
 
     def request_status(self, request_id: str) -> str | None:
         found = self.sky.api_status([request_id])
@@ -77,55 +121,118 @@ class SkySDK:
     def clusters(self, names: list[str] | None) -> list[Cluster]:
         from sky.utils.common import StatusRefreshMode
 
-        records = self.sky.get(self.sky.status(cluster_names=names, refresh=StatusRefreshMode.AUTO))
-        return [Cluster(name=r.name, status=str(getattr(r.status, "value", r.status))) for r in records]
+        records = self.sky.get(self.sky.status(cluster_names=names, refresh=StatusRefreshMode.AUTO,
+                                               _include_credentials=True))
+        return [_cluster(r) for r in records]
 
     def down(self, cluster_name: str) -> None:
         from sky import exceptions
 
         try:
-            self.sky.stream_and_get(self.sky.down(cluster_name))
+            # its streamed log goes to a buffer, not the terminal (benchctl's progress table): a stream of
+            # our own, since redirecting sys.stdout would swallow every other thread's output too
+            self.sky.stream_and_get(self.sky.down(cluster_name), output_stream=io.StringIO())
         except exceptions.ClusterDoesNotExist:
             return
 
-    def price(self, cloud: str, accelerators: str | None, instance_type: str | None, use_spot: bool,
-              region: str | None, cpus: str | None) -> CatalogPrice | None:
+    def prices(self, cloud: str, accelerators: str | None, instance_type: str | None, use_spot: bool,
+               region: str | None, cpus: str | None) -> list[CatalogPrice]:
         from sky import catalog
         from sky.utils import registry
 
         provider = registry.CLOUD_REGISTRY.from_str(cloud)
         if provider is None:
-            return None
+            return []
         accs: dict[str, int] = {}
         if accelerators:
             acc_name, acc_count = accelerators.split(":")
             accs = {acc_name: int(acc_count)}
+        types = [instance_type] if instance_type else []
         if instance_type is None:
             name, count = next(iter(accs.items()))
             fits, _ = catalog.get_instance_type_for_accelerator(name, count, cpus=cpus, use_spot=use_spot,
                                                                 region=region, clouds=cloud)
-            if not fits:
-                return None
-            instance_type = fits[0]  # sorted by price
-        if not accs:
-            accs = dict(provider.get_accelerators_from_instance_type(instance_type) or {})
-        hourly = (provider.instance_type_to_hourly_cost(instance_type, use_spot, region, None)
-                  + provider.accelerators_to_hourly_cost(accs, use_spot, region, None))
-        return CatalogPrice(instance_type, float(hourly))
+            types = list(fits or [])
+        found = []
+        for itype in types:
+            billed = accs or dict(provider.get_accelerators_from_instance_type(itype) or {})
+            # Each cost function takes its own minimum over regions when none is given: price region by
+            # region and keep the cheapest whole (what one region bills), never a sum of two regions' minimums.
+            regions = [region] if region else [r.name for r in provider.regions_with_offering(
+                itype, billed or None, use_spot, None, None)]
+            hourly = [provider.instance_type_to_hourly_cost(itype, use_spot, name, None)
+                      + provider.accelerators_to_hourly_cost(billed, use_spot, name, None) for name in regions]
+            if hourly:
+                found.append(CatalogPrice(itype, float(min(hourly))))
+        return sorted(found, key=lambda p: p.hourly_usd)
 
     def enabled_clouds(self) -> list[str]:
         from sky.client import sdk
 
         return [str(cloud).lower() for cloud in self.sky.get(sdk.enabled_clouds())]
 
-    def launch_error(self, request_id: str) -> str:
+    def launch_error(self, request_id: str) -> BaseException | None:
         try:
             self.sky.get(cast(Any, request_id))  # a failed request raises the exception it failed with
-        except Exception as exc:  # SkyPilot's reason, whatever its type, is the message
-            return f"{type(exc).__name__}: {exc}"
-        return ""
+        except Exception as exc:  # SkyPilot's reason, whatever its type
+            return exc
+        return None
 
-    def ssh_config(self, cluster_name: str) -> Path:
-        from sky.skylet import constants
 
-        return Path(os.path.expanduser(f"{constants.SKY_USER_FILE_PATH}/ssh/{cluster_name}"))
+_STDOUT_SWAP = threading.Lock()
+
+
+class _DropThread(io.TextIOBase):
+    """stdout that drops one thread's writes and passes every other thread's on."""
+
+    def __init__(self, real: Any, thread: threading.Thread) -> None:
+        self.real, self.thread = real, thread
+
+    def write(self, text: str) -> int:
+        return len(text) if threading.current_thread() is self.thread else int(self.real.write(text))
+
+    def flush(self) -> None:
+        self.real.flush()
+
+
+@contextlib.contextmanager
+def _this_threads_stdout_dropped() -> Iterator[None]:
+    """What this thread prints on stdout meanwhile goes nowhere (not over benchctl's progress
+    table); other threads' output still passes. One swap at a time."""
+    with _STDOUT_SWAP:
+        real = sys.stdout
+        sys.stdout = _DropThread(real, threading.current_thread())
+        try:
+            yield
+        finally:
+            sys.stdout = real
+
+
+def _field(record: Any, name: str) -> Any:
+    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
+
+
+def _cluster(record: Any) -> Cluster:
+    """A ``sky.status`` record (sky/schemas/api/responses.py StatusResponse) as a ``Cluster``."""
+    status = _field(record, "status")
+    status = str(getattr(status, "value", status))
+    unhealthy = _field(record, "init_status_reason") if _field(record, "init_kind") == "unhealthy" else None
+    handle = _field(record, "handle")
+    access = launched = None
+    if handle is not None:
+        credentials = _field(record, "credentials") or {}
+        ips, ports = handle.cached_external_ips, handle.cached_external_ssh_ports
+        if ips and credentials.get("ssh_private_key_content"):
+            access = Access(host=str(ips[0]), port=int(ports[0]) if ports else 22,
+                            user=str(credentials.get("ssh_user") or handle.ssh_user),
+                            private_key=str(credentials["ssh_private_key_content"]))
+        resources = handle.launched_resources
+        if resources is not None:
+            try:
+                hourly: float | None = float(handle.get_hourly_price())
+            except Exception:  # a catalog without the launched type: the price stays the offer's
+                hourly = None
+            launched = Launched(region=resources.region, instance_type=resources.instance_type,
+                                use_spot=bool(resources.use_spot), hourly_usd=hourly)
+    return Cluster(name=str(_field(record, "name")), status=status, unhealthy=unhealthy, access=access,
+                   launched=launched)

@@ -46,11 +46,14 @@ def sky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SkyPilotSta
 
     monkeypatch.setenv("HOME", str(tmp_path / "user"))  # SkyPilot keeps a user hash under ~/.sky
     with running_sshd(tmp_path / "sshd") as sshd:
-        standin = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.5)
+        # autodown_idle_minutes 20 of 1 s: SkyPilot's autodown fires 20 s after the last renewal
+        standin = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.5, minute_s=1.0)
 
         def make(home: Path, settings: SkyPilotSettings | None) -> SkyPilotProvider:
             assert settings is not None, "the campaign's providers.skypilot reaches the provider"
-            return SkyPilotProvider(home / "skypilot", settings, client=standin)
+            provider = SkyPilotProvider(home / "skypilot", settings, client=standin)
+            provider.minute_s = standin.minute_s
+            return provider
 
         monkeypatch.setitem(PROVIDERS, "skypilot", replace(PROVIDERS["skypilot"], make=make))
         yield standin
@@ -90,7 +93,8 @@ def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path
     assert {k: c.state for k, c in cells.items()} == {SPOT: "done", ON_DEMAND: "done"}
     spot = q.attempts(engine, cells[SPOT].id or 0)
     assert [a.outcome for a in spot] == ["preempted", "done"]
-    assert all(a.hourly_usd == pytest.approx(0.07) for a in spot), "priced from the (stand-in) catalog"
+    assert all(a.hourly_usd == pytest.approx(0.07) for a in spot), "priced as launched (the stand-in's handle)"
+    assert sky.autodowned == [], "the controller kept every cluster it watched from SkyPilot's autodown"
     assert [a.outcome for a in q.attempts(engine, cells[ON_DEMAND].id or 0)] == ["done"]
     timed = sorted(json.loads(e.data_json)["timed_index"]
                    for e in q.events(engine, cells[SPOT].id or 0, kind="sample", phase="profile")

@@ -2,13 +2,24 @@
 
 SkyPilot's launch path needs its API server and a cloud, so tests hand the provider this object
 instead of ``SkySDK``. It keeps SkyPilot's shapes: ``launch`` returns a request id at once and
-the request runs for ``boot_s``; then the cluster is UP and its ssh config file is written, a
-``Host <cluster>`` alias (HostName, Port, User, IdentityFile, as SkyPilot writes them) that
-resolves to the test's real sshd, where the stand-in's own key is authorized (SkyPilot logs in
-with its own key, not the campaign's). ``preempt`` kills the cluster's processes and removes it,
-as a refreshed status shows a reclaimed spot cluster; ``down`` removes it. ``prices`` is the
-catalog: (cloud, accelerators or instance type, spot) → (instance type, $/hr). ``faults`` is a
-queue of exceptions raised by the next calls.
+the request runs for ``boot_s``; then the cluster is UP. It behaves as a *remote* API server: no
+ssh config file is written on this machine; a status record carries the handle's head IP, ssh
+port and user and the key's content (``_include_credentials``), pointing at the test's real sshd,
+where the stand-in's own key is authorized (SkyPilot logs in with its own key). ``preempt`` kills
+the cluster's processes and removes it, as a refreshed status shows a reclaimed spot cluster;
+``down`` removes it. ``catalog`` is the catalog, one row per instance type;
+``lands_in`` is where a launch really lands (region, $/hr), as the handle's
+``launched_resources`` says after a failover. ``faults`` is a queue of exceptions raised
+by the next calls.
+
+Autodown is enforced as SkyPilot's skylet does it (sky/skylet/events.py ``StopEvent._run``,
+SkyPilot 0.14.1): the cluster is idle unless a job is pending/running or, with ``wait_for``
+jobs_and_ssh (the default, sky/skylet/autostop_lib.py ``DEFAULT_AUTOSTOP_WAIT_FOR``), an ssh
+session holds a PTY (``has_active_ssh_sessions`` looks for processes on /dev/pts). benchctl runs
+no job and its ssh sessions have no PTY, so every cluster here is idle; the idle timer restarts
+when the autostop setting is (re)submitted (``set_autostop`` calls ``set_last_active_time_to_now``)
+and the cluster is torn down (``down=True``) once ``idle_minutes`` have passed since. A SkyPilot
+minute lasts ``minute_s`` here (tests shorten it).
 """
 
 from __future__ import annotations
@@ -21,12 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioners.skypilot_sdk import CatalogPrice, Cluster
+from provisioners.skypilot_sdk import Access, CatalogPrice, Cluster, Launched
 from tests.fakes.eviction import kill_container
 from tests.fakes.sshd import SSHServer
 
-PRICES = {("lambda", "H100:8", False): ("gpu_8x_h100_sxm5", 23.92), ("lambda", "cpu:1", False): ("cpu_1x", 0.2),
-          ("lambda", "cpu:1", True): ("cpu_1x", 0.07), ("gcp", "H100:8", True): ("a3-highgpu-8g", 31.4)}
+PRICES = [("lambda", "H100:8", False, "gpu_8x_h100_sxm5", 23.92), ("lambda", "cpu:1", False, "cpu_1x", 0.2),
+          ("lambda", "cpu:1", True, "cpu_1x", 0.07), ("gcp", "H100:8", True, "a3-highgpu-8g", 31.4),
+          # SkyPilot's Lambda catalog names both the PCIe and the SXM single-GPU types "H100"
+          ("lambda", "H100:1", False, "gpu_1x_h100_pcie", 2.49), ("lambda", "H100:1", False, "gpu_1x_h100_sxm5", 3.29),
+          # its RunPod catalog names them apart (sky/catalog/data_fetchers/fetch_runpod.py)
+          ("runpod", "H100:1", False, "1x_H100_SECURE", 2.39),
+          ("runpod", "H100-SXM:1", False, "1x_H100-SXM_SECURE", 2.69)]
 
 
 @dataclass
@@ -35,7 +51,10 @@ class _Cluster:
     task: Any
     request_id: str
     ready_at: float
+    idle_minutes: int
     status: str = "INIT"
+    last_active: float = 0.0
+    unhealthy: str | None = None
 
 
 @dataclass
@@ -45,15 +64,23 @@ class SkyPilotStandIn:
     workdir: Path
     """Where the provider's work dir is on the "clusters" (all share the test sshd)."""
     boot_s: float = 0.5
-    prices: dict[tuple[str, str, bool], tuple[str, float]] = field(default_factory=lambda: dict(PRICES))
+    minute_s: float = 60.0
+    """How long one of SkyPilot's idle minutes lasts here."""
+    catalog: list[tuple[str, str, bool, str, float]] = field(default_factory=lambda: list(PRICES))
+    """The catalog: (cloud, accelerators, spot, instance type, $/hr), one row per instance type."""
     faults: list[BaseException] = field(default_factory=list)
     launched: list[dict[str, Any]] = field(default_factory=list)
     """Every launch: cluster name, the task's resources and the autodown minutes."""
     requests: dict[str, str] = field(default_factory=dict)
     enabled: list[str] = field(default_factory=lambda: ["aws", "gcp", "lambda"])
     """What ``sky check`` enabled."""
-    errors: dict[str, str] = field(default_factory=dict)
-    """Why each failed launch request failed."""
+    errors: dict[str, BaseException] = field(default_factory=dict)
+    """The exception each failed launch request failed with."""
+    lands_in: tuple[str, float] | None = None
+    """Where launches really land (region, $/hr) when SkyPilot failed over; else the task's region."""
+    autodowned: list[str] = field(default_factory=list)
+    """Clusters the skylet tore down by autodown."""
+    renewals: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -80,20 +107,35 @@ class SkyPilotStandIn:
             self.launched.append({"cluster": cluster_name, "cloud": str(resources.cloud).lower(),
                                   "instance_type": resources.instance_type, "use_spot": resources.use_spot,
                                   "region": resources.region, "autodown_idle_minutes": autodown_idle_minutes})
-            self._clusters[cluster_name] = _Cluster(cluster_name, task, request_id, time.monotonic() + self.boot_s)
+            self._clusters[cluster_name] = _Cluster(cluster_name, task, request_id, time.monotonic() + self.boot_s,
+                                                    autodown_idle_minutes)
             self.requests[request_id] = "RUNNING"
         return request_id
 
     def _advance(self) -> None:
-        for cluster in self._clusters.values():
-            if cluster.status == "INIT" and time.monotonic() >= cluster.ready_at:
-                self.ssh_config(cluster.name).write_text(
-                    f"# Added by the stand-in\nHost {cluster.name}\n  HostName {self.sshd.host}\n"
-                    f"  User {self.sshd.user}\n  IdentityFile {self.key}\n  IdentitiesOnly yes\n"
-                    "  StrictHostKeyChecking no\n  UserKnownHostsFile=/dev/null\n"
-                    f"  Port {self.sshd.port}\n")
+        now = time.monotonic()
+        for cluster in list(self._clusters.values()):
+            if cluster.status == "INIT" and cluster.unhealthy is None and now >= cluster.ready_at:
                 cluster.status = "UP"
+                cluster.last_active = now  # the launch submits the autostop setting once the cluster is up
                 self.requests[cluster.request_id] = "SUCCEEDED"
+            # StopEvent: no job and no PTY session, so idle; down once idle_minutes passed since last_active.
+            if cluster.status == "UP" and cluster.idle_minutes >= 0 \
+                    and now - cluster.last_active >= cluster.idle_minutes * self.minute_s:
+                self.autodowned.append(cluster.name)
+                self._remove(cluster.name)
+
+    def renew_autodown(self, cluster_name: str, idle_minutes: int) -> None:
+        from sky import exceptions
+
+        self._fault()
+        with self.lock:
+            self._advance()
+            cluster = self._clusters.get(cluster_name)
+            if cluster is None or cluster.status != "UP":  # SkyPilot refuses a cluster that is not UP
+                raise exceptions.ClusterNotUpError(f"cluster {cluster_name!r} is not up")
+            cluster.idle_minutes, cluster.last_active = idle_minutes, time.monotonic()
+            self.renewals.append(cluster_name)
 
     def request_status(self, request_id: str) -> str | None:
         self._fault()
@@ -105,31 +147,43 @@ class SkyPilotStandIn:
         self._fault()
         with self.lock:
             self._advance()
-            return [Cluster(c.name, c.status) for c in self._clusters.values() if names is None or c.name in names]
+            return [self._record(c) for c in self._clusters.values() if names is None or c.name in names]
+
+    def _record(self, cluster: _Cluster) -> Cluster:
+        """What ``sky.status(_include_credentials=True)`` tells a client: the handle's head IP, port and
+        user and the key's content once it is up; what was launched and its price."""
+        if cluster.status != "UP":
+            return Cluster(cluster.name, cluster.status, unhealthy=cluster.unhealthy)
+        (resources,) = cluster.task.resources
+        cloud, spot = str(resources.cloud).lower(), bool(resources.use_spot)
+        listed = [usd for c, _, s, itype, usd in self.catalog
+                  if (c, s, itype) == (cloud, spot, resources.instance_type)]
+        region, hourly = self.lands_in or (resources.region or "us-east-1", listed[0] if listed else 0.0)
+        return Cluster(cluster.name, "UP",
+                       access=Access(self.sshd.host, self.sshd.port, self.sshd.user, self.key.read_text()),
+                       launched=Launched(region, resources.instance_type, bool(resources.use_spot), hourly))
 
     def down(self, cluster_name: str) -> None:
         self._fault()
         with self.lock:
             self._remove(cluster_name)
 
-    def price(self, cloud: str, accelerators: str | None, instance_type: str | None, use_spot: bool,
-              region: str | None, cpus: str | None) -> CatalogPrice | None:
+    def prices(self, cloud: str, accelerators: str | None, instance_type: str | None, use_spot: bool,
+               region: str | None, cpus: str | None) -> list[CatalogPrice]:
         self._fault()
-        found = self.prices.get((cloud, instance_type or accelerators or "", use_spot))
-        return CatalogPrice(*found) if found else None
+        wanted = instance_type or accelerators or ""
+        found = [CatalogPrice(itype, usd) for c, acc, spot, itype, usd in self.catalog
+                 if (c, spot) == (cloud, use_spot) and wanted in (acc, itype)]
+        return sorted(found, key=lambda p: p.hourly_usd)
 
     def enabled_clouds(self) -> list[str]:
         self._fault()
         return list(self.enabled)
 
-    def launch_error(self, request_id: str) -> str:
+    def launch_error(self, request_id: str) -> BaseException | None:
         self._fault()
         with self.lock:
-            return self.errors.get(request_id, "")
-
-    def ssh_config(self, cluster_name: str) -> Path:
-        (self.root / "ssh").mkdir(exist_ok=True)
-        return self.root / "ssh" / cluster_name
+            return self.errors.get(request_id)
 
     # -- what the cloud does --------------------------------------------------------------------------
     def preempt(self, cluster_name: str) -> None:
@@ -137,15 +191,23 @@ class SkyPilotStandIn:
         with self.lock:
             self._remove(cluster_name)
 
+    def make_unhealthy(self, cluster_name: str, reason: str) -> None:
+        """A refresh found the cluster abnormal: INIT with ``init_kind`` unhealthy and SkyPilot's reason
+        (sky/global_user_state.py, the INIT_KIND_UNHEALTHY record fields)."""
+        with self.lock:
+            cluster = self._clusters[cluster_name]
+            cluster.status, cluster.unhealthy = "INIT", reason
+
     def _remove(self, cluster_name: str) -> None:
+        from sky import exceptions
+
         cluster = self._clusters.pop(cluster_name, None)
         if cluster is not None:
             if self.requests[cluster.request_id] == "RUNNING":
                 self.requests[cluster.request_id] = "FAILED"  # the launch did not see the cluster up
-                self.errors[cluster.request_id] = (f"ResourcesUnavailableError: {cluster_name} was reclaimed "
-                                                   "while it was being provisioned")
+                self.errors[cluster.request_id] = exceptions.ResourcesUnavailableError(
+                    f"{cluster_name} was reclaimed while it was being provisioned")
             kill_container(self.workdir, cluster_name.rsplit("--", 1)[1])
-        self.ssh_config(cluster_name).unlink(missing_ok=True)
 
     def inventory(self) -> list[str]:
         with self.lock:

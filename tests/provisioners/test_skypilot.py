@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 
-from provisioners.base import Node, NodeState, OfferRequest, ProviderError
+from provisioners.base import NoCapacity, Node, NodeState, OfferRequest, ProviderError
 from provisioners.skypilot import SkyPilotProvider, SkyPilotSettings, cluster_state
 from provisioners.skypilot_task import task_config, validate
 from tests.fakes.skypilot_standin import SkyPilotStandIn
@@ -87,7 +87,7 @@ def test_resources_skypilot_refuses_are_an_error_naming_the_cell() -> None:
     ("SUCCEEDED", None, False, False, NodeState.TERMINATED),
     ("SUCCEEDED", None, True, True, NodeState.TERMINATED),
     ("FAILED", None, True, False, NodeState.TERMINATED),
-    ("SUCCEEDED", "INIT", True, False, NodeState.UNKNOWN),
+    ("SUCCEEDED", "INIT", True, False, NodeState.STARTING),  # a launch under way (an unhealthy one raises)
     ("SUCCEEDED", "SOMETHING_NEW", False, False, NodeState.UNKNOWN),
 ])
 def test_cluster_states(request_state: str | None, cluster: str | None, spot: bool, downed: bool,
@@ -134,13 +134,16 @@ def test_spot_launch_ssh_through_the_alias_preemption_owned_and_down(standin: Sk
     assert (launched["cloud"], launched["use_spot"], launched["instance_type"]) == ("lambda", True, "cpu_1x")
     assert launched["autodown_idle_minutes"] == 30
     assert provider.status(node) is NodeState.STARTING, "the launch request is still running"
-    with pytest.raises(ProviderError, match="has not written the ssh config"):
+    with pytest.raises(ProviderError, match="gives no head IP or ssh credentials"):
         provider.transport(node)
     _wait_running(provider, node)
     transport = provider.transport(node)
     result = transport.run("echo on-the-node")
     assert (result.code, result.out.strip()) == (0, "on-the-node")
-    assert "-F" in transport.ssh_args() and transport.ssh_args()[-1] == node.node_id, "ssh to the alias"
+    args = transport.ssh_args()
+    assert "-F" not in args and args[-1] == f"{standin.sshd.user}@{standin.sshd.host}", "the handle's head IP"
+    assert str(standin.sshd.port) in args and str(tmp_path / "skypilot" / "keys" / node.node_id) in args
+    assert not list((tmp_path / "user").glob(".sky/generated/ssh/*")), "no ssh config of SkyPilot's is read here"
     assert [n.token for n in provider.owned("bc-camp-1")] == ["bc-tok1"] and provider.owned("bc-other") == []
     standin.preempt(node.node_id)
     assert provider.status(node) is NodeState.PREEMPTED
@@ -173,7 +176,7 @@ def test_a_failed_launch_is_reported_with_skypilots_reason(standin: SkyPilotStan
     (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
     node = provider.launch(offer, "bc-tok3", "bc-camp-1")
     standin.preempt(node.node_id)  # reclaimed while SkyPilot was still provisioning it: the request fails
-    with pytest.raises(ProviderError, match=r"could not launch bc-camp-1--bc-tok3: ResourcesUnavailableError: .* "
+    with pytest.raises(NoCapacity, match=r"could not launch bc-camp-1--bc-tok3: ResourcesUnavailableError: .* "
                                             r"reclaimed while it was being provisioned \(`sky api logs req-1`"):
         provider.status(node)
     provider.terminate(node)
@@ -207,3 +210,175 @@ def test_the_example_campaigns_tasks_validate_offline() -> None:
     assert parsed[0]["accelerators"] == {"H100": 8} and parsed[0]["image_id"] is None
     assert parsed[1]["instance_type"] == "a3-highgpu-8g"
     assert parsed[1]["image_id"] == {None: "docker:pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"}
+
+
+def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standin: SkyPilotStandIn,
+                                                                         tmp_path: Path) -> None:
+    """SkyPilot counts a cluster busy only with a job or a PTY ssh session; benchctl has neither, so
+    only the controller's renewals (from ``status``) keep it. Once they stop, autodown removes the
+    cluster: an error saying so, not a preemption (the cluster was spot)."""
+    standin.minute_s = 0.5
+    provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work"),
+                                                                        autodown_idle_minutes=4), client=standin)
+    provider.minute_s = standin.minute_s
+    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
+    node = provider.launch(offer, "bc-tok5", "bc-camp-1")
+    _wait_running(provider, node)
+    transport = provider.transport(node)
+    assert transport.run("true").code == 0  # an ssh session without a PTY: not "busy" to SkyPilot
+    end = time.monotonic() + 4  # two idle periods: without renewals it would be gone
+    while time.monotonic() < end:
+        assert provider.status(node) is NodeState.RUNNING, "autodown removed a cluster the controller watches"
+        time.sleep(0.05)
+    assert standin.autodowned == [] and len(standin.renewals) >= 4
+    transport.close()
+    time.sleep(2.5)  # the controller is gone for longer than autodown_idle_minutes
+    with pytest.raises(ProviderError, match=r"autodown removed bc-camp-1--bc-tok5: .* not a preemption"):
+        provider.status(node)
+    assert standin.autodowned == [node.node_id]
+    restarted = SkyPilotProvider(provider.root, provider.settings, client=standin)  # `benchctl resume` knows too
+    restarted.minute_s = standin.minute_s
+    with pytest.raises(ProviderError, match=r"autodown removed bc-camp-1--bc-tok5: .* not a preemption"):
+        restarted.status(node)
+    provider.terminate(node)
+    assert provider.status(node) is NodeState.TERMINATED
+
+
+def test_an_unhealthy_init_cluster_is_an_error_with_skypilots_reason(standin: SkyPilotStandIn,
+                                                                       tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    (offer,) = provider.offers(_request(gpu="cpu", count=1))
+    node = provider.launch(offer, "bc-tok6", "bc-camp-1")
+    _wait_running(provider, node)
+    standin.make_unhealthy(node.node_id, "Cluster is abnormal because some nodes are terminated")
+    with pytest.raises(ProviderError, match=r"reports bc-camp-1--bc-tok6 unhealthy: Cluster is abnormal"):
+        provider.status(node)
+    provider.terminate(node)
+
+
+def test_the_billed_price_is_what_was_launched_where_it_landed(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+    provider = _provider(tmp_path, standin)
+    (offer,) = provider.offers(_request(gpu="cpu", count=1))
+    assert offer.hourly_usd == 0.2
+    standin.lands_in = ("us-west-3", 0.31)  # SkyPilot failed over to a dearer region
+    node = provider.launch(offer, "bc-tok7", "bc-camp-1")
+    _wait_running(provider, node)
+    assert node.details["billed_usd_per_hour"] == 0.31
+    assert node.details["launched"] == {"region": "us-west-3", "instance_type": "cpu_1x", "use_spot": False}
+    provider.terminate(node)
+
+
+@pytest.mark.parametrize(("cloud", "gpu", "instance_type", "expected"), [
+    ("runpod", "H100_SXM", None, "runpod:1x_H100-SXM_SECURE"),
+    ("runpod", "H100_PCIE", None, "runpod:1x_H100_SECURE"),
+    ("lambda", "H100_SXM", None, "lambda:gpu_1x_h100_sxm5"),  # never the cheaper PCIe type of the same name
+])
+def test_an_sxm_cell_rents_sxm(standin: SkyPilotStandIn, tmp_path: Path, cloud: str, gpu: str,
+                               instance_type: str | None, expected: str) -> None:
+    provider = _provider(tmp_path, standin)
+    (offer,) = provider.offers(_request(gpu=gpu, count=1, instance_type=instance_type, extra={"cloud": cloud}))
+    assert offer.offer_id == expected and offer.gpu == gpu
+
+
+@pytest.mark.parametrize(("cloud", "gpu"), [("vast", "H100_SXM"), ("vast", "A100_PCIE"), ("vast", "H200"),
+                                            ("lambda", "H100_PCIE"), ("aws", "H100_NVL")])
+def test_a_gpu_form_the_cloud_cannot_tell_apart_is_refused(standin: SkyPilotStandIn, tmp_path: Path, cloud: str,
+                                                           gpu: str) -> None:
+    provider = _provider(tmp_path, standin)
+    with pytest.raises(ProviderError, match=rf"^cellA: SkyPilot's {cloud} catalog cannot tell {gpu} from"):
+        provider.validate(_request(gpu=gpu, count=1, extra={"cloud": cloud}))
+    provider.validate(_request(gpu=gpu, count=1, instance_type="x1", extra={"cloud": cloud})), "pinned: fine"
+
+
+def test_sdk_down_keeps_skypilots_output_off_the_terminal(capfd: pytest.CaptureFixture[str]) -> None:
+    """SkyPilot's ``stream_and_get`` prints the request's log to ``output_stream``, the terminal when
+    None (sky/client/sdk.py ``stream_response``): it must not land on benchctl's progress table."""
+    import types
+
+    from provisioners.skypilot_sdk import SkySDK
+
+    def stream_and_get(request_id: str, output_stream: Any = None) -> None:
+        print(f"Terminating cluster ... {request_id}", file=output_stream)  # None: the terminal, as SkyPilot's
+
+    sdk = SkySDK()
+    sdk.sky = types.SimpleNamespace(down=lambda name: f"req-{name}", stream_and_get=stream_and_get)
+    sdk.down("c1")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+
+
+def test_sdk_reads_access_and_price_from_the_handle() -> None:
+    """A ``sky.status(_include_credentials=True)`` record: the handle's cached external IPs and ssh
+    ports, its ``ssh_user``, ``launched_resources`` and ``get_hourly_price`` (sky/backends/
+    cloud_vm_ray_backend.py CloudVmRayResourceHandle), the credentials' key content
+    (sky/backends/backend_utils.py ``_update_records_with_credentials``)."""
+    import types
+
+    from provisioners.skypilot_sdk import Access, Launched, _cluster
+
+    resources = types.SimpleNamespace(region="us-east-2", instance_type="gpu_8x_h100_sxm5", use_spot=False)
+    handle = types.SimpleNamespace(cached_external_ips=["203.0.113.7"], cached_external_ssh_ports=[2222],
+                                   ssh_user="ubuntu", launched_resources=resources, get_hourly_price=lambda: 24.5)
+    from sky.schemas.api.responses import StatusResponse
+    from sky.utils.status_lib import ClusterStatus
+
+    def response(**fields: Any) -> StatusResponse:  # SkyPilot's own model: its field names, validated
+        common = {"launched_at": 0, "autostop": 30, "to_down": True, "cluster_hash": "h", "cluster_ever_up": True,
+                  "user_hash": "u", "user_name": "me", "workspace": "default", "is_managed": False, "nodes": 1}
+        return StatusResponse.model_validate({**common, **fields})
+
+    cluster = _cluster(response(name="c1", status=ClusterStatus.UP, handle=handle,
+                                credentials={"ssh_user": "ubuntu", "ssh_private_key_content": "KEY"}))
+    assert cluster.access == Access("203.0.113.7", 2222, "ubuntu", "KEY") and "KEY" not in repr(cluster)
+    assert cluster.launched == Launched("us-east-2", "gpu_8x_h100_sxm5", False, 24.5)
+    unhealthy = _cluster(response(name="c2", status=ClusterStatus.INIT, init_kind="unhealthy",
+                                  init_status_reason="some nodes are terminated"))
+    assert (unhealthy.status, unhealthy.unhealthy, unhealthy.access) == ("INIT", "some nodes are terminated", None)
+
+
+def test_plan_refuses_a_gpu_form_the_cloud_cannot_tell_apart(home: Path, tmp_path: Path, standin: SkyPilotStandIn,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from dataclasses import replace
+
+    from benchctl.cli.main import main
+    from provisioners.registry import PROVIDERS
+
+    monkeypatch.setitem(PROVIDERS, "skypilot", replace(PROVIDERS["skypilot"],
+                                                       make=lambda home, settings: _provider(tmp_path, standin)))
+    path = tmp_path / "sky.yaml"
+    path.write_text("name: sky\nbudget_usd: 200\n"
+                    "target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}\n"
+                    "payload: {profile: {device_batch_size: 8, sequence_len: 2048}}\nmatrix:\n"
+                    "  - {provider: skypilot, cloud: vast, gpu: H100_SXM, count: 8, market: on-demand}\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", str(path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("error: skypilot:H100_SXMx8:on-demand:cloud=vast: SkyPilot's vast catalog cannot tell "
+                          "H100_SXM from the other forms")
+    assert standin.launched == []
+
+
+def test_sdk_launch_keeps_skypilots_echo_off_the_terminal_and_not_other_threads(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """``sky.launch`` echoes "Running on cluster: <name>" with click (sky/client/sdk.py ``_launch``)."""
+    import threading
+    import types
+
+    import click
+
+    from provisioners.skypilot_sdk import SkySDK
+
+    def launch(task: Any, **kw: Any) -> str:
+        click.secho("Running on cluster: ", fg="cyan", nl=False)
+        click.secho(kw["cluster_name"])
+        other = threading.Thread(target=lambda: print("progress table"))  # the controller's own output
+        other.start()
+        other.join()
+        return "req-1"
+
+    sdk = SkySDK()
+    sdk.sky = types.SimpleNamespace(launch=launch)
+    assert sdk.launch(object(), "c1", 30) == "req-1"
+    assert capfd.readouterr().out == "progress table\n"
