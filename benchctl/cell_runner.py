@@ -5,6 +5,9 @@ provider is asked for the node; a launch happens only when the budget admits its
 Open attempts left by a crashed controller are reconciled first: re-attached if their node still
 runs, else closed at the time the provider says the node ended. The runner holds the cell's lease
 (``ctx.leases``, taken by the engine); once the lease is lost it stops writing to the cell.
+``max_attempts`` counts launches and launches refused for any reason but capacity; a capacity
+refusal (``NoCapacity``) backs off and moves to the next offer (``benchctl.capacity``), and
+waiting for a busy node or for budget is no attempt either.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class RentStatus(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Rented:
+    """One try to rent a node: its status, why, and the attempt and node it made."""
+
     status: RentStatus
     detail: str = ""
     attempt: Attempt | None = None
