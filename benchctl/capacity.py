@@ -6,6 +6,10 @@ exponential back-off); once every offer the provider lists is held, the cell bac
 the holds and asks for offers again. After ``give_up_after_s`` of refusals with no launch in
 between, the cell fails with the reason. Waiting is the caller's (on ``RunContext.stop``, so
 Ctrl-C ends it at once).
+The shape follows SkyPilot's failover (sky/backends/cloud_vm_ray_backend.py: a zone or region
+that raised ResourcesUnavailableError is blocked and the next one tried; with
+``--retry-until-up``, once every place failed it waits ``_RETRY_UNTIL_UP_INIT_GAP_SECONDS``,
+growing, before trying all again), with a bound on the total wait added.
 """
 
 from __future__ import annotations
