@@ -37,7 +37,7 @@ from benchctl.budget import collect_timeout_s
 from benchctl.cell_states import CellState
 from benchctl.event_sync import sync_events
 from benchctl.results import timed_samples
-from benchctl.run_context import Outcome, RunContext
+from benchctl.run_context import Outcome, OutcomeKind, RunContext
 from benchctl.spec import CellSpec
 from payload.deadman import HEARTBEAT
 from payload.job import EXIT_BAD_NODE, EXIT_OK, Job
@@ -76,7 +76,7 @@ class AttemptDriver:
     """Why the attempt must stop now (Ctrl-C, lost lease), or None."""
 
     def drive(self, attempt: Attempt, node: Node, reattach: bool) -> Outcome:
-        outcome = Outcome("error", "controller error")
+        outcome = Outcome(OutcomeKind.ERROR, "controller error")
         try:
             if not reattach:
                 not_ready = self._wait_ready(node)
@@ -90,16 +90,16 @@ class AttemptDriver:
             if not reattach:
                 self._start_payload(attempt, node, transport)
             outcome = self._watch(attempt, node, transport)
-            if outcome.kind == "done":
+            if outcome.kind is OutcomeKind.DONE:
                 self.transition(CellState.COLLECTING)
-            if outcome.kind in ("done", "bad_node"):  # for a bad node, the verdict and the facts are the evidence
+            if outcome.kind in (OutcomeKind.DONE, OutcomeKind.BAD_NODE):  # a bad node's verdict and facts: evidence
                 outcome = self._collect_in_time(attempt, transport) or outcome
             return outcome
         except ProviderError as exc:
-            outcome = Outcome("error", str(exc))
+            outcome = Outcome(OutcomeKind.ERROR, str(exc))
             return outcome
         except OSError as exc:  # the node's files, or the attempt's local directory
-            outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+            outcome = Outcome(OutcomeKind.ERROR, f"{type(exc).__name__}: {exc}")
             return outcome
         finally:
             self.end(attempt, node, outcome)
@@ -116,7 +116,7 @@ class AttemptDriver:
                 failed.append(f"{step} failed: {type(exc).__name__}: {exc}")
         for problem in failed:  # logged only once the node is terminated: a failing log cannot skip that
             self.ctx.log(f"{self.key}: attempt {attempt.number}: {problem}")
-        if outcome.kind == "abandoned":  # the cell's new owner (or `down`) closes it
+        if outcome.kind is OutcomeKind.ABANDONED:  # the cell's new owner (or `down`) closes it
             return
         try:
             ended = self.provider.ended_at(node)
@@ -124,7 +124,7 @@ class AttemptDriver:
             ended = None
             self.ctx.log(f"{self.key}: when node {node.node_id} stopped billing is unknown ({exc}); closing it now")
         detail = "; ".join([outcome.detail, *failed] if outcome.detail else failed)
-        q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind, detail or None, terminated_at=ended)
+        q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind.value, detail or None, terminated_at=ended)
 
     def last_sync(self, attempt: Attempt, node: Node) -> None:
         """Read what the node still has before it goes: nothing measured is lost. A node that
@@ -154,12 +154,13 @@ class AttemptDriver:
                 return None
             if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
                 if not self.ctx.leases.verify(self.cell_id):
-                    return Outcome("abandoned", "this controller lost the cell's lease")
-                return Outcome("preempted", f"the provider reports the node {state.value} before it was ready")
+                    return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
+                return Outcome(OutcomeKind.PREEMPTED,
+                               f"the provider reports the node {state.value} before it was ready")
             if self.ctx.budget.exceeded():
-                return Outcome("budget", "the campaign's spend reached budget_usd")
+                return Outcome(OutcomeKind.BUDGET, "the campaign's spend reached budget_usd")
             self.ctx.stop.wait(self.ctx.poll_interval_s)
-        return Outcome("error", f"the node was not ready after {self.ctx.ready_timeout_s:.0f} s")
+        return Outcome(OutcomeKind.ERROR, f"the node was not ready after {self.ctx.ready_timeout_s:.0f} s")
 
     def _job(self, attempt: Attempt, node: Node) -> Job:
         campaign = self.ctx.campaign
@@ -212,7 +213,8 @@ class AttemptDriver:
             if exit_code:
                 sync_events(self.ctx.engine, attempt, transport)
                 if not _EXIT_CODE.fullmatch(exit_code):
-                    return Outcome("error", f"the node's exit_code file holds {exit_code[:20]!r}, not an exit status")
+                    return Outcome(OutcomeKind.ERROR,
+                                   f"the node's exit_code file holds {exit_code[:20]!r}, not an exit status")
                 return self._exit_outcome(int(exit_code), attempt, transport)
             if (halt := self.halted()) is not None:
                 return halt
@@ -221,27 +223,28 @@ class AttemptDriver:
                 state = self.provider.status(node)
                 if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
                     if not self.ctx.leases.verify(self.cell_id):  # `benchctl down` (or a takeover) ended it
-                        return Outcome("abandoned", "this controller lost the cell's lease")
-                    return Outcome("preempted", f"the provider reports the node {state.value}")
+                        return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
+                    return Outcome(OutcomeKind.PREEMPTED, f"the provider reports the node {state.value}")
                 if self.ctx.budget.exceeded():
-                    return Outcome("budget", "the campaign's spend reached budget_usd while this attempt ran")
+                    return Outcome(OutcomeKind.BUDGET, "the campaign's spend reached budget_usd while this attempt ran")
             if time.monotonic() - last_beat >= beat_every:
                 last_beat = time.monotonic()
                 with contextlib.suppress(ProviderError):
                     transport.run(f"touch {shlex.quote(attempt.remote_dir)}/{HEARTBEAT}", timeout=30)
             if time.monotonic() > timeout:
-                return Outcome("error", f"payload ran past payload.timeout_minutes "
+                return Outcome(OutcomeKind.ERROR, f"payload ran past payload.timeout_minutes "
                                f"({self.ctx.campaign.spec.payload.timeout_minutes})")
             self.ctx.stop.wait(self.ctx.poll_interval_s)
 
     def _exit_outcome(self, code: int, attempt: Attempt, transport: Transport) -> Outcome:
         if code == EXIT_OK:
-            return Outcome("done")
+            return Outcome(OutcomeKind.DONE)
         errors = [json.loads(e.data_json).get("message", "") for e in q.events(self.ctx.engine, self.cell_id, "error")
                   if e.attempt_id == attempt.id]
         detail = errors[-1] if errors else _tail(transport.read_from(f"{attempt.remote_dir}/payload.log", 0,
                                                                        limit=LOG_READ_BYTES))
-        return Outcome("bad_node" if code == EXIT_BAD_NODE else "error", f"payload exit {code}: {detail}")
+        return Outcome(OutcomeKind.BAD_NODE if code == EXIT_BAD_NODE else OutcomeKind.ERROR,
+                       f"payload exit {code}: {detail}")
 
     def _collect_in_time(self, attempt: Attempt, transport: Transport) -> Outcome | None:
         """Collect within ``collect_timeout_s`` while the budget is watched; None when it ended in
@@ -252,7 +255,8 @@ class AttemptDriver:
             try:
                 self._collect(attempt, transport, deadline)
             except TransferTimeout as exc:
-                return Outcome("budget" if deadline.cancelled else "error", f"collecting artifacts: {exc}")
+                return Outcome(OutcomeKind.BUDGET if deadline.cancelled else OutcomeKind.ERROR,
+                               f"collecting artifacts: {exc}")
         return None
 
     def _collect(self, attempt: Attempt, transport: Transport, deadline: Deadline) -> None:

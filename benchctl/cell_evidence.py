@@ -12,6 +12,8 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from benchctl.check_status import CheckStatus
+from benchctl.run_context import OutcomeKind
 from payload.stats import median
 from store import queries as q
 
@@ -39,9 +41,9 @@ def cell_flags(engine: Engine, cell_id: int) -> list[str]:
     """Preflight warnings on the node that produced the cell's numbers, nodes replaced after a
     failed preflight (``bad_nodes×N``), and preemptions survived (``preempted×N``)."""
     flags = {FLAG_OF_CHECK.get(str(c.get("name")), str(c.get("name")))
-             for c in _last_attempt_rows(engine, cell_id, "preflight") if c.get("status") == "warn"}
+             for c in _last_attempt_rows(engine, cell_id, "preflight") if c.get("status") == CheckStatus.WARN}
     attempts = q.attempts(engine, cell_id)
-    for outcome, label in (("bad_node", "bad_nodes"), ("preempted", "preempted")):
+    for outcome, label in ((OutcomeKind.BAD_NODE, "bad_nodes"), (OutcomeKind.PREEMPTED, "preempted")):
         times = sum(a.outcome == outcome for a in attempts)
         if times:
             flags.add(f"{label}×{times}")

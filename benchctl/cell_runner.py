@@ -5,35 +5,58 @@ provider is asked for the node; a launch happens only when the budget admits its
 Open attempts left by a crashed controller are reconciled first: re-attached if their node still
 runs, else closed at the time the provider says the node ended. The runner holds the cell's lease
 (``ctx.leases``, taken by the engine); once the lease is lost it stops writing to the cell.
+``max_attempts`` counts launches and launches refused for any reason but capacity; a capacity
+refusal (``NoCapacity``) backs off and moves to the next offer (``benchctl.capacity``), and
+waiting for a busy node or for budget is no attempt either.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import uuid
 from dataclasses import dataclass
 
 from benchctl.attempt_driver import AttemptDriver, cell_dir_name
 from benchctl.budget import Admission
+from benchctl.capacity import CapacityWait
 from benchctl.cell_states import CellState, check_transition
 from benchctl.providers import offer_request
 from benchctl.results import compute_result
-from benchctl.run_context import Outcome, RunContext
+from benchctl.run_context import Outcome, OutcomeKind, RunContext
 from benchctl.spec import CellSpec
-from provisioners.base import Node, NodeState, OfferRequest, Provider, ProviderError
+from provisioners.base import NoCapacity, Node, NodeState, OfferRequest, Provider, ProviderError
 from store import queries as q
 from store.models import Attempt
 
 
+class RentStatus(str, enum.Enum):
+    """What one try to rent a node gave."""
+
+    LAUNCHED = "launched"
+    BUSY = "busy"
+    """Every matching node is in use by other attempts: wait."""
+    BUDGET_WAIT = "budget_wait"
+    OVER_BUDGET = "over_budget"
+    NO_OFFER = "no_offer"
+    LAUNCH_FAILED = "launch_failed"
+    """The provider refused the launch (its attempt closed): an attempt used."""
+    NO_CAPACITY = "no_capacity"
+    """The provider refused the launch for capacity (its attempt closed ``launch_failed``): back off, next offer."""
+    ALL_HELD = "all_held"
+    """Every offer refused a launch for capacity lately: back off, then ask for offers again."""
+
+
 @dataclass(frozen=True)
 class Rented:
-    """What one try to rent a node gave: launched | busy | budget_wait | over_budget | no_offer |
-    launch_failed (its attempt closed)."""
+    """One try to rent a node: its status, why, and the attempt and node it made."""
 
-    status: str
+    status: RentStatus
     detail: str = ""
     attempt: Attempt | None = None
     node: Node | None = None
+    wait_s: float = 0.0
+    """The back-off before the next try (``no_capacity``, ``all_held``)."""
 
 
 class CellRunner:
@@ -62,9 +85,10 @@ class CellRunner:
 
     def halted(self) -> Outcome | None:
         if self.ctx.leases.lost(self.cell_id):
-            return Outcome("abandoned", "this controller lost the cell's lease (taken over, or `benchctl down`)")
+            return Outcome(OutcomeKind.ABANDONED,
+                           "this controller lost the cell's lease (taken over, or `benchctl down`)")
         if self.ctx.stop.is_set():
-            return Outcome("cancelled", "interrupted")
+            return Outcome(OutcomeKind.CANCELLED, "interrupted")
         return None
 
     # -- the loop ----------------------------------------------------------------------------
@@ -77,9 +101,10 @@ class CellRunner:
                 outcome = self._reconcile(attempt)
                 if self._settle(outcome, attempt, bad_hosts):
                     return self.state()
-        tries = 0
+        tries = 0  # launches made, or refused for another reason than capacity
         last = "no attempt made"
         waiting_logged = False
+        capacity = CapacityWait(self.ctx.capacity)
         while True:
             if (halt := self.halted()) is not None:
                 self._settle(halt, None, bad_hosts)
@@ -87,83 +112,102 @@ class CellRunner:
             if tries >= self.spec.max_attempts:
                 self.transition(CellState.FAILED, f"{tries} attempts used (max_attempts); last: {last}")
                 return CellState.FAILED
-            tries += 1
             self.transition(CellState.PROVISIONING)
             if (halt := self.halted()) is not None:  # the transition re-checked the lease
                 self._settle(halt, None, bad_hosts)
                 return self.state()
-            rented = self._rent(bad_hosts)
-            if rented.status in ("busy", "budget_wait"):
-                tries -= 1  # not an attempt: wait for the node, or the money, other attempts hold
-                if rented.status == "budget_wait" and not waiting_logged:
+            rented = self._rent(bad_hosts, capacity)
+            if rented.status in (RentStatus.BUSY, RentStatus.BUDGET_WAIT):
+                # not an attempt: wait for the node, or the money, other attempts hold
+                if rented.status is RentStatus.BUDGET_WAIT and not waiting_logged:
                     self.ctx.log(f"{self.key}: waiting for budget: {rented.detail}")
                     waiting_logged = True
                 self.ctx.stop.wait(self.ctx.status_interval_s)
                 continue
-            if rented.status == "no_offer":
+            if rented.status in (RentStatus.NO_CAPACITY, RentStatus.ALL_HELD):  # not an attempt either
+                if capacity.exhausted():
+                    self.transition(CellState.FAILED, f"no capacity: {self.spec.provider} refused every launch for "
+                                    f"capacity for {capacity.waited_s / 60:.0f} min (last: {rented.detail}); "
+                                    "`benchctl resume` tries again")
+                    return CellState.FAILED
+                self.ctx.log(f"{self.key}: {rented.detail}; next try in {rented.wait_s:.0f} s")
+                self.ctx.stop.wait(rented.wait_s)
+                continue
+            if rented.status is RentStatus.NO_OFFER:
                 self.transition(CellState.FAILED, f"{self.spec.provider} has no offer for this cell now "
                                 "(hosts that failed preflight are excluded); try again later or change the cell")
                 return CellState.FAILED
-            if rented.status == "over_budget":
+            if rented.status is RentStatus.OVER_BUDGET:
                 self.transition(CellState.FAILED, f"budget: {rented.detail}; raise budget_usd (or lower "
                                 "payload.timeout_minutes) and `benchctl resume`")
                 return CellState.FAILED
+            tries += 1
             if rented.attempt is None or rented.node is None:
                 last = rented.detail
                 continue
             outcome = self.driver.drive(rented.attempt, rented.node, reattach=False)
-            last = f"{outcome.kind}: {outcome.detail}" if outcome.detail else outcome.kind
+            last = f"{outcome.kind.value}: {outcome.detail}" if outcome.detail else outcome.kind.value
             if self._settle(outcome, rented.attempt, bad_hosts):
                 return self.state()
 
-    def _rent(self, bad_hosts: set[str]) -> Rented:
+    def _rent(self, bad_hosts: set[str], capacity: CapacityWait) -> Rented:
         """Offer → budget → Attempt row → launch, under the provider's launch lock (two cells of this
-        controller never take the same offer). Never waits: the caller does, without the lock."""
+        controller never take the same offer). Offers refused for capacity lately are skipped
+        (``capacity``). Never waits: the caller does, without the lock."""
         with self.ctx.providers.launch_lock(self.spec.provider):
             request = self._request()
             excluded = bad_hosts | set(request.exclude_hosts)
-            offers = [o for o in self.provider.offers(request) if o.host not in excluded]
+            listed = [o for o in self.provider.offers(request) if o.host not in excluded]
+            if not listed:
+                return Rented(RentStatus.BUSY if self.provider.all_busy(request) else RentStatus.NO_OFFER)
+            offers = capacity.available(listed)
             if not offers:
-                return Rented("busy" if self.provider.all_busy(request) else "no_offer")
+                return Rented(RentStatus.ALL_HELD, f"every {self.spec.provider} offer refused the launch for "
+                              "capacity; asking for offers again", wait_s=capacity.all_held())
             offer = offers[0]
             with self.ctx.budget.admit(offer.hourly_usd) as (verdict, why):
                 if verdict is Admission.WAIT:
-                    return Rented("budget_wait", why)
+                    return Rented(RentStatus.BUDGET_WAIT, why)
                 if verdict is Admission.OVER:
-                    return Rented("over_budget", why)
+                    return Rented(RentStatus.OVER_BUDGET, why)
                 remote_dir = f"benchctl/{self.ctx.campaign.spec.name}/{cell_dir_name(self.key)}/{{number}}"
                 attempt = q.new_attempt(self.ctx.engine, self.cell_id, f"bc-{uuid.uuid4().hex[:16]}", offer.provider,
                                         offer.market, remote_dir, offer.hourly_usd, offer.host)
             try:
                 node = self.provider.launch(offer, attempt.token, self.ctx.campaign_tag)
+            except NoCapacity as exc:
+                q.close_attempt(self.ctx.engine, _id(attempt), OutcomeKind.LAUNCH_FAILED.value, str(exc))
+                return Rented(RentStatus.NO_CAPACITY, f"no capacity at {offer.host or offer.offer_id}: {exc}", attempt,
+                              wait_s=capacity.refused(offer))
             except ProviderError as exc:
-                q.close_attempt(self.ctx.engine, _id(attempt), "launch_failed", str(exc))
-                return Rented("launch_failed", f"launch failed: {exc}", attempt)
+                q.close_attempt(self.ctx.engine, _id(attempt), OutcomeKind.LAUNCH_FAILED.value, str(exc))
+                return Rented(RentStatus.LAUNCH_FAILED, f"launch failed: {exc}", attempt)
             q.attach_node(self.ctx.engine, _id(attempt), node.to_dict())
-            return Rented("launched", "", attempt, node)
+            capacity.launched()
+            return Rented(RentStatus.LAUNCHED, "", attempt, node)
 
     def _settle(self, outcome: Outcome, attempt: Attempt | None, bad_hosts: set[str]) -> bool:
         """Record an attempt's outcome in the cell's state; True when the cell is finished (for this run)."""
-        if outcome.kind == "abandoned" or self.ctx.leases.lost(self.cell_id):
+        if outcome.kind is OutcomeKind.ABANDONED or self.ctx.leases.lost(self.cell_id):
             self.ctx.log(f"{self.key}: {outcome.detail or 'lease lost'}; this controller leaves the cell")
             return True
-        if outcome.kind == "done":
+        if outcome.kind is OutcomeKind.DONE:
             result = compute_result(self.ctx.engine, self.cell_id, self.ctx.campaign.spec)
             if result is not None:
                 q.save_result(self.ctx.engine, result)
             self.transition(CellState.DONE)
             return True
-        if outcome.kind == "cancelled":
+        if outcome.kind is OutcomeKind.CANCELLED:
             self.transition(CellState.CANCELLED, "interrupted; `benchctl resume` continues")
             return True
-        if outcome.kind == "budget":
+        if outcome.kind is OutcomeKind.BUDGET:
             self.transition(CellState.FAILED, f"budget: {outcome.detail}; raise budget_usd and `benchctl resume`")
             return True
-        if outcome.kind == "bad_node":
+        if outcome.kind is OutcomeKind.BAD_NODE:
             if attempt is not None and attempt.host:
                 bad_hosts.add(attempt.host)
             self.transition(CellState.BAD_NODE, outcome.detail)
-        elif outcome.kind == "preempted":
+        elif outcome.kind is OutcomeKind.PREEMPTED:
             self.transition(CellState.PREEMPTED, outcome.detail)
         elif attempt is not None:
             self.ctx.log(f"{self.key}: attempt {attempt.number} failed: {outcome.detail}")
@@ -179,8 +223,9 @@ class CellRunner:
             for node in self.provider.owned(self.ctx.campaign_tag):
                 if node.token == attempt.token:
                     self.provider.terminate(node)
-            q.close_attempt(self.ctx.engine, _id(attempt), "lost", "controller stopped before the launch returned")
-            return Outcome("error", "lost at launch")
+            q.close_attempt(self.ctx.engine, _id(attempt), OutcomeKind.LOST.value,
+                            "controller stopped before the launch returned")
+            return Outcome(OutcomeKind.ERROR, "lost at launch")
         node = Node.from_dict(json.loads(attempt.node_json))
         try:
             state = self.provider.status(node)
@@ -191,7 +236,7 @@ class CellRunner:
         if state is NodeState.RUNNING:
             self.ctx.log(f"{self.key}: re-attaching to attempt {attempt.number} on {node.node_id}")
             return self.driver.drive(attempt, node, reattach=True)
-        outcome = Outcome("preempted", "node gone while the controller was away")
+        outcome = Outcome(OutcomeKind.PREEMPTED, "node gone while the controller was away")
         self.driver.end(attempt, node, outcome)
         return outcome
 

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from benchctl.cell_evidence import cell_flags
+from benchctl.cell_key import CellKey
 from payload.collective_math import format_bytes
 from payload.stats import median
 from store.models import Campaign, Cell, Result
@@ -102,8 +103,7 @@ def _flags(flags_json: str) -> tuple[str, ...]:
 
 def configuration_key(cell_key: str) -> str:
     """The cell key without its market (``provider:shape:market:...``): what spot and on-demand share."""
-    parts = cell_key.split(":")
-    return ":".join(parts[:2] + parts[3:])
+    return CellKey.parse(cell_key).without_market()
 
 
 def _add_both_markets(rows: list[dict[str, Any]], listed: Sequence[Any]) -> None:

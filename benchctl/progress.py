@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 
 COLUMNS = ("cell", "state", "attempt", "elapsed", "spent", "last event")
 FINISHED = {CellState.DONE.value, CellState.FAILED.value, CellState.CANCELLED.value}
-_STYLES = {"done": "green", "failed": "red", "cancelled": "yellow", "bad_node": "red", "preempted": "yellow"}
+_STYLES = {state.value: style for state, style in ((CellState.DONE, "green"), (CellState.FAILED, "red"),
+                                                   (CellState.CANCELLED, "yellow"), (CellState.BAD_NODE, "red"),
+                                                   (CellState.PREEMPTED, "yellow"))}
 
 
 def print_line(line: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl import step_split
+from benchctl.check_status import CheckStatus
 from benchctl.leaderboard import TABLE_COLUMNS, display_row
 from benchctl.report_data import CampaignData, PreflightRun
 from payload.checks import STATUS_ORDER, verdict
@@ -121,7 +122,7 @@ def preflight_table(data: CampaignData, table_id: str) -> str:
             detail = (f"observed: {json.dumps(check.observed)}; expected: {json.dumps(check.expected)}"
                       + (f"; {check.hint}" if check.hint else ""))
             cells.append(f'<td class="{_e(check.status)}" title="{_e(detail)}">{_e(check.status)}</td>')
-            if check.status in ("warn", "fail"):
+            if check.status in (CheckStatus.WARN, CheckStatus.FAIL):
                 hints.append(f"<li><b>{_e(key)}</b> attempt {run.attempt}, <b>{_e(name)}</b> {_e(check.status)}: "
                              f"{_e(detail)}</li>")
         body.append(f"<tr>{''.join(cells)}</tr>")

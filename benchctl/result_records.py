@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from benchctl.cell_key import CellKey
 from benchctl.cost import cost_to_train, steps_for
 from benchctl.errors import SpecError
 from benchctl.spec import MAX_TARGET_STEPS, Target, check_campaign_name
@@ -39,7 +39,6 @@ MAX_RECORDS = 10_000
 LIMITS = Limits(max_bytes=4 * 1024**2, max_values=1_000_000)
 _MS = 1e9
 """The longest step (or optimizer) time a record may state, in milliseconds (11.6 days)."""
-_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
 DERIVED = ("rank", "campaign", "train_hours", "cost_to_train_usd", "status", "spot_usd_per_hour",
            "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd")
 
@@ -112,12 +111,8 @@ class Record(BaseModel):
         """``cell`` when given, else ``provider:GPUxN:market[:region=…][:env=…]`` like a campaign's cells."""
         if self.cell:
             return self.cell
-        parts = [self.provider, f"{self.gpu}x{self.count}", self.market]
-        if self.region:
-            parts.append(f"region={self.region}")
-        if self.env:
-            parts.append("env=" + ",".join(f"{k}={v}" for k, v in sorted(self.env.items())))
-        return ":".join(_KEY_UNSAFE.sub("_", part) for part in parts)
+        return str(CellKey.build(self.provider, f"{self.gpu}x{self.count}", self.market,
+                                 [("region", self.region)] if self.region else [], self.env))
 
 
 def read_records(path: Path) -> tuple[list[CellResult], int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from benchctl.budget import READY_TIMEOUT_S, Budget
+from benchctl.capacity import CapacityPolicy
 from benchctl.lease import Leases
 from benchctl.providers import Providers
 from benchctl.spec import Campaign
@@ -31,6 +33,8 @@ class RunContext:
     status_interval_s: float = 5.0
     """Between asks of the provider for the node's state (preemption), heartbeats and budget checks."""
     ready_timeout_s: float = READY_TIMEOUT_S
+    capacity: CapacityPolicy = field(default_factory=CapacityPolicy)
+    """How cells back off and give up while the provider refuses launches for capacity."""
     log: Callable[[str], None] = print
     hard_exit: Callable[[], None] = lambda: None
     """Called just before a second Ctrl-C ends the process with ``os._exit`` (a live view restores the terminal)."""
@@ -45,10 +49,26 @@ def campaign_tag(name: str, uid: str) -> str:
     return f"bc-{name}-{uid}" if uid else f"bc-{name}"
 
 
+class OutcomeKind(str, enum.Enum):
+    """How an attempt ended; the value is what the store's ``attempts.outcome`` holds."""
+
+    DONE = "done"
+    BAD_NODE = "bad_node"
+    PREEMPTED = "preempted"
+    ERROR = "error"
+    BUDGET = "budget"
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"
+    """This controller lost the cell's lease: someone else, or ``benchctl down``, owns it now (never stored)."""
+    LAUNCH_FAILED = "launch_failed"
+    """The provider refused the launch (written by the cell runner; no node to drive)."""
+    LOST = "lost"
+    """The controller stopped before the launch returned (written when reconciling)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """How an attempt ended: done | bad_node | preempted | error | budget | cancelled | abandoned
-    (this controller lost the cell's lease: someone else, or ``benchctl down``, owns it now)."""
+    """How an attempt ended, and why."""
 
-    kind: str
+    kind: OutcomeKind
     detail: str = ""

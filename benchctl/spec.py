@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
+from benchctl.cell_key import CellKey
 from benchctl.errors import SpecError
 from benchctl.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, line_of, load_yaml, read_capped
 from payload.collective_math import parse_bytes
@@ -34,7 +35,6 @@ Market = Literal["spot", "on-demand"]
 PRICED_BY_USER = tuple(name for name, entry in PROVIDERS.items() if entry.priced_by_user)
 """Providers whose price the cell states (nobody bills it). ``ssh`` nodes state theirs in
 ``providers.ssh.nodes``; the others bill their own."""
-_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 CAMPAIGN_NAME_MAX = 100
@@ -322,16 +322,11 @@ class CellSpec(_Strict):
     def key(self) -> str:
         """Stable identity from the coordinates (not from settings like price or max_attempts)."""
         shape = f"{self.gpu}x{self.count}" if self.gpu else str(self.instance_type)
-        parts = [self.provider, shape, self.market]
-        if self.gpu and self.instance_type:
-            parts.append(f"instance_type={self.instance_type}")
-        for name in ("cloud", "region", "min_vcpus", "image"):
-            value = getattr(self, name)
-            if value is not None:
-                parts.append(f"{name}={value}")
-        if self.env:
-            parts.append("env=" + ",".join(f"{k}={v}" for k, v in sorted(self.env.items())))
-        return ":".join(_KEY_UNSAFE.sub("_", part) for part in parts)
+        named: list[tuple[str, object]] = [("instance_type", self.instance_type)] if self.gpu and self.instance_type \
+            else []
+        named += [(name, getattr(self, name)) for name in ("cloud", "region", "min_vcpus", "image")
+                  if getattr(self, name) is not None]
+        return str(CellKey.build(self.provider, shape, self.market, named, self.env))
 
     @property
     def world_size(self) -> int:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from benchctl.attempt_driver import AttemptDriver
 from benchctl.event_sync import MAX_LINE_BYTES
-from benchctl.run_context import Outcome
+from benchctl.run_context import Outcome, OutcomeKind
 from provisioners.base import Node, Offer
 from store import queries as q
 from store.database import open_store
@@ -183,7 +183,7 @@ def test_whatever_fails_at_the_end_the_node_is_terminated_and_the_attempt_closed
     driver = AttemptDriver(ctx, row.id or 0, "k", None, Failing(), lambda state: None, lambda: None)
     offer = Offer(provider="local", offer_id="o", gpu="cpu", count=1, vcpus=1, region="r", hourly_usd=1.0, market="m")
     node = Node(provider="local", node_id="n", token="tok", campaign_tag="c", offer=offer)
-    driver.end(attempt, node, Outcome("error", "payload exit 1"))
+    driver.end(attempt, node, Outcome(OutcomeKind.ERROR, "payload exit 1"))
     assert terminated == [node], "terminate ran although the last sync raised"
     (closed,) = q.attempts(engine, row.id or 0)
     assert not closed.open and closed.outcome == "error" and closed.terminated_at is not None

@@ -58,6 +58,7 @@ def preflight_command(replay: str | None, expect_text: str | None, out: str | No
     import tempfile
     import time
 
+    from benchctl.check_status import CheckStatus
     from benchctl.render import render
     from payload.checks import Expect, Facts, judge, verdict
     from payload.thresholds import resolve
@@ -78,7 +79,7 @@ def preflight_command(replay: str | None, expect_text: str | None, out: str | No
         rows = [{**c, "observed": json.dumps(c["observed"], default=str)[:60]} for c in checks]
         click.echo(render(rows, ["name", "status", "observed", "hint"], "table"))
         click.echo(f"verdict: {result['verdict']} ({count}× {gpu}, {result['elapsed_s']:.1f} s; facts in {directory})")
-    if result["verdict"] == "fail":
+    if result["verdict"] == CheckStatus.FAIL:
         sys.exit(3)
 
 

@@ -1,0 +1,46 @@
+"""A cell's key, built and read in one place: ``provider:shape:market[:name=value…][:env=k=v,…]``.
+
+Built from a cell's coordinates (a campaign's cells, an imported record's), every part made
+safe: only letters, digits and ``_ . = , -`` (anything else, ``:`` included, becomes ``_``), so
+the parts never hold the separator. A stored key is read back with ``parse``, which accepts any
+text (an imported record may name its cell freely): ``str(CellKey.parse(text)) == text``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+SEPARATOR = ":"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=,-]+")
+
+
+@dataclass(frozen=True)
+class CellKey:
+    parts: tuple[str, ...]
+    """provider, shape (``GPUxN`` or an instance type), market, then ``name=value`` qualifiers."""
+
+    @classmethod
+    def build(cls, provider: str, shape: str, market: str, named: Iterable[tuple[str, object]] = (),
+              env: Mapping[str, str] | None = None) -> CellKey:
+        """The key of these coordinates; ``named`` in the order given, ``env`` last, sorted by name."""
+        parts = [provider, shape, market, *(f"{name}={value}" for name, value in named)]
+        if env:
+            parts.append("env=" + ",".join(f"{k}={v}" for k, v in sorted(env.items())))
+        return cls(tuple(_UNSAFE.sub("_", part) for part in parts))
+
+    @classmethod
+    def parse(cls, text: str) -> CellKey:
+        return cls(tuple(text.split(SEPARATOR)))
+
+    @property
+    def market(self) -> str | None:
+        return self.parts[2] if len(self.parts) > 2 else None
+
+    def without_market(self) -> str:
+        """The key less its market: what a spot cell and its on-demand twin share."""
+        return SEPARATOR.join(self.parts[:2] + self.parts[3:])
+
+    def __str__(self) -> str:
+        return SEPARATOR.join(self.parts)
