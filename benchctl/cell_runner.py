@@ -230,7 +230,7 @@ class CellRunner:
         try:
             state = self.provider.status(node)
         except ProviderError as exc:  # e.g. SkyPilot found the cluster unhealthy: end the attempt, node and all
-            outcome = Outcome("error", str(exc))
+            outcome = Outcome(OutcomeKind.ERROR, str(exc))
             self.driver.end(attempt, node, outcome)
             return outcome
         if state is NodeState.RUNNING:
