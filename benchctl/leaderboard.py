@@ -217,5 +217,7 @@ def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]
             "busbw GB/s @size": "-" if row["busbw_gbps"] is None else
             f"{_num(row['busbw_gbps'], 1)} @{format_bytes(row['busbw_bytes'] or 0)}",
             "target steps": _num(row["target_steps"]),
-            "train h": _num(row["train_hours"], 2), "cost-to-train $": _num(row["cost_to_train_usd"], 2),
+            "train h": _num(row["train_hours"], 2), "cost-to-train $": _num(row["cost_to_train_usd"], 2)
+            if row["cost_to_train_usd"] is not None or row["step_time_ms"] is not None
+            else f"no result ({row['status']})",
             "spot / on-demand $": both, "flags": ", ".join(row["flags"]) or "-", "status": row["status"]}

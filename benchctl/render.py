@@ -128,6 +128,10 @@ def _chunks(text: str) -> list[str]:
     return [c for c in _BREAK.split(text) if c]
 
 
+def _longest_chunk(text: str) -> int:
+    return max((len(chunk.rstrip()) for chunk in _chunks(text)), default=0)
+
+
 def _wrap(text: str, width: int) -> str:
     """``text`` in lines of at most ``width`` (chunks longer than that are left for rich to fold)."""
     lines: list[str] = []
@@ -155,7 +159,7 @@ def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -
 def _rich_table(cells: list[list[str]], columns: Sequence[str], title: str) -> str:
     """A rich table as wide as the terminal at most: no vertical rules; headers and cells wrap at
     spaces and between hyphenated words, never inside a word (``fit_widths``). When even that is
-    wider than the terminal (``--wide``), the table keeps those widths (read it with ``less -S``)."""
+    wider than the terminal (``--wide``), nothing wraps (read it with ``less -S``)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -164,10 +168,11 @@ def _rich_table(cells: list[list[str]], columns: Sequence[str], title: str) -> s
     width = Console().width
     texts = [list(columns), *cells]
     natural = [max(len(row[i]) for row in texts) for i in range(len(columns))]
-    minimum = [max(min(_LONGEST_UNBROKEN, len(chunk.rstrip())) for row in texts for chunk in _chunks(row[i]) or [""])
+    minimum = [max(_longest_chunk(columns[i]), *(min(_LONGEST_UNBROKEN, _longest_chunk(row[i])) for row in cells))
                for i in range(len(columns))]
     widths = fit_widths(natural, minimum, width - 2 * len(columns))
-    width = max(width, sum(widths) + 2 * len(columns))  # too many columns for the terminal: wider, never mangled
+    if sum(widths) + 2 * len(columns) > width:  # too many columns for the terminal: unwrapped, never mangled
+        widths, width = natural, sum(natural) + 2 * len(columns)
     table = Table(title=Text(title) if title else None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   padding=(0, 1, 0, 0), title_justify="left")  # 2 characters between columns: a space, a rule
     for column, w in zip(columns, widths, strict=True):
