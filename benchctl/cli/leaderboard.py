@@ -25,8 +25,8 @@ _FORMATS = click.Choice(["table", "json", "csv", "md"], case_sensitive=False)
 @click.option("--model", "models", multiple=True, help="Only results for this target model, e.g. nanochat-d26.")
 @click.option("--top", type=click.IntRange(min=1), metavar="N", help="Only the N cheapest of each model and target.")
 @click.option("--wide", is_flag=True, help="table/md: every column (the default fits 100 columns).")
-@click.option("--columns", metavar="A,B,...", help="table/md: these columns, in this order (`--columns list` "
-              "names them).")
+@click.option("--columns", metavar="A,B,...", help="table/md: these columns, in this order (names: "
+              "docs/leaderboard.md, or any unknown one lists them).")
 @click.option("--format", "fmt", type=_FORMATS, default="table", show_default=True)
 @pass_state
 def leaderboard(state: CliState, campaigns: tuple[str, ...], providers: tuple[str, ...], markets: tuple[str, ...],
@@ -51,8 +51,6 @@ def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
     if (columns is not None or wide) and fmt in ("json", "csv"):
         raise UsageError(f"--wide and --columns choose table and md columns; {fmt} always carries every column")
     names = ", ".join(name for name, _ in TABLE)
-    if columns is not None and columns.strip().lower() == "list":
-        raise UsageError(f"columns: {names} (or their headers); --wide shows them all")
     if columns is None:
         return TABLE_COLUMNS if wide else NARROW_COLUMNS
     by_name = {key.lower(): header for name, header in TABLE for key in (name, header)}
