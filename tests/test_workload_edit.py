@@ -62,3 +62,14 @@ def test_the_ratio_still_reprices_the_same_measurement(home: Path, finished: Pat
     for row in board(home):
         old = before[row["cell"]]
         assert row["step_time_ms"] == old["step_time_ms"] and row["target_steps"] == 2 * old["target_steps"]
+
+
+def test_an_unset_vocab_size_is_the_presets() -> None:
+    from benchctl.cli.campaign_commands import _workload
+    from benchctl.spec import parse_campaign
+
+    text = TINY_CAMPAIGN.format(name="tiny", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2)
+    unset = parse_campaign(text.replace("vocab_size: 512, ", ""), "a.yaml")
+    explicit = parse_campaign(text.replace("vocab_size: 512", "vocab_size: 32768"), "b.yaml")
+    assert _workload(unset) == _workload(explicit)
+    assert _workload(unset) != _workload(parse_campaign(text, "c.yaml"))

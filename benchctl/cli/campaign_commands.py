@@ -127,8 +127,7 @@ def _check_same_measurement(engine: Engine, row: CampaignRow, campaign: Campaign
     old = stored_campaign(row, CampaignModel)
     if not any(q.attempts(engine, c.id or 0) for c in q.cells(engine, row.id or 0)):
         return
-    was, now = old.spec.target.model_dump(), campaign.spec.target.model_dump()
-    changes = _changes({k: was[k] for k in _WORKLOAD_TARGET}, {k: now[k] for k in _WORKLOAD_TARGET}, "target")
+    changes = _changes(_workload(old), _workload(campaign), "target")
     what = "workload"
     if not changes:
         changes, what = _changes(old.spec.payload.model_dump(), campaign.spec.payload.model_dump(), "payload"), \
@@ -139,6 +138,15 @@ def _check_same_measurement(engine: Engine, row: CampaignRow, campaign: Campaign
                          "its stored step times would be priced as another workload's. Give the campaign a new "
                          f"name to measure the new one, or restore {path}: {before} (only "
                          "target.target_param_data_ratio and prices may change on a measured campaign)")
+
+
+def _workload(campaign: Campaign) -> dict[str, Any]:
+    """The ``_WORKLOAD_TARGET`` fields as the payload runs them (an unset vocab_size is the preset's)."""
+    from payload.presets import model_dims
+
+    target = campaign.spec.target.model_dump()
+    return {key: target[key] for key in _WORKLOAD_TARGET} | {
+        "vocab_size": model_dims(campaign.spec.target.model, campaign.spec.target.vocab_size).vocab_size}
 
 
 def _changes(old: Any, new: Any, path: str) -> list[tuple[str, str, str]]:
