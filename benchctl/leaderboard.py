@@ -1,5 +1,6 @@
-"""Leaderboard rows: one per cell across campaigns, cheapest cost-to-train first; cells without a
-result last.
+"""Leaderboard rows: one per cell across campaigns, ranked cheapest cost-to-train first within each
+rank group (the target model and its target steps: a ranking only compares like with like);
+groups in model order, cells without a result last.
 
 One query reads every cell with its result (the evidence columns are computed once, with the
 result: ``benchctl.results``), so ranking stays fast on large stores. Where a configuration (the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,10 +35,17 @@ COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "interconnect
            "cost_spot_usd", "cost_on_demand_usd", "flags", "status")
 """Every row's keys, in order (JSON and CSV)."""
 
-TABLE_COLUMNS = ("rank", "campaign", "provider", "cell", "configuration", "precision", "market", "$/hr",
-                 "step ms p50 (p10-p90)", "optimizer ms", "comm", "busbw GB/s @size", "target steps", "train h",
-                 "cost-to-train $", "spot | on-demand $", "flags", "status")
-"""What ``table`` and ``md`` show: the same numbers, composed for reading (``display_row``)."""
+TABLE = (("rank", "rank"), ("model", "model"), ("campaign", "campaign"), ("provider", "provider"), ("cell", "cell"),
+         ("configuration", "configuration"), ("node", "node"), ("precision", "precision"), ("market", "market"),
+         ("price", "$/hr"), ("step", "step ms"), ("spread", "p10-p90 ms"), ("optimizer", "optimizer ms"),
+         ("comm", "comm"), ("busbw", "busbw GB/s @size"), ("steps", "target steps"), ("hours", "train h"),
+         ("cost", "cost-to-train $"), ("both", "spot / on-demand $"), ("flags", "flags"), ("status", "status"))
+"""The columns ``table`` and ``md`` can show, (name for ``--columns``, header): the same numbers as
+COLUMNS, composed for reading (``display_row``)."""
+TABLE_COLUMNS = tuple(header for _, header in TABLE)
+"""Every header, in order (``--wide``, the report)."""
+NARROW_COLUMNS = ("rank", "model", "configuration", "provider", "market", "step ms", "cost-to-train $", "flags")
+"""The default table: fits 100 columns."""
 
 _RESULT_COLUMNS = ("step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "hourly_usd", "target_steps",
                    "train_hours", "cost_to_train_usd", "model", "interconnect", "vcpus", "numa", "optimizer_ms",
@@ -61,10 +70,9 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
                        cell.c.state, cell.c.config_json, *(result.c[c] for c in _RESULT_COLUMNS))
              .select_from(cell).join(camp, camp.c.id == cell.c.campaign_id)
              .outerjoin(result, result.c.cell_id == cell.c.id))
-    for column, wanted in ((camp.c.name, filters.campaigns), (cell.c.provider, filters.providers),
-                           (cell.c.market, filters.markets), (result.c.model, filters.models)):
+    for column, wanted in _filtered_columns(filters):
         if wanted:
-            query = query.where(column.in_(list(wanted)))
+            query = query.where(sa.func.lower(column).in_([w.lower() for w in wanted]))
     prices = (sa.select(cell.c.key, cell.c.market, result.c.hourly_usd)
               .select_from(cell).join(result, result.c.cell_id == cell.c.id))
     with engine.connect() as conn:
@@ -72,10 +80,63 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
         listed = conn.execute(prices).all()
     rows = [_row(engine, record) for record in records]
     _add_both_markets(rows, listed)
-    rows.sort(key=lambda r: (r["cost_to_train_usd"] is None, r["cost_to_train_usd"] or 0.0, r["campaign"], r["cell"]))
-    for rank, row in enumerate(rows, start=1):
-        row["rank"] = rank if row["cost_to_train_usd"] is not None else None
+    rows.sort(key=_rank_order)
+    rank, group = 0, None
+    for row in rows:
+        if row["cost_to_train_usd"] is None:
+            continue
+        rank = rank + 1 if rank_group(row) == group else 1
+        row["rank"], group = rank, rank_group(row)
     return rows
+
+
+def rank_group(row: dict[str, Any]) -> tuple[str | None, int | None]:
+    """What a row is ranked among: rows pricing the same model over the same target steps."""
+    return row["model"], row["target_steps"]
+
+
+def _natural(text: str | None) -> tuple[Any, ...]:
+    """``nanochat-d2`` before ``nanochat-d12``; no model last."""
+    if text is None:
+        return (1,)
+    return (0, *(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text.lower())))
+
+
+def _rank_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    cost = row["cost_to_train_usd"]
+    return (cost is None, _natural(row["model"]) if cost is not None else (), row["target_steps"] or 0,
+            cost or 0.0, row["campaign"], row["cell"])
+
+
+_FILTER_FLAGS = ("--campaign", "--provider", "--market", "--model")
+
+
+def _filtered_columns(filters: Filters) -> list[tuple[Any, Sequence[str]]]:
+    camp, cell, result = (_table(m) for m in (Campaign, Cell, Result))
+    return [(camp.c.name, filters.campaigns), (cell.c.provider, filters.providers), (cell.c.market, filters.markets),
+            (result.c.model, filters.models)]
+
+
+def unmatched_filter(engine: Engine, filters: Filters) -> str | None:
+    """The first filter value (case-insensitive) that matches nothing in the store, said with the
+    values known: ``no results match --provider X; known: a, b``. None when each value matches."""
+    for flag, (column, wanted) in zip(_FILTER_FLAGS, _filtered_columns(filters), strict=True):
+        if not wanted:
+            continue
+        with engine.connect() as conn:
+            known = sorted({v for (v,) in conn.execute(sa.select(column).distinct()) if v is not None})
+        folded = {k.lower() for k in known}
+        for value in wanted:
+            if value.lower() not in folded:
+                shown = ", ".join(known[:12]) + (f", … ({len(known)} in all)" if len(known) > 12 else "")
+                return f"no results match {flag} {value}; known: {shown or 'none'}"
+    return None
+
+
+def filters_text(filters: Filters) -> str:
+    """The filters as the command line gave them (``--provider runpod --market spot``)."""
+    given = zip(_FILTER_FLAGS, (filters.campaigns, filters.providers, filters.markets, filters.models), strict=True)
+    return " ".join(f"{flag} {value}" for flag, values in given for value in values)
 
 
 def _table(model: type) -> sa.Table:
@@ -133,25 +194,30 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def display_row(row: dict[str, Any]) -> dict[str, Any]:
-    """The row composed for a person (TABLE_COLUMNS): configuration = gpu×count, interconnect,
-    vCPUs, NUMA layout and env; step time as median (p10–p90)."""
-    config = [f"{row['gpu']}×{row['count']}", row["interconnect"],
-              f"{row['vcpus']} vCPU" if row["vcpus"] else None, f"NUMA {row['numa']}" if row["numa"] else None,
-              ",".join(f"{k}={v}" for k, v in sorted(row["env"].items())) or None]
-    step = _num(row["step_time_ms"], 1)
-    if row["step_time_ms"] is not None and row["step_time_p10_ms"] != row["step_time_p90_ms"]:
-        step += f" ({_num(row['step_time_p10_ms'], 1)}-{_num(row['step_time_p90_ms'], 1)})"
+def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]:
+    """The row composed for a person (TABLE_COLUMNS): configuration = gpu×count and env; node =
+    interconnect, vCPUs and NUMA layout; step time as median, p10-p90 beside it. ``with_steps``:
+    the model also says its target steps (when one model is ranked over several targets)."""
+    node = [row["interconnect"], f"{row['vcpus']} vCPU" if row["vcpus"] else None,
+            f"NUMA {row['numa']}" if row["numa"] else None]
+    config = [f"{row['gpu']}×{row['count']}", ",".join(f"{k}={v}" for k, v in sorted(row["env"].items())) or None]
+    spread = ("-" if row["step_time_ms"] is None or row["step_time_p10_ms"] == row["step_time_p90_ms"]
+              else f"{_num(row['step_time_p10_ms'], 1)}-{_num(row['step_time_p90_ms'], 1)}")
     both = ("-" if row["cost_spot_usd"] is None
-            else f"{_num(row['cost_spot_usd'], 2)} | {_num(row['cost_on_demand_usd'], 2)}")
-    return {"rank": row["rank"], "campaign": row["campaign"], "provider": row["provider"], "cell": row["cell"],
-            "configuration": ", ".join(c for c in config if c), "precision": row["precision"] or "-",
-            "market": row["market"],
-            "$/hr": _num(row["hourly_usd"], 2), "step ms p50 (p10-p90)": step,
-            "optimizer ms": _num(row["optimizer_ms"], 1),
+            else f"{_num(row['cost_spot_usd'], 2)} / {_num(row['cost_on_demand_usd'], 2)}")
+    model = row["model"] or "-"
+    if with_steps and row["model"] and row["target_steps"] is not None:
+        model += f" ({row['target_steps']:,} steps)"
+    return {"rank": row["rank"], "model": model, "campaign": row["campaign"], "provider": row["provider"],
+            "cell": row["cell"], "configuration": ", ".join(c for c in config if c),
+            "node": ", ".join(n for n in node if n) or "-", "precision": row["precision"] or "-",
+            "market": row["market"], "$/hr": _num(row["hourly_usd"], 2), "step ms": _num(row["step_time_ms"], 1),
+            "p10-p90 ms": spread, "optimizer ms": _num(row["optimizer_ms"], 1),
             "comm": "-" if row["comm_share"] is None else f"{row['comm_share']:.0%}",
             "busbw GB/s @size": "-" if row["busbw_gbps"] is None else
             f"{_num(row['busbw_gbps'], 1)} @{format_bytes(row['busbw_bytes'] or 0)}",
             "target steps": _num(row["target_steps"]),
-            "train h": _num(row["train_hours"], 2), "cost-to-train $": _num(row["cost_to_train_usd"], 2),
-            "spot | on-demand $": both, "flags": row["flags"], "status": row["status"]}
+            "train h": _num(row["train_hours"], 2), "cost-to-train $": _num(row["cost_to_train_usd"], 2)
+            if row["cost_to_train_usd"] is not None or row["step_time_ms"] is not None
+            else f"no result ({row['status']})",
+            "spot / on-demand $": both, "flags": ", ".join(row["flags"]) or "-", "status": row["status"]}

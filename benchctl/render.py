@@ -118,18 +118,69 @@ def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, tit
     return "\n".join(([title] if title else []) + lines)
 
 
+_BREAK = re.compile(r"(?<=\s)|(?<=[A-Za-z]-)(?=[A-Za-z0-9])")
+"""Where a table cell may wrap: after a space, and after a hyphen between words (``cost-to-train``)."""
+_LONGEST_UNBROKEN = 12
+"""A chunk longer than this folds inside itself rather than widen its column."""
+
+
+def _chunks(text: str) -> list[str]:
+    return [c for c in _BREAK.split(text) if c]
+
+
+def _longest_chunk(text: str) -> int:
+    return max((len(chunk.rstrip()) for chunk in _chunks(text)), default=0)
+
+
+def _wrap(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width`` (chunks longer than that are left for rich to fold)."""
+    lines: list[str] = []
+    line = ""
+    for chunk in _chunks(text):
+        if line and len((line + chunk).rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += chunk
+    return "\n".join([*lines, line.rstrip()])
+
+
+def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -> list[int]:
+    """Column widths summing to at most ``available`` where possible: the widest columns narrow
+    first, none below its ``minimum`` (then the sum may exceed ``available``)."""
+    widths = list(natural)
+    while sum(widths) > available:
+        slack = [(w, i) for i, (w, m) in enumerate(zip(widths, minimum, strict=True)) if w > m]
+        if not slack:
+            break
+        widths[max(slack)[1]] -= 1
+    return widths
+
+
 def _rich_table(cells: list[list[str]], columns: Sequence[str], title: str) -> str:
+    """A rich table as wide as the terminal at most: no vertical rules; headers and cells wrap at
+    spaces and between hyphenated words, never inside a word (``fit_widths``). When even that is
+    wider than the terminal (``--wide``), nothing wraps (read it with ``less -S``)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=Text(title) if title else None)
-    for column in columns:
-        table.add_column(Text(column), overflow="fold")
+    width = Console().width
+    texts = [list(columns), *cells]
+    natural = [max(len(row[i]) for row in texts) for i in range(len(columns))]
+    minimum = [max(_longest_chunk(columns[i]), *(min(_LONGEST_UNBROKEN, _longest_chunk(row[i])) for row in cells))
+               for i in range(len(columns))]
+    widths = fit_widths(natural, minimum, width - 2 * len(columns))
+    if sum(widths) + 2 * len(columns) > width:  # too many columns for the terminal: unwrapped, never mangled
+        widths, width = natural, sum(natural) + 2 * len(columns)
+    table = Table(title=Text(title) if title else None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=(0, 1, 0, 0), title_justify="left")  # 2 characters between columns: a space, a rule
+    for column, w in zip(columns, widths, strict=True):
+        table.add_column(Text(_wrap(column, w)), overflow="fold", width=w)
     for row in cells:
-        table.add_row(*map(Text, row))
-    console = Console(file=io.StringIO(), force_terminal=True, width=Console().width)
+        table.add_row(*(Text(_wrap(value, w)) for value, w in zip(row, widths, strict=True)))
+    console = Console(file=io.StringIO(), force_terminal=True, width=width)
     console.print(table)
     out = console.file
     assert isinstance(out, io.StringIO)
-    return out.getvalue().rstrip("\n")
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())

@@ -184,7 +184,7 @@ def test_leaderboard_csv_has_no_formula_and_numbers_stay_numbers(hostile_store: 
 
 
 def test_leaderboard_md_cannot_break_the_table_or_embed_html_links_and_images(hostile_store: Path) -> None:
-    result = run_cli("leaderboard", "--format", "md", home=hostile_store)
+    result = run_cli("leaderboard", "--format", "md", "--wide", home=hostile_store)
     assert result.returncode == 0, result.stderr
     assert_clean(result.stdout)
     lines = result.stdout.splitlines()
@@ -197,7 +197,7 @@ def test_leaderboard_md_cannot_break_the_table_or_embed_html_links_and_images(ho
     assert "![" not in text and "](" not in text and "[link]" not in text
     assert r"!\[pixel\]\(http://evil.example/p.png\)" in text
     assert r"nv\\\|link \| x \| y \|" in text, "the backslash and the pipe are both escaped"
-    assert r"spot \| on-demand $" in lines[0], "the header's own pipe no longer adds a column"
+    assert "| spot / on-demand $ |" in lines[0], "no header of its own adds a column"
 
 
 def test_leaderboard_json_has_no_infinity(hostile_store: Path) -> None:

@@ -111,18 +111,56 @@ def _confirm_spend(engine: Engine, campaign: Campaign, previous: CampaignRow | N
         raise UsageError("not run: nothing was launched")
 
 
+_WORKLOAD_TARGET = ("model", "total_batch_size", "vocab_size")
+"""The target fields that change what a step computes (the model's size, the tokens per step). The
+rest of ``target`` (``target_param_data_ratio``) only multiplies a measured step time."""
+
+
 def _check_same_measurement(engine: Engine, row: CampaignRow, campaign: Campaign) -> None:
-    """Refuse to continue a campaign whose payload changed: its cells would hold incomparable numbers."""
+    """Refuse to continue a measured campaign whose workload changed (the payload section, or a
+    target field in ``_WORKLOAD_TARGET``): its stored step times would be priced as another
+    workload's. One line names the first change, old → new, and the way out."""
     from benchctl.errors import UsageError
     from benchctl.spec import Campaign as CampaignModel
     from store import queries as q
 
     old = stored_campaign(row, CampaignModel)
-    measured = any(q.attempts(engine, c.id or 0) for c in q.cells(engine, row.id or 0))
-    if measured and old.spec.payload != campaign.spec.payload:
-        raise UsageError(f"campaign {row.name!r} was measured with a different payload section; its cells would "
-                         "mix numbers from two workloads. Give the campaign a new name to measure again, or restore "
-                         f"the payload section it ran with (stored in the database; `benchctl status {row.name}`)")
+    if not any(q.attempts(engine, c.id or 0) for c in q.cells(engine, row.id or 0)):
+        return
+    changes = _changes(_workload(old), _workload(campaign), "target")
+    what = "workload"
+    if not changes:
+        changes, what = _changes(old.spec.payload.model_dump(), campaign.spec.payload.model_dump(), "payload"), \
+            "payload section"
+    if changes:
+        path, before, after = changes[0]
+        raise UsageError(f"campaign {row.name!r} was measured with a different {what}: {path} {before} → {after}; "
+                         "its stored step times would be priced as another workload's. Give the campaign a new "
+                         f"name to measure the new one, or restore {path}: {before} (only "
+                         "target.target_param_data_ratio and prices may change on a measured campaign)")
+
+
+def _workload(campaign: Campaign) -> dict[str, Any]:
+    """The ``_WORKLOAD_TARGET`` fields as the payload runs them (an unset vocab_size is the preset's)."""
+    from payload.presets import model_dims
+
+    target = campaign.spec.target.model_dump()
+    return {key: target[key] for key in _WORKLOAD_TARGET} | {
+        "vocab_size": model_dims(campaign.spec.target.model, campaign.spec.target.vocab_size).vocab_size}
+
+
+def _changes(old: Any, new: Any, path: str) -> list[tuple[str, str, str]]:
+    """(dotted path, old, new) of every leaf that differs between two dumped models."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [change for key in (*old, *(k for k in new if k not in old))
+                for change in _changes(old.get(key), new.get(key), f"{path}.{key}")]
+    return [] if old == new else [(path, _shown(old), _shown(new))]
+
+
+def _shown(value: Any) -> str:
+    """``value`` on one short line (a command may span lines)."""
+    text = "(unset)" if value is None else " ".join(str(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _recompute_results(engine: Engine, campaign_id: int, campaign: Campaign) -> None:

@@ -1,4 +1,5 @@
-"""``benchctl leaderboard``: cost-to-train per cell across campaigns, cheapest first."""
+"""``benchctl leaderboard``: cost-to-train per cell across campaigns, cheapest first within each
+model and target."""
 
 from __future__ import annotations
 
@@ -13,45 +14,93 @@ if TYPE_CHECKING:
 
     from benchctl.leaderboard import Filters
 
-_FORMATS = click.Choice(["table", "json", "csv", "md"])
+_FORMATS = click.Choice(["table", "json", "csv", "md"], case_sensitive=False)
 
 
 @click.command()
 @click.option("--campaign", "campaigns", multiple=True, help="Only this campaign (repeatable).")
 @click.option("--provider", "providers", multiple=True, help="Only this provider (repeatable).")
-@click.option("--market", "markets", multiple=True, type=click.Choice(["spot", "on-demand"]),
+@click.option("--market", "markets", multiple=True, type=click.Choice(["spot", "on-demand"], case_sensitive=False),
               help="Only this market (repeatable).")
 @click.option("--model", "models", multiple=True, help="Only results for this target model, e.g. nanochat-d26.")
+@click.option("--top", type=click.IntRange(min=1), metavar="N", help="Only the N cheapest of each model and target.")
+@click.option("--wide", is_flag=True, help="table/md: every column (the default fits 100 columns).")
+@click.option("--columns", metavar="A,B,...", help="table/md: these columns, in this order (names: "
+              "docs/leaderboard.md, or any unknown one lists them).")
 @click.option("--format", "fmt", type=_FORMATS, default="table", show_default=True)
 @pass_state
 def leaderboard(state: CliState, campaigns: tuple[str, ...], providers: tuple[str, ...], markets: tuple[str, ...],
-                models: tuple[str, ...], fmt: str) -> None:
-    """Cost-to-train per cell across campaigns, cheapest first."""
-    from benchctl.errors import CampaignNotFound
+                models: tuple[str, ...], top: int | None, wide: bool, columns: str | None, fmt: str) -> None:
+    """Cost-to-train per cell across campaigns, ranked cheapest first among the cells of the same
+    model and target (filters ignore case)."""
     from benchctl.leaderboard import Filters
-    from store import queries as q
 
-    engine = state.engine()
-    known = {c.name for c in q.campaigns(engine)}
-    for name in campaigns:
-        if name not in known:
-            raise CampaignNotFound(f"no campaign named {name!r} in the store; `benchctl status` lists them")
-    print_leaderboard(engine, Filters(campaigns=campaigns, providers=providers, markets=markets, models=models), fmt)
+    shown = table_columns(wide, columns, fmt.lower())
+    print_leaderboard(state.engine(), Filters(campaigns=campaigns, providers=providers, markets=markets,
+                                              models=models), fmt.lower(), columns=shown, top=top)
 
 
-def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str) -> None:
-    """``filters``: a campaign name, or Filters (None: everything)."""
-    from benchctl.leaderboard import COLUMNS, TABLE_COLUMNS, Filters, display_row, leaderboard_rows
+def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
+    """The headers ``table``/``md`` show: NARROW_COLUMNS, every one (``wide``), or those ``columns``
+    names (by name or header, any case). Bad input raises UsageError."""
+    from benchctl.errors import UsageError
+    from benchctl.leaderboard import NARROW_COLUMNS, TABLE, TABLE_COLUMNS
+
+    if columns is not None and wide:
+        raise UsageError("give --wide or --columns, not both")
+    if (columns is not None or wide) and fmt in ("json", "csv"):
+        raise UsageError(f"--wide and --columns choose table and md columns; {fmt} always carries every column")
+    names = ", ".join(name for name, _ in TABLE)
+    if columns is None:
+        return TABLE_COLUMNS if wide else NARROW_COLUMNS
+    by_name = {key.lower(): header for name, header in TABLE for key in (name, header)}
+    picked = [part.strip() for part in columns.split(",") if part.strip()]
+    for part in picked:
+        if part.lower() not in by_name:
+            raise UsageError(f"unknown column {part!r} in --columns; known: {names}")
+    if not picked:
+        raise UsageError(f"--columns is empty; known: {names}")
+    return tuple(dict.fromkeys(by_name[part.lower()] for part in picked))
+
+
+def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
+                      columns: tuple[str, ...] | None = None, top: int | None = None) -> None:
+    """``filters``: a campaign name, or Filters (None: everything). ``columns``: the table/md
+    headers (default NARROW_COLUMNS); ``top``: the N best ranks of each model and target.
+    A filter value that matches nothing in the store raises UsageError naming the known values."""
+    from benchctl.errors import UsageError
+    from benchctl.leaderboard import (
+        COLUMNS,
+        NARROW_COLUMNS,
+        Filters,
+        display_row,
+        filters_text,
+        leaderboard_rows,
+        rank_group,
+        unmatched_filter,
+    )
     from benchctl.render import render
 
     if not isinstance(filters, Filters):
         filters = Filters(campaigns=[filters] if filters else [])
     rows = leaderboard_rows(engine, filters=filters)
-    if fmt == "json":
-        click.echo(render(rows, COLUMNS, "json"))
-    elif fmt == "csv":
-        click.echo(render(rows, COLUMNS, "csv"))
+    if top is not None:
+        rows = [r for r in rows if r["rank"] is not None and r["rank"] <= top]
+    if not rows:
+        miss = unmatched_filter(engine, filters)
+        if miss:
+            raise UsageError(miss)
+    if fmt in ("json", "csv"):
+        click.echo(render(rows, COLUMNS, fmt))
     elif not rows:
-        click.echo("no results yet: run a campaign with `benchctl run FILE`")
+        given = filters_text(filters)
+        click.echo(f"no results match {given}" if given else "no results yet: run a campaign with `benchctl run FILE`")
     else:
-        click.echo(render([display_row(r) for r in rows], TABLE_COLUMNS, fmt, title="cost-to-train"))
+        groups = {rank_group(r) for r in rows if r["rank"] is not None}
+        several = {m for m, _ in groups if m is not None and sum(1 for g in groups if g[0] == m) > 1}
+        title = "cost-to-train, ranked within each model and target"
+        if len(groups) == 1:
+            ((model, steps),) = groups
+            title = f"cost-to-train of {model or 'the target'} over {steps:,} target steps"
+        click.echo(render([display_row(r, with_steps=r["model"] in several) for r in rows],
+                          columns or NARROW_COLUMNS, fmt, title=title))

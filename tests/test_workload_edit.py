@@ -1,0 +1,75 @@
+"""A measured campaign's workload cannot change under its stored step times (issue 18, item 1):
+editing target.model, total_batch_size or vocab_size is refused like a payload edit; the ratio,
+pure arithmetic on the same measurement, still re-prices."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
+
+
+@pytest.fixture
+def finished(home: Path, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """A private copy of the finished tiny campaign; returns a campaign file the test may edit."""
+    shared_home, path, output = run_once(tmp_path_factory, "tiny", TINY_CAMPAIGN.format(
+        name="tiny", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2))
+    assert output.startswith("exit 0\n"), output
+    copy_home(shared_home, home)
+    mine = tmp_path / "tiny.yaml"
+    mine.write_text(path.read_text())
+    return mine
+
+
+def board(home: Path) -> list[dict]:
+    return json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)
+
+
+@pytest.mark.parametrize(("old", "new", "change"), [
+    ("model: nanochat-d1", "model: nanochat-d2", "target.model nanochat-d1 → nanochat-d2"),
+    ("total_batch_size: 128", "total_batch_size: 256", "target.total_batch_size 128 → 256"),
+    ("vocab_size: 512", "vocab_size: 1024", "target.vocab_size 512 → 1024"),
+])
+def test_a_workload_edit_of_a_finished_campaign_is_refused(home: Path, finished: Path, old: str, new: str,
+                                                          change: str) -> None:
+    before = board(home)
+    finished.write_text(finished.read_text().replace(old, new))
+    refused = run_cli("run", str(finished), home=home)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert change in refused.stderr and "new name" in refused.stderr and f"restore {change.split()[0]}" \
+        in refused.stderr
+    assert board(home) == before, "no result re-priced, nothing stored"
+    stored = json.loads(cli_here("status", "--format", "json", home=home).stdout)["campaigns"][0]
+    assert all(c["attempts"] == 1 for c in stored["cells"]), "nothing measured again"
+
+
+def test_a_payload_edit_names_the_field(home: Path, finished: Path) -> None:
+    finished.write_text(finished.read_text().replace("sequence_len: 32", "sequence_len: 16"))
+    refused = run_cli("run", str(finished), home=home)
+    assert refused.returncode == 2
+    assert "different payload section: payload.profile.sequence_len 32 → 16" in refused.stderr
+
+
+def test_the_ratio_still_reprices_the_same_measurement(home: Path, finished: Path) -> None:
+    before = {r["cell"]: r for r in board(home)}
+    finished.write_text(finished.read_text().replace("ratio: 8.5", "ratio: 17"))
+    again = run_cli("run", str(finished), home=home)
+    assert again.returncode == 0, again.stderr
+    for row in board(home):
+        old = before[row["cell"]]
+        assert row["step_time_ms"] == old["step_time_ms"] and row["target_steps"] == 2 * old["target_steps"]
+
+
+def test_an_unset_vocab_size_is_the_presets() -> None:
+    from benchctl.cli.campaign_commands import _workload
+    from benchctl.spec import parse_campaign
+
+    text = TINY_CAMPAIGN.format(name="tiny", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2)
+    unset = parse_campaign(text.replace("vocab_size: 512, ", ""), "a.yaml")
+    explicit = parse_campaign(text.replace("vocab_size: 512", "vocab_size: 32768"), "b.yaml")
+    assert _workload(unset) == _workload(explicit)
+    assert _workload(unset) != _workload(parse_campaign(text, "c.yaml"))
