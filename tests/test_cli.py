@@ -34,6 +34,7 @@ def finished(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_second_run_reruns_nothing(home: Path, finished: Path) -> None:
     before = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     again = run_cli("run", str(finished), home=home)
@@ -44,6 +45,7 @@ def test_second_run_reruns_nothing(home: Path, finished: Path) -> None:
     assert [c["attempts"] for c in after["campaigns"][0]["cells"]] == [1, 1]
 
 
+@pytest.mark.slow
 def test_status_json_shape(home: Path, finished: Path) -> None:
     status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     (campaign,) = status["campaigns"]
@@ -62,6 +64,7 @@ def test_status_and_resume_on_an_empty_store(home: Path) -> None:
     assert "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow
 def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, finished: Path) -> None:
     rows = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)
     assert [list(r) for r in rows] == [LEADERBOARD_KEYS] * 2
@@ -84,6 +87,7 @@ def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, fi
         assert (row["precision"], row["compiled"], row["attention"]) == ("f32", False, "sdpa")  # how it computed
 
 
+@pytest.mark.slow
 def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None:
     parsed = list(csv.DictReader(io.StringIO(cli_here("leaderboard", "--format", "csv", home=home).stdout)))
     assert len(parsed) == 2 and list(parsed[0]) == LEADERBOARD_KEYS
@@ -96,6 +100,7 @@ def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None
     assert [r["campaign"] for r in json.loads(only.stdout)] == ["tiny", "tiny"]
 
 
+@pytest.mark.slow
 def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: str) -> None:
     matrix = "  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n"
     path = write_campaign(matrix=matrix)
@@ -139,11 +144,13 @@ def test_bad_database_arguments(home: Path, tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_leaderboard_of_an_unknown_campaign(home: Path, finished: Path) -> None:
     result = cli_here("leaderboard", "--campaign", "nope", home=home)
     assert result.returncode == 2 and "no campaign named 'nope'" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_quick_start_campaign_runs_end_to_end(home: Path) -> None:
     from store import queries as q
     from store.database import open_store

@@ -21,6 +21,7 @@ from tests.local_campaign import home_store, no_live_nodes, only_cell, running_p
 ONE_CELL = "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 2.0}\n"
 
 
+@pytest.mark.slow
 def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL, steps=150)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
@@ -49,6 +50,7 @@ def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL, steps=120)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
@@ -72,6 +74,7 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campaign, sig: signal.Signals) -> None:
     path = write_campaign(steps=150)
@@ -93,6 +96,7 @@ def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campai
     assert {c.state for c in q.cells(engine, campaign.id or 0)} == {"done"}
 
 
+@pytest.mark.slow
 def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, write_campaign) -> None:
     from provisioners.base import OfferRequest
 
@@ -122,6 +126,7 @@ def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> Non
     assert cell["state"] == "failed" and cell["attempts"] == 0
 
 
+@pytest.mark.slow
 def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> None:
     result = run_cli("run", str(write_campaign()), home=home)
     assert result.returncode == 0, result.stderr
@@ -134,6 +139,7 @@ def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> 
     assert spent == pytest.approx(sum(c or 0 for c in costs)) and spent > 0
 
 
+@pytest.mark.slow
 def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaign) -> None:
     no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
     first = run_cli("run", str(write_campaign(matrix=ONE_CELL + no_offer)), home=home)
@@ -146,6 +152,7 @@ def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaig
         "local:cpux2:on-demand": "done", "local:H100_SXMx2:on-demand": "failed"}
 
 
+@pytest.mark.slow
 def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
     result = run_cli("run", str(write_campaign()), "--concurrency", "4", home=home)
     assert result.returncode == 0, result.stderr
@@ -157,6 +164,7 @@ def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
     assert spans[0][1] <= spans[1][0], "the second local node started before the first was terminated"
 
 
+@pytest.mark.slow
 def test_resume_goes_through_every_campaign(home: Path, write_campaign) -> None:
     no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
     for name in ("first", "second"):
@@ -166,6 +174,7 @@ def test_resume_goes_through_every_campaign(home: Path, write_campaign) -> None:
     assert "campaign first is not complete" in resumed.stderr and "campaign second is not complete" in resumed.stderr
 
 
+@pytest.mark.slow
 def test_changed_payload_is_refused_and_changed_target_recomputes(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL)
     assert run_cli("run", str(path), home=home).returncode == 0

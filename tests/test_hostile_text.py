@@ -68,6 +68,7 @@ def test_clean_strips_sequences_and_controls_and_keeps_text() -> None:
     assert clean("line 1\r\nline 2\n", newlines=True) == "line 1\nline 2\n"
 
 
+@pytest.mark.slow
 def test_run_status_and_leaderboard_print_node_output_clean(hostile_run: tuple[Path, str], tmp_path: Path) -> None:
     home, run_output = hostile_run
     assert "attempt 1 failed" in run_output and "[bold]markup[/bold] tail" in run_output, run_output
@@ -80,6 +81,7 @@ def test_run_status_and_leaderboard_print_node_output_clean(hostile_run: tuple[P
     assert_clean(board.stdout + board.stderr)
 
 
+@pytest.mark.slow
 def test_live_table_shows_node_events_as_plain_text(hostile_run: tuple[Path, str], tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"

@@ -20,6 +20,7 @@ FAULTY = """\
 """
 
 
+@pytest.mark.slow
 def test_bad_nodes_are_replaced_remembered_and_accounted(home: Path, write_campaign) -> None:
     result = run_cli("run", str(write_campaign(matrix=FAULTY)), "--concurrency", "1", "--poll-interval", "0.2",
                      home=home)

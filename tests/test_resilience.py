@@ -8,6 +8,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from sqlmodel import Session
 
 from provisioners.base import Node, NodeState
@@ -29,6 +30,7 @@ def _timed_indexes(engine, cell_id: int) -> list[int]:  # type: ignore[no-untype
     return sorted(s["timed_index"] for s in samples if not s["warmup"])
 
 
+@pytest.mark.slow
 def test_injected_preemptions_lose_no_sample_and_measure_each_step_once(home: Path, write_campaign) -> None:
     steps = 120
     path = write_campaign(matrix=PREEMPTED_CELLS, steps=steps, max_attempts=4)
@@ -88,6 +90,7 @@ def test_run_asks_before_a_large_worst_case_and_refuses_without_a_terminal(home:
     assert not (home / "benchctl.db").exists() or q.campaigns(home_store(home)) == [], "nothing was written"
 
 
+@pytest.mark.slow
 def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_campaign) -> None:
     path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0}\n", steps=400)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.3")
@@ -111,6 +114,7 @@ def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_cam
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "idle.yaml"
     path.write_text(TINY_CAMPAIGN.format(name="idle", steps=300, max_attempts=2,
@@ -136,6 +140,7 @@ def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(hom
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign) -> None:
     path = write_campaign(steps=150)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")

@@ -50,6 +50,7 @@ def _campaign(tmp_path: Path, sshd: SSHServer) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_campaign_runs_over_ssh_and_frees_the_machines(home: Path, tmp_path: Path, sshd: SSHServer) -> None:
     result = run_cli("run", str(_campaign(tmp_path, sshd)), "--poll-interval", "0.2", "--status-interval", "1",
                      home=home, timeout=300)

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import REPO, run_cli
 
 TRAIN = """\
@@ -33,6 +35,7 @@ def _run(tmp_path: Path, env: dict[str, str]) -> tuple[int, list[dict[str, Any]]
     return proc.returncode, [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_metrics_become_samples_and_output_comes_back(tmp_path: Path) -> None:
     code, events = _run(tmp_path, {"NCCL_ALGO": "Ring"})
     assert code == 0, events
@@ -46,6 +49,7 @@ def test_metrics_become_samples_and_output_comes_back(tmp_path: Path) -> None:
     assert end["summary"] == {"exit_code": 0, "metric_samples": 3, "unparseable_metric_lines": 1}
 
 
+@pytest.mark.slow
 def test_non_zero_exit_fails_with_the_tail_of_stderr(tmp_path: Path) -> None:
     code, events = _run(tmp_path, {"EXIT": "3"})
     assert code == 1
@@ -54,6 +58,7 @@ def test_non_zero_exit_fails_with_the_tail_of_stderr(tmp_path: Path) -> None:
     assert len([e for e in events if e["kind"] == "sample"]) == 3, "metrics before the failure are kept"
 
 
+@pytest.mark.slow
 def test_command_cell_end_to_end(home: Path, tmp_path: Path) -> None:
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / "train.py").write_text(TRAIN)

@@ -262,6 +262,7 @@ matrix:
 """
 
 
+@pytest.mark.slow
 def test_a_campaign_leaves_no_controller_credential_anywhere(tmp_path: Path) -> None:
     """The node's environment (the command prints it) and its facts (env.txt) come back as
     artifacts: neither, nor the store, nor any other file under BENCHCTL_HOME holds a credential."""
