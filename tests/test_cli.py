@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
+from tests.conftest import FAST_POLLS, REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
 
 LEADERBOARD_KEYS = ["rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market",
                     "env", "model", "precision", "compiled", "attention", "hourly_usd", "step_time_ms",
@@ -104,7 +104,7 @@ def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None
 def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: str) -> None:
     matrix = "  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n"
     path = write_campaign(matrix=matrix)
-    result = run_cli("--db", pg_url, "run", str(path), home=home)
+    result = run_cli("--db", pg_url, "run", str(path), *FAST_POLLS, home=home)
     assert result.returncode == 0, result.stderr
     assert not (home / "benchctl.db").exists(), "everything went to PostgreSQL"
     rows = json.loads(run_cli("--db", pg_url, "leaderboard", "--format", "json", home=home).stdout)

@@ -15,7 +15,7 @@ import pytest
 from provisioners.base import Node, NodeState
 from provisioners.local import LocalProvider
 from store import queries as q
-from tests.conftest import cli_here, run_cli
+from tests.conftest import FAST_POLLS, cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
 ONE_CELL = "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 2.0}\n"
@@ -91,7 +91,7 @@ def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campai
     states = {c.state for c in q.cells(engine, campaign.id or 0)}
     assert "cancelled" in states
     assert all(not a.open for c in q.cells(engine, campaign.id or 0) for a in q.attempts(engine, c.id or 0))
-    resumed = run_cli("resume", "tiny", home=home)
+    resumed = run_cli("resume", "tiny", *FAST_POLLS, home=home)
     assert resumed.returncode == 0, resumed.stderr
     assert {c.state for c in q.cells(engine, campaign.id or 0)} == {"done"}
 
@@ -101,7 +101,7 @@ def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, wri
     from provisioners.base import OfferRequest
 
     path = write_campaign(matrix=ONE_CELL)
-    assert run_cli("run", str(path), home=home).returncode == 0
+    assert run_cli("run", str(path), *FAST_POLLS, home=home).returncode == 0
     (campaign,) = q.campaigns(home_store(home))
     assert len(campaign.uid) == 12
     provider = LocalProvider(home / "nodes")
@@ -128,7 +128,7 @@ def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> Non
 
 @pytest.mark.slow
 def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> None:
-    result = run_cli("run", str(write_campaign()), home=home)
+    result = run_cli("run", str(write_campaign()), *FAST_POLLS, home=home)
     assert result.returncode == 0, result.stderr
     no_live_nodes(home)
     engine = home_store(home)
@@ -142,9 +142,9 @@ def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> 
 @pytest.mark.slow
 def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaign) -> None:
     no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
-    first = run_cli("run", str(write_campaign(matrix=ONE_CELL + no_offer)), home=home)
+    first = run_cli("run", str(write_campaign(matrix=ONE_CELL + no_offer)), *FAST_POLLS, home=home)
     assert first.returncode == 1 and "local:H100_SXMx2:on-demand: failed" in first.stderr
-    second = run_cli("run", str(write_campaign(matrix=ONE_CELL)), home=home)
+    second = run_cli("run", str(write_campaign(matrix=ONE_CELL)), *FAST_POLLS, home=home)
     assert second.returncode == 0, second.stderr
     assert "H100_SXM" not in second.stderr and "campaign tiny is complete" in second.stdout
     status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
@@ -154,7 +154,7 @@ def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaig
 
 @pytest.mark.slow
 def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
-    result = run_cli("run", str(write_campaign()), "--concurrency", "4", home=home)
+    result = run_cli("run", str(write_campaign()), "--concurrency", "4", *FAST_POLLS, home=home)
     assert result.returncode == 0, result.stderr
     engine = home_store(home)
     (campaign,) = q.campaigns(engine)
@@ -177,13 +177,13 @@ def test_resume_goes_through_every_campaign(home: Path, write_campaign) -> None:
 @pytest.mark.slow
 def test_changed_payload_is_refused_and_changed_target_recomputes(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL)
-    assert run_cli("run", str(path), home=home).returncode == 0
+    assert run_cli("run", str(path), *FAST_POLLS, home=home).returncode == 0
     before = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)[0]
     path.write_text(path.read_text().replace("steps: 3", "steps: 4"))
     refused = run_cli("run", str(path), home=home)
     assert refused.returncode == 2 and "different payload section" in refused.stderr
     path.write_text(path.read_text().replace("steps: 4", "steps: 3").replace("ratio: 8.5", "ratio: 17"))
-    again = run_cli("run", str(path), home=home)
+    again = run_cli("run", str(path), *FAST_POLLS, home=home)
     assert again.returncode == 0, again.stderr
     after = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)[0]
     assert after["step_time_ms"] == before["step_time_ms"]

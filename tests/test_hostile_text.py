@@ -20,7 +20,7 @@ from benchctl.terminal_text import clean
 from store import queries as q
 from store.database import open_store
 from store.models import Result
-from tests.conftest import copy_home, run_cli
+from tests.conftest import FAST_POLLS, copy_home, run_cli
 
 CLEAR, TITLE, CLIPBOARD, CSI8 = "\x1b[2J", "\x1b]0;TITLE\x07", "\x1b]52;c;Y2xpcA==\x07", "\x9b31m"
 LEFTOVERS = ("\x1b", "\x9b", "\x07", "TITLE", "Y2xpcA")
@@ -55,7 +55,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("hostile")
     path = root / "hostile.yaml"
     path.write_text(HOSTILE_CAMPAIGN)
-    result = run_cli("run", str(path), home=root / "home")
+    result = run_cli("run", str(path), *FAST_POLLS, home=root / "home")
     assert result.returncode == 1 and "is not complete" in result.stderr, result.stdout + result.stderr
     return root / "home", result.stdout + result.stderr
 

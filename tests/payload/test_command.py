@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import FAST_POLLS, REPO, run_cli
 
 TRAIN = """\
 import json, os, sys
@@ -74,7 +74,7 @@ payload:
 matrix:
   - {{provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1.0, env: [{{}}, {{EXIT: "5"}}]}}
 """)
-    result = run_cli("run", str(campaign), home=home)
+    result = run_cli("run", str(campaign), *FAST_POLLS, home=home)
     assert result.returncode == 1  # one of the two cells fails
     status = json.loads(run_cli("status", "cmd", "--format", "json", home=home).stdout)
     cells = {c["key"]: c for c in status["campaigns"][0]["cells"]}
