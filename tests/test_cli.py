@@ -57,9 +57,9 @@ def test_status_json_shape(home: Path, finished: Path) -> None:
 
 def test_status_and_resume_on_an_empty_store(home: Path) -> None:
     assert json.loads(cli_here("status", "--format", "json", home=home).stdout) == {"campaigns": []}
-    resumed = run_cli("resume", home=home)
+    resumed = cli_here("resume", home=home)
     assert resumed.returncode == 0 and "nothing to resume" in resumed.stdout
-    missing = run_cli("resume", "nope", home=home)
+    missing = cli_here("resume", "nope", home=home)
     assert missing.returncode == 2 and "no campaign named 'nope'" in missing.stderr
     assert "Traceback" not in missing.stderr
 
@@ -114,10 +114,10 @@ def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: st
 
 
 def test_unreachable_database_is_a_clear_error(home: Path, write_campaign) -> None:
-    result = run_cli("--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
+    result = cli_here("--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
     assert result.returncode == 1
     assert "cannot open the database" in result.stderr and "Traceback" not in result.stderr
-    debug = run_cli("--debug", "--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
+    debug = cli_here("--debug", "--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
     assert "Traceback" in debug.stderr
 
 
@@ -135,11 +135,11 @@ def test_start_up_path_imports_no_heavy_module() -> None:
 
 def test_bad_database_arguments(home: Path, tmp_path: Path) -> None:
     for url in ("foo", "nosuchdialect://x/y"):
-        result = run_cli("--db", url, "status", home=home)
+        result = cli_here("--db", url, "status", home=home)
         assert result.returncode == 2 and "cannot use database URL" in result.stderr, result.stderr
     blocked = tmp_path / "file"
     blocked.write_text("")
-    result = run_cli("--db", f"sqlite:///{blocked}/x.db", "status", home=home)
+    result = cli_here("--db", f"sqlite:///{blocked}/x.db", "status", home=home)
     assert result.returncode == 1 and "cannot create the folder" in result.stderr
     assert "Traceback" not in result.stderr
 

@@ -90,7 +90,7 @@ def test_export_then_import_round_trips(home: Path, tmp_path: Path,
     assert leaderboard(home, "--campaign", "rep") == measured, "imports left the run alone"
     named_like_import = tmp_path / "copy.yaml"
     named_like_import.write_text(REPORT_CAMPAIGN.replace("name: rep", "name: copy"))
-    refused = run_cli("run", str(named_like_import), home=home)
+    refused = cli_here("run", str(named_like_import), home=home)
     assert refused.returncode == 2 and "holds imported results" in refused.stderr
 
 

@@ -15,7 +15,7 @@ from provisioners.base import Node, NodeState
 from provisioners.local import LocalProvider
 from store import queries as q
 from store.models import Attempt
-from tests.conftest import TINY_CAMPAIGN, run_cli
+from tests.conftest import TINY_CAMPAIGN, cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
 PREEMPTED_CELLS = """\
@@ -165,7 +165,7 @@ def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_
 
 
 def test_down_needs_a_name_or_all(home: Path) -> None:
-    result = run_cli("down", home=home)
+    result = cli_here("down", home=home)
     assert result.returncode == 2 and "--all" in result.stderr
-    missing = run_cli("down", "nope", home=home)
+    missing = cli_here("down", "nope", home=home)
     assert missing.returncode == 2 and "no campaign named 'nope'" in missing.stderr

@@ -209,7 +209,8 @@ class MemoryTransport(Transport):
 def payload_events(job: dict[str, Any]) -> Events:
     """What a healthy payload writes for ``job``, one event per poll: the pending phases (preflight
     always, as the real one), profile samples for the timed steps not yet recorded, then ``done``.
-    Step times are 10 ms plus 1 ms per timed index."""
+    Step times are 10 ms plus 1 ms per timed index. The shapes are the real payload's:
+    ``payload/runner.py`` (phase_start/phase_end/done/error) and ``payload/profile.py`` (samples)."""
     done = set(job.get("done_phases") or [])
     profile = job.get("profile") or {}
     steps, warmup = int(profile.get("steps", 3)), int(profile.get("warmup_steps", 1))

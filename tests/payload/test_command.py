@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAST_POLLS, REPO, run_cli
+from tests.conftest import FAST_POLLS, REPO, cli_here, run_cli
 
 TRAIN = """\
 import json, os, sys
@@ -90,9 +90,9 @@ def test_command_phase_needs_a_command(home: Path, tmp_path: Path) -> None:
     campaign = tmp_path / "c.yaml"
     campaign.write_text((REPO / "campaigns" / "local-smoke.yaml").read_text().replace(
         "phases: [preflight, collectives, profile]", "phases: [command]"))
-    result = run_cli("run", str(campaign), home=home)
+    result = cli_here("run", str(campaign), home=home)
     assert result.returncode == 2 and "needs payload.command" in result.stderr
     missing = campaign.read_text().replace("phases: [command]", "phases: [command]\n  command: {run: x, upload: nope}")
     campaign.write_text(missing)
-    result = run_cli("run", str(campaign), home=home)
+    result = cli_here("run", str(campaign), home=home)
     assert result.returncode == 2 and "payload.command.upload" in result.stderr and "not a directory" in result.stderr
