@@ -116,6 +116,7 @@ def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, wri
     provider.terminate(teammates)
 
 
+@pytest.mark.slow
 def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> None:
     matrix = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
     result = run_cli("run", str(write_campaign(matrix=matrix)), home=home)

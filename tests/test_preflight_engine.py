@@ -67,6 +67,7 @@ def test_faults_are_for_the_local_provider_only(home: Path, write_campaign) -> N
     assert result.returncode == 2 and "faults are injected by the local provider only" in result.stderr
 
 
+@pytest.mark.slow
 def test_preflight_command(home: Path, tmp_path: Path) -> None:
     from tests.conftest import REPO
 

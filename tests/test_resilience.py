@@ -68,6 +68,7 @@ def test_injected_preemptions_lose_no_sample_and_measure_each_step_once(home: Pa
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_launch_over_budget_ends_the_cell_with_reason_budget(home: Path, write_campaign) -> None:
     path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 400}\n")
     result = run_cli("run", str(path), "--yes", home=home)
@@ -78,6 +79,7 @@ def test_launch_over_budget_ends_the_cell_with_reason_budget(home: Path, write_c
     assert q.attempts(engine, cell.id or 0) == [], "nothing was launched"
 
 
+@pytest.mark.slow
 def test_run_asks_before_a_large_worst_case_and_refuses_without_a_terminal(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_text(TINY_CAMPAIGN.format(name="big", steps=3, max_attempts=2,
