@@ -117,7 +117,7 @@ def test_unreachable_database_is_a_clear_error(home: Path, write_campaign) -> No
     result = cli_here("--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
     assert result.returncode == 1
     assert "cannot open the database" in result.stderr and "Traceback" not in result.stderr
-    debug = cli_here("--debug", "--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
+    debug = run_cli("--debug", "--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
     assert "Traceback" in debug.stderr
 
 
