@@ -87,6 +87,9 @@ def test_preemption_mid_profile_relaunches_and_the_new_node_measures_only_what_i
     assert [i for a, i in timed if a == second.id] == [3, 4, 5]
     (result, _, _), = q.results(run.engine)
     assert result.timed_steps == 6
+    for attempt, node in ((first, gone), (second, fresh)):
+        stored = [e for e in q.events(run.engine, run.cell().id or 0) if e.attempt_id == attempt.id]
+        assert len(stored) == len(node.events.splitlines()), "every event a node wrote before it went is stored"
 
 
 def test_a_finished_phase_is_not_run_again_on_the_next_node(tmp_path: Path) -> None:
