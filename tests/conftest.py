@@ -127,7 +127,7 @@ _MAIN = click.Command("benchctl", callback=_main, add_help_option=False,
                       context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 """``benchctl.cli.main.main`` as a click command, so that ``CliRunner`` runs it with its error mapping."""
 try:
-    _RUNNER = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2 mixes stderr by default
+    _RUNNER = CliRunner(mix_stderr=False)  # click < 8.2 mixes stderr by default
 except TypeError:  # click >= 8.2: stderr is kept apart always
     _RUNNER = CliRunner()
 

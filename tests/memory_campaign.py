@@ -17,6 +17,7 @@ from benchctl.spec import load_campaign
 from provisioners.base import Offer, Provider
 from store import queries as q
 from store.database import open_store
+from store.models import Attempt, Cell
 from tests.conftest import TINY_CAMPAIGN
 from tests.fakes.memory_provider import MemoryProvider
 
@@ -52,10 +53,10 @@ class MemoryRun:
     def engine(self) -> Engine:
         return self.ctx.engine
 
-    def cell(self, key: str = KEY):  # type: ignore[no-untyped-def]
+    def cell(self, key: str = KEY) -> Cell:
         return next(c for c in q.cells(self.engine, self.ctx.campaign_id) if c.key == key)
 
-    def attempts(self, key: str = KEY):  # type: ignore[no-untyped-def]
+    def attempts(self, key: str = KEY) -> list[Attempt]:
         return q.attempts(self.engine, self.cell(key).id or 0)
 
     def states(self, key: str = KEY) -> list[str]:

@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlmodel import Session
@@ -18,7 +19,7 @@ from benchctl.cell_states import CellState
 from benchctl.engine import run_campaign, terminate_orphans
 from benchctl.event_sync import sync_events
 from payload.job import EXIT_BAD_NODE, EXIT_ERROR
-from provisioners.base import NodeState
+from provisioners.base import Node, NodeState
 from store import leases as store_leases
 from store import queries as q
 from store.models import Attempt
@@ -316,7 +317,7 @@ def test_a_malformed_exit_code_is_an_attempt_error(tmp_path: Path) -> None:
     run = memory_run(tmp_path, provider)
     real = provider.launch
 
-    def launch_and_break(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def launch_and_break(*args: Any, **kwargs: Any) -> Node:
         node = real(*args, **kwargs)
         if node.node_id == "mem-1":
             provider.nodes["mem-1"].exit_code = lambda: b"oops\n"  # type: ignore[method-assign]
