@@ -23,6 +23,8 @@ from tests.fakes.eviction import kill_container
 from tests.fakes.sshd import SSHServer, running_sshd
 from tests.local_campaign import home_store, wait_for
 
+pytestmark = pytest.mark.slow
+
 STEPS = 200
 CAMPAIGN = """\
 name: ec2

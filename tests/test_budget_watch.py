@@ -27,6 +27,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
         yield server
 
 
+@pytest.mark.slow
 def test_spend_reaching_the_budget_while_collecting_stops_the_collection(home: Path, tmp_path: Path,
                                                                         sshd: SSHServer) -> None:
     path = stall_campaign(tmp_path / "stall.yaml", sshd, tmp_path / "machine")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
+from tests.conftest import FAST_POLLS, REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
 
 LEADERBOARD_KEYS = ["rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market",
                     "env", "model", "precision", "compiled", "attention", "hourly_usd", "step_time_ms",
@@ -34,6 +34,7 @@ def finished(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_second_run_reruns_nothing(home: Path, finished: Path) -> None:
     before = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     again = run_cli("run", str(finished), home=home)
@@ -44,6 +45,7 @@ def test_second_run_reruns_nothing(home: Path, finished: Path) -> None:
     assert [c["attempts"] for c in after["campaigns"][0]["cells"]] == [1, 1]
 
 
+@pytest.mark.slow
 def test_status_json_shape(home: Path, finished: Path) -> None:
     status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     (campaign,) = status["campaigns"]
@@ -55,13 +57,14 @@ def test_status_json_shape(home: Path, finished: Path) -> None:
 
 def test_status_and_resume_on_an_empty_store(home: Path) -> None:
     assert json.loads(cli_here("status", "--format", "json", home=home).stdout) == {"campaigns": []}
-    resumed = run_cli("resume", home=home)
+    resumed = cli_here("resume", home=home)
     assert resumed.returncode == 0 and "nothing to resume" in resumed.stdout
-    missing = run_cli("resume", "nope", home=home)
+    missing = cli_here("resume", "nope", home=home)
     assert missing.returncode == 2 and "no campaign named 'nope'" in missing.stderr
     assert "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow
 def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, finished: Path) -> None:
     rows = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)
     assert [list(r) for r in rows] == [LEADERBOARD_KEYS] * 2
@@ -84,6 +87,7 @@ def test_leaderboard_json_is_sorted_and_its_arithmetic_checks_out(home: Path, fi
         assert (row["precision"], row["compiled"], row["attention"]) == ("f32", False, "sdpa")  # how it computed
 
 
+@pytest.mark.slow
 def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None:
     parsed = list(csv.DictReader(io.StringIO(cli_here("leaderboard", "--format", "csv", home=home).stdout)))
     assert len(parsed) == 2 and list(parsed[0]) == LEADERBOARD_KEYS
@@ -97,10 +101,11 @@ def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None
     assert [r["campaign"] for r in json.loads(only.stdout)] == ["tiny", "tiny"]
 
 
+@pytest.mark.slow
 def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: str) -> None:
     matrix = "  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n"
     path = write_campaign(matrix=matrix)
-    result = run_cli("--db", pg_url, "run", str(path), home=home)
+    result = run_cli("--db", pg_url, "run", str(path), *FAST_POLLS, home=home)
     assert result.returncode == 0, result.stderr
     assert not (home / "benchctl.db").exists(), "everything went to PostgreSQL"
     rows = json.loads(run_cli("--db", pg_url, "leaderboard", "--format", "json", home=home).stdout)
@@ -110,7 +115,7 @@ def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: st
 
 
 def test_unreachable_database_is_a_clear_error(home: Path, write_campaign) -> None:
-    result = run_cli("--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
+    result = cli_here("--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
     assert result.returncode == 1
     assert "cannot open the database" in result.stderr and "Traceback" not in result.stderr
     debug = run_cli("--debug", "--db", "postgresql://postgres@127.0.0.1:1/test", "status", home=home)
@@ -131,20 +136,22 @@ def test_start_up_path_imports_no_heavy_module() -> None:
 
 def test_bad_database_arguments(home: Path, tmp_path: Path) -> None:
     for url in ("foo", "nosuchdialect://x/y"):
-        result = run_cli("--db", url, "status", home=home)
+        result = cli_here("--db", url, "status", home=home)
         assert result.returncode == 2 and "cannot use database URL" in result.stderr, result.stderr
     blocked = tmp_path / "file"
     blocked.write_text("")
-    result = run_cli("--db", f"sqlite:///{blocked}/x.db", "status", home=home)
+    result = cli_here("--db", f"sqlite:///{blocked}/x.db", "status", home=home)
     assert result.returncode == 1 and "cannot create the folder" in result.stderr
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_leaderboard_of_an_unknown_campaign(home: Path, finished: Path) -> None:
     result = cli_here("leaderboard", "--campaign", "nope", home=home)
     assert result.returncode == 2 and "no results match --campaign nope; known: tiny" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_quick_start_campaign_runs_end_to_end(home: Path) -> None:
     from store import queries as q
     from store.database import open_store

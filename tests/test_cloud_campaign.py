@@ -24,6 +24,8 @@ from tests.fakes.sshd import SSHServer, running_sshd
 from tests.fakes.vastai_fake import FakeVast, running_fake_vast
 from tests.local_campaign import home_store, no_live_nodes, wait_for
 
+pytestmark = pytest.mark.slow
+
 CAMPAIGN = """\
 name: cloudy
 budget_usd: 5

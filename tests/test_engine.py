@@ -15,12 +15,13 @@ import pytest
 from provisioners.base import Node, NodeState
 from provisioners.local import LocalProvider
 from store import queries as q
-from tests.conftest import cli_here, run_cli
+from tests.conftest import FAST_POLLS, cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
 ONE_CELL = "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 2.0}\n"
 
 
+@pytest.mark.slow
 def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL, steps=150)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
@@ -49,6 +50,7 @@ def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL, steps=120)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
@@ -72,6 +74,7 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campaign, sig: signal.Signals) -> None:
     path = write_campaign(steps=150)
@@ -88,16 +91,17 @@ def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campai
     states = {c.state for c in q.cells(engine, campaign.id or 0)}
     assert "cancelled" in states
     assert all(not a.open for c in q.cells(engine, campaign.id or 0) for a in q.attempts(engine, c.id or 0))
-    resumed = run_cli("resume", "tiny", home=home)
+    resumed = run_cli("resume", "tiny", *FAST_POLLS, home=home)
     assert resumed.returncode == 0, resumed.stderr
     assert {c.state for c in q.cells(engine, campaign.id or 0)} == {"done"}
 
 
+@pytest.mark.slow
 def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, write_campaign) -> None:
     from provisioners.base import OfferRequest
 
     path = write_campaign(matrix=ONE_CELL)
-    assert run_cli("run", str(path), home=home).returncode == 0
+    assert run_cli("run", str(path), *FAST_POLLS, home=home).returncode == 0
     (campaign,) = q.campaigns(home_store(home))
     assert len(campaign.uid) == 12
     provider = LocalProvider(home / "nodes")
@@ -112,6 +116,7 @@ def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, wri
     provider.terminate(teammates)
 
 
+@pytest.mark.slow
 def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> None:
     matrix = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
     result = run_cli("run", str(write_campaign(matrix=matrix)), home=home)
@@ -122,8 +127,9 @@ def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> Non
     assert cell["state"] == "failed" and cell["attempts"] == 0
 
 
+@pytest.mark.slow
 def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> None:
-    result = run_cli("run", str(write_campaign()), home=home)
+    result = run_cli("run", str(write_campaign()), *FAST_POLLS, home=home)
     assert result.returncode == 0, result.stderr
     no_live_nodes(home)
     engine = home_store(home)
@@ -134,11 +140,12 @@ def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> 
     assert spent == pytest.approx(sum(c or 0 for c in costs)) and spent > 0
 
 
+@pytest.mark.slow
 def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaign) -> None:
     no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
-    first = run_cli("run", str(write_campaign(matrix=ONE_CELL + no_offer)), home=home)
+    first = run_cli("run", str(write_campaign(matrix=ONE_CELL + no_offer)), *FAST_POLLS, home=home)
     assert first.returncode == 1 and "local:H100_SXMx2:on-demand: failed" in first.stderr
-    second = run_cli("run", str(write_campaign(matrix=ONE_CELL)), home=home)
+    second = run_cli("run", str(write_campaign(matrix=ONE_CELL)), *FAST_POLLS, home=home)
     assert second.returncode == 0, second.stderr
     assert "H100_SXM" not in second.stderr and "campaign tiny is complete" in second.stdout
     status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
@@ -146,8 +153,9 @@ def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaig
         "local:cpux2:on-demand": "done", "local:H100_SXMx2:on-demand": "failed"}
 
 
+@pytest.mark.slow
 def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
-    result = run_cli("run", str(write_campaign()), "--concurrency", "4", home=home)
+    result = run_cli("run", str(write_campaign()), "--concurrency", "4", *FAST_POLLS, home=home)
     assert result.returncode == 0, result.stderr
     engine = home_store(home)
     (campaign,) = q.campaigns(engine)
@@ -157,6 +165,7 @@ def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
     assert spans[0][1] <= spans[1][0], "the second local node started before the first was terminated"
 
 
+@pytest.mark.slow
 def test_resume_goes_through_every_campaign(home: Path, write_campaign) -> None:
     no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
     for name in ("first", "second"):
@@ -166,15 +175,16 @@ def test_resume_goes_through_every_campaign(home: Path, write_campaign) -> None:
     assert "campaign first is not complete" in resumed.stderr and "campaign second is not complete" in resumed.stderr
 
 
+@pytest.mark.slow
 def test_changed_payload_is_refused_and_changed_target_recomputes(home: Path, write_campaign) -> None:
     path = write_campaign(matrix=ONE_CELL)
-    assert run_cli("run", str(path), home=home).returncode == 0
+    assert run_cli("run", str(path), *FAST_POLLS, home=home).returncode == 0
     before = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)[0]
     path.write_text(path.read_text().replace("steps: 3", "steps: 4"))
     refused = run_cli("run", str(path), home=home)
     assert refused.returncode == 2 and "different payload section" in refused.stderr
     path.write_text(path.read_text().replace("steps: 4", "steps: 3").replace("ratio: 8.5", "ratio: 17"))
-    again = run_cli("run", str(path), home=home)
+    again = run_cli("run", str(path), *FAST_POLLS, home=home)
     assert again.returncode == 0, again.stderr
     after = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)[0]
     assert after["step_time_ms"] == before["step_time_ms"]

@@ -10,6 +10,8 @@ import signal
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from benchctl.attempt_driver import AttemptDriver
 from benchctl.event_sync import MAX_LINE_BYTES
 from benchctl.run_context import Outcome, OutcomeKind
@@ -72,6 +74,7 @@ def _all_closed(engine, cell_id: int) -> list[str | None]:  # type: ignore[no-un
     return [a.outcome for a in attempts]
 
 
+@pytest.mark.slow
 def test_malformed_event_lines_become_error_events_and_the_cell_finishes(home: Path, tmp_path: Path) -> None:
     hostile = tmp_path / "hostile.jsonl"
     hostile.write_bytes(b"".join(line + b"\n" for line in HOSTILE_LINES))
@@ -94,6 +97,7 @@ def test_malformed_event_lines_become_error_events_and_the_cell_finishes(home: P
     assert cli_here("resume", home=home).returncode == 0
 
 
+@pytest.mark.slow
 def test_an_exit_code_that_is_no_number_is_an_attempt_error_and_the_cell_retries(home: Path, tmp_path: Path) -> None:
     run = f"{FIRST_ATTEMPT} && {{ printf 'x1b; rm -rf /\\n' > exit_code; sleep 30; }}; true"
     result = run_cli("run", str(_campaign(tmp_path, run)), *FAST, home=home)
@@ -106,6 +110,7 @@ def test_an_exit_code_that_is_no_number_is_an_attempt_error_and_the_cell_retries
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_events_file_replaced_by_a_directory_ends_the_attempt_not_the_controller(home: Path, tmp_path: Path) -> None:
     run = f"{FIRST_ATTEMPT} && {{ rm events.jsonl; mkdir events.jsonl; sleep 30; }}; true"
     result = run_cli("run", str(_campaign(tmp_path, run)), *FAST, home=home)
@@ -116,6 +121,7 @@ def test_events_file_replaced_by_a_directory_ends_the_attempt_not_the_controller
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_a_long_env_value_makes_no_path_too_long(home: Path, tmp_path: Path) -> None:
     value = "v" * 300  # the cell's key holds it: a 300-byte directory name would be refused by the file system
     result = run_cli("run", str(_campaign(tmp_path, "true", extra=f", env: {{KNOB: {value}}}")), *FAST, home=home)
@@ -131,6 +137,7 @@ def test_a_long_env_value_makes_no_path_too_long(home: Path, tmp_path: Path) -> 
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_resume_reattaches_past_a_malformed_line(home: Path, tmp_path: Path) -> None:
     proc = start(home, "run", str(_campaign(tmp_path, "sleep 3")), *FAST)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, cli_here, run_cli
+from tests.conftest import REPO, cli_here
 
 CAMPAIGN = """\
 name: hostile
@@ -57,7 +57,7 @@ def stored_campaigns(home: Path) -> list[str]:
 
 def run_campaign_text(home: Path, path: Path, text: str | bytes) -> subprocess.CompletedProcess[str]:
     path.write_bytes(text.encode() if isinstance(text, str) else text)
-    return run_cli("run", str(path), home=home, timeout=60)
+    return cli_here("run", str(path), home=home)
 
 
 # --- item 4: YAML that expands, nests or weighs too much -------------------------------------------
@@ -89,7 +89,7 @@ def test_a_50_mb_campaign_file_is_refused_by_its_size(home: Path, tmp_path: Path
         for _ in range(50):
             out.write(b"".join(b"k%07d: 1\n" % i for i in range(100_000)))  # 5 M keys, 50 MB
     started = time.monotonic()
-    refused(run_cli("run", str(path), home=home, timeout=60), str(path), "over 1 MiB")
+    refused(cli_here("run", str(path), home=home), str(path), "over 1 MiB")
     assert time.monotonic() - started < 15, "refused by its size, before it is parsed"
     assert not (home / "benchctl.db").exists()
 
@@ -275,7 +275,7 @@ def test_no_imported_cost_is_infinite_in_json(home: Path, tmp_path: Path) -> Non
 ])
 def test_malformed_database_urls_are_one_line(home: Path, tmp_path: Path, url: str, words: str) -> None:
     url = url.format(tmp=tmp_path)
-    line = refused(run_cli("--db", url, "status", home=home, timeout=60), "cannot use database URL", words)
+    line = refused(cli_here("--db", url, "status", home=home), "cannot use database URL", words)
     assert "s3cret" not in line, "the password is redacted"
     assert not (tmp_path / "b.db").exists()
 

@@ -20,7 +20,7 @@ from benchctl.terminal_text import clean
 from store import queries as q
 from store.database import open_store
 from store.models import Result
-from tests.conftest import copy_home, run_cli
+from tests.conftest import FAST_POLLS, cli_here, copy_home, run_cli
 
 CLEAR, TITLE, CLIPBOARD, CSI8 = "\x1b[2J", "\x1b]0;TITLE\x07", "\x1b]52;c;Y2xpcA==\x07", "\x9b31m"
 LEFTOVERS = ("\x1b", "\x9b", "\x07", "TITLE", "Y2xpcA")
@@ -55,7 +55,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("hostile")
     path = root / "hostile.yaml"
     path.write_text(HOSTILE_CAMPAIGN)
-    result = run_cli("run", str(path), home=root / "home")
+    result = run_cli("run", str(path), *FAST_POLLS, home=root / "home")
     assert result.returncode == 1 and "is not complete" in result.stderr, result.stdout + result.stderr
     return root / "home", result.stdout + result.stderr
 
@@ -68,6 +68,7 @@ def test_clean_strips_sequences_and_controls_and_keeps_text() -> None:
     assert clean("line 1\r\nline 2\n", newlines=True) == "line 1\nline 2\n"
 
 
+@pytest.mark.slow
 def test_run_status_and_leaderboard_print_node_output_clean(hostile_run: tuple[Path, str], tmp_path: Path) -> None:
     home, run_output = hostile_run
     assert "attempt 1 failed" in run_output and "[bold]markup[/bold] tail" in run_output, run_output
@@ -80,6 +81,7 @@ def test_run_status_and_leaderboard_print_node_output_clean(hostile_run: tuple[P
     assert_clean(board.stdout + board.stderr)
 
 
+@pytest.mark.slow
 def test_live_table_shows_node_events_as_plain_text(hostile_run: tuple[Path, str], tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
@@ -121,7 +123,7 @@ def test_plain_progress_prints_member_names_clean(capsys: pytest.CaptureFixture[
 def test_error_naming_a_hostile_file_prints_clean(tmp_path: Path) -> None:
     path = tmp_path / f"evil{TITLE}{CLIPBOARD}.log"
     path.write_text("not an nccl-tests log\n")
-    result = run_cli("import", str(path), home=tmp_path / "home")
+    result = cli_here("import", str(path), home=tmp_path / "home")
     assert result.returncode == 2 and "evil.log: neither a result-record file" in result.stderr, result.stderr
     assert_clean(result.stderr)
 
@@ -157,14 +159,14 @@ def hostile_store(tmp_path: Path) -> Path:
 
 
 def test_leaderboard_table_of_hostile_records(hostile_store: Path) -> None:
-    result = run_cli("leaderboard", home=hostile_store)
+    result = cli_here("leaderboard", home=hostile_store)
     assert result.returncode == 0, result.stderr
     assert_clean(result.stdout)
     assert "[red]H100" in result.stdout and "+cmd|' /C calc'!A0" in result.stdout
 
 
 def test_leaderboard_csv_has_no_formula_and_numbers_stay_numbers(hostile_store: Path) -> None:
-    result = run_cli("leaderboard", "--format", "csv", home=hostile_store)
+    result = cli_here("leaderboard", "--format", "csv", home=hostile_store)
     assert result.returncode == 0, result.stderr
     assert_clean(result.stdout)
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
@@ -184,7 +186,7 @@ def test_leaderboard_csv_has_no_formula_and_numbers_stay_numbers(hostile_store: 
 
 
 def test_leaderboard_md_cannot_break_the_table_or_embed_html_links_and_images(hostile_store: Path) -> None:
-    result = run_cli("leaderboard", "--format", "md", "--wide", home=hostile_store)
+    result = cli_here("leaderboard", "--format", "md", "--wide", home=hostile_store)
     assert result.returncode == 0, result.stderr
     assert_clean(result.stdout)
     lines = result.stdout.splitlines()
@@ -201,7 +203,7 @@ def test_leaderboard_md_cannot_break_the_table_or_embed_html_links_and_images(ho
 
 
 def test_leaderboard_json_has_no_infinity(hostile_store: Path) -> None:
-    result = run_cli("leaderboard", "--format", "json", home=hostile_store)
+    result = cli_here("leaderboard", "--format", "json", home=hostile_store)
     assert result.returncode == 0, result.stderr
     assert "Infinity" not in result.stdout and "NaN" not in result.stdout
 

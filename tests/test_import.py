@@ -60,6 +60,7 @@ def test_published_measurements_rank_by_arithmetic_a_reader_can_redo(home: Path,
     assert "14,889" in table and "69.45" in table and "H100_NVL×8" in table
 
 
+@pytest.mark.slow
 def test_export_then_import_round_trips(home: Path, tmp_path: Path,
                                         tmp_path_factory: pytest.TempPathFactory) -> None:
     source, _, ran = run_once(tmp_path_factory, "rep", REPORT_CAMPAIGN)
@@ -89,7 +90,7 @@ def test_export_then_import_round_trips(home: Path, tmp_path: Path,
     assert leaderboard(home, "--campaign", "rep") == measured, "imports left the run alone"
     named_like_import = tmp_path / "copy.yaml"
     named_like_import.write_text(REPORT_CAMPAIGN.replace("name: rep", "name: copy"))
-    refused = run_cli("run", str(named_like_import), home=home)
+    refused = cli_here("run", str(named_like_import), home=home)
     assert refused.returncode == 2 and "holds imported results" in refused.stderr
 
 
@@ -205,6 +206,7 @@ def test_bad_nccl_logs_import_nothing(home: Path, tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "no cell 'nope'" in unknown.stderr and leaderboard(home) == []
 
 
+@pytest.mark.slow
 def test_report_of_imported_results_draws_their_step_times(home: Path, tmp_path: Path) -> None:
     stated = PUBLISHED.replace("step_time_ms: 702,", "step_time_ms: 702, optimizer_share: 0.25, comm_share: 0.1,")
     assert imported(home, tmp_path, stated, "--campaign", "published").returncode == 0

@@ -26,6 +26,7 @@ def fakes(tmp_path: Path) -> Iterator[tuple[FakeRunPod, FakeVast, dict[str, str]
                              "VAST_API_KEY": "va"}
 
 
+@pytest.mark.slow
 def test_the_h100_matrix_is_planned_from_the_providers_offers(home: Path, fakes) -> None:  # type: ignore[no-untyped-def]
     runpod, vast, env = fakes  # and moto's EC2 for the aws cell, through AWS_ENDPOINT_URL
     result = run_cli("plan", str(REPO / "campaigns" / "h100-matrix.yaml"), "--format", "json", home=home, env=env)
@@ -49,6 +50,7 @@ def test_the_h100_matrix_is_planned_from_the_providers_offers(home: Path, fakes)
     assert not (home / "benchctl.db").exists(), "nothing was written"
 
 
+@pytest.mark.slow
 def test_a_cell_without_offer_is_a_warning(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
     _, _, env = fakes
     path = tmp_path / "p.yaml"
@@ -59,6 +61,7 @@ def test_a_cell_without_offer_is_a_warning(home: Path, tmp_path: Path, fakes) ->
     assert "worst case $" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_region_aws_does_not_have_stops_plan_naming_the_cell(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
     _, _, env = fakes
     path = tmp_path / "p.yaml"
@@ -182,6 +185,7 @@ matrix:
 """
 
 
+@pytest.mark.slow
 def test_plan_fails_when_no_provider_answers_for_offers(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
     runpod, vast, env = fakes
     runpod.faults, vast.faults = ["401"] * 20, ["401"] * 20  # the keys pass the offline check, then are refused
@@ -196,6 +200,7 @@ def test_plan_fails_when_no_provider_answers_for_offers(home: Path, tmp_path: Pa
     assert not (home / "benchctl.db").exists(), "nothing was written"
 
 
+@pytest.mark.slow
 def test_a_cell_without_offer_has_an_unknown_worst_case(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
     _, _, env = fakes
     path = tmp_path / "p.yaml"

@@ -9,7 +9,7 @@ import pytest
 
 from store import queries as q
 from store.database import open_store
-from tests.conftest import cli_here, run_cli
+from tests.conftest import FAST_POLLS, cli_here, run_cli
 
 FAULTY = """\
   - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0, faults: {shm_mb: 64}}
@@ -20,6 +20,7 @@ FAULTY = """\
 """
 
 
+@pytest.mark.slow
 def test_bad_nodes_are_replaced_remembered_and_accounted(home: Path, write_campaign) -> None:
     result = run_cli("run", str(write_campaign(matrix=FAULTY)), "--concurrency", "1", "--poll-interval", "0.2",
                      home=home)
@@ -62,10 +63,11 @@ def test_bad_nodes_are_replaced_remembered_and_accounted(home: Path, write_campa
 
 def test_faults_are_for_the_local_provider_only(home: Path, write_campaign) -> None:
     matrix = "  - {provider: runpod, gpu: H100_SXM, count: 2, faults: {shm_mb: 64}}\n"
-    result = run_cli("run", str(write_campaign(matrix=matrix)), home=home)
+    result = run_cli("run", str(write_campaign(matrix=matrix)), *FAST_POLLS, home=home)
     assert result.returncode == 2 and "faults are injected by the local provider only" in result.stderr
 
 
+@pytest.mark.slow
 def test_preflight_command(home: Path, tmp_path: Path) -> None:
     from tests.conftest import REPO
 

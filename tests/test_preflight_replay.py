@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, cli_here
 
 FIXTURES = REPO / "tests" / "fixtures" / "preflight"
 SIX = ("nvidia-smi-query.csv", "nvidia-smi-topo-m.txt", "nvidia-smi-nvlink-s.txt", "env.txt", "dev-shm.txt",
@@ -21,7 +21,7 @@ def test_six_files_without_torch_json_give_a_verdict_not_a_driver_fail(home: Pat
     snapshot.mkdir()
     for name in SIX:
         shutil.copy(FIXTURES / "h100-sxm-healthy" / name, snapshot / name)
-    result = run_cli("preflight", "--replay", str(snapshot), "--expect", "gpu=H100_SXM,count=8", "--format", "json",
+    result = cli_here("preflight", "--replay", str(snapshot), "--expect", "gpu=H100_SXM,count=8", "--format", "json",
                      home=home)
     report = json.loads(result.stdout)
     checks = {c["name"]: c for c in report["checks"]}
@@ -33,7 +33,7 @@ def test_six_files_without_torch_json_give_a_verdict_not_a_driver_fail(home: Pat
 @pytest.mark.parametrize("name", ["H100", "h100 sxm5", "A100-80GB", "B100"])
 def test_unknown_gpu_name_is_a_usage_error_listing_the_known_ones(home: Path, name: str) -> None:
     # The old CLI accepted any name, then failed a healthy node as "sold as something else; replace it".
-    result = run_cli("preflight", "--replay", str(FIXTURES / "h100-sxm-healthy"), "--expect", f"gpu={name},count=8",
+    result = cli_here("preflight", "--replay", str(FIXTURES / "h100-sxm-healthy"), "--expect", f"gpu={name},count=8",
                      home=home)
     assert result.returncode == 2, result.stdout
     assert f"unknown GPU model {name!r}" in result.stderr and "H100_SXM, H100_NVL" in result.stderr
@@ -42,7 +42,7 @@ def test_unknown_gpu_name_is_a_usage_error_listing_the_known_ones(home: Path, na
 
 @pytest.mark.parametrize("name", ["h100_sxm", "H100-SXM", "h100 sxm"])
 def test_case_and_separators_are_forgiven(home: Path, name: str) -> None:
-    result = run_cli("preflight", "--replay", str(FIXTURES / "h100-sxm-healthy"), "--expect", f"gpu={name},count=8",
+    result = cli_here("preflight", "--replay", str(FIXTURES / "h100-sxm-healthy"), "--expect", f"gpu={name},count=8",
                      "--format", "json", home=home)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["expect"] == {"gpu": "H100_SXM", "count": 8}

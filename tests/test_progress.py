@@ -87,6 +87,7 @@ def row_of(table: str, key: str) -> str:
     return line
 
 
+@pytest.mark.slow
 def test_live_table_on_a_terminal(home: Path, write_campaign) -> None:  # type: ignore[no-untyped-def]
     proc, master = start_in_pty(home, "run", str(write_campaign()), "--poll-interval", "0.2")
     output = read_until_exit(proc, master)
@@ -107,6 +108,7 @@ def test_live_table_on_a_terminal(home: Path, write_campaign) -> None:  # type: 
     assert "Traceback" not in plain
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_table_and_leaves_the_terminal_sane(home: Path, write_campaign) -> None:  # type: ignore[no-untyped-def]
     proc, master = start_in_pty(home, "run", str(write_campaign(steps=400)), "--poll-interval", "0.2")
     chunks: list[bytes] = []

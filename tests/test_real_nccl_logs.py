@@ -95,12 +95,12 @@ def test_what_a_log_was_read_as_is_one_line() -> None:
 
 
 def test_import_reports_what_each_log_was_read_as(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
+    from tests.conftest import cli_here
 
     records = tmp_path / "spark.yaml"
     records.write_text("- {provider: nvidia, gpu: GB10, count: 2, market: on-demand, hourly_usd: 1.0, "
                        "step_time_ms: 100, target_steps: 1000}\n")
-    result = run_cli("import", str(records), str(REAL / "dgx-spark-gb10-2ranks.log"), home=tmp_path / "home")
+    result = cli_here("import", str(records), str(REAL / "dgx-spark-gb10-2ranks.log"), home=tmp_path / "home")
     assert result.returncode == 0, result.stderr
     assert "dgx-spark-gb10-2ranks.log: all_reduce, 2 ranks, 4 sizes, largest 65,536 B at busbw 0.96 GB/s " \
            "(nccl-tests 2.20.0)" in result.stdout

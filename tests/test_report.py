@@ -25,6 +25,8 @@ from tests.conftest import run_cli, run_once
 from tests.local_campaign import REPORT_CAMPAIGN as CAMPAIGN
 from tests.local_campaign import REPORT_FAILING_CELL as FAILING_CELL
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = Path("/usr/bin/chromium")
 
 

@@ -8,13 +8,14 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from sqlmodel import Session
 
 from provisioners.base import Node, NodeState
 from provisioners.local import LocalProvider
 from store import queries as q
 from store.models import Attempt
-from tests.conftest import TINY_CAMPAIGN, run_cli
+from tests.conftest import TINY_CAMPAIGN, cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
 PREEMPTED_CELLS = """\
@@ -29,6 +30,7 @@ def _timed_indexes(engine, cell_id: int) -> list[int]:  # type: ignore[no-untype
     return sorted(s["timed_index"] for s in samples if not s["warmup"])
 
 
+@pytest.mark.slow
 def test_injected_preemptions_lose_no_sample_and_measure_each_step_once(home: Path, write_campaign) -> None:
     steps = 120
     path = write_campaign(matrix=PREEMPTED_CELLS, steps=steps, max_attempts=4)
@@ -66,6 +68,7 @@ def test_injected_preemptions_lose_no_sample_and_measure_each_step_once(home: Pa
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_launch_over_budget_ends_the_cell_with_reason_budget(home: Path, write_campaign) -> None:
     path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 400}\n")
     result = run_cli("run", str(path), "--yes", home=home)
@@ -76,6 +79,7 @@ def test_launch_over_budget_ends_the_cell_with_reason_budget(home: Path, write_c
     assert q.attempts(engine, cell.id or 0) == [], "nothing was launched"
 
 
+@pytest.mark.slow
 def test_run_asks_before_a_large_worst_case_and_refuses_without_a_terminal(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_text(TINY_CAMPAIGN.format(name="big", steps=3, max_attempts=2,
@@ -88,6 +92,7 @@ def test_run_asks_before_a_large_worst_case_and_refuses_without_a_terminal(home:
     assert not (home / "benchctl.db").exists() or q.campaigns(home_store(home)) == [], "nothing was written"
 
 
+@pytest.mark.slow
 def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_campaign) -> None:
     path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0}\n", steps=400)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.3")
@@ -111,6 +116,7 @@ def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_cam
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "idle.yaml"
     path.write_text(TINY_CAMPAIGN.format(name="idle", steps=300, max_attempts=2,
@@ -136,6 +142,7 @@ def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(hom
     no_live_nodes(home)
 
 
+@pytest.mark.slow
 def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign) -> None:
     path = write_campaign(steps=150)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
@@ -160,7 +167,7 @@ def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_
 
 
 def test_down_needs_a_name_or_all(home: Path) -> None:
-    result = run_cli("down", home=home)
+    result = cli_here("down", home=home)
     assert result.returncode == 2 and "--all" in result.stderr
-    missing = run_cli("down", "nope", home=home)
+    missing = cli_here("down", "nope", home=home)
     assert missing.returncode == 2 and "no campaign named 'nope'" in missing.stderr

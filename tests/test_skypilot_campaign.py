@@ -20,6 +20,8 @@ from tests.fakes.skypilot_standin import SkyPilotStandIn
 from tests.fakes.sshd import running_sshd
 from tests.local_campaign import home_store, wait_for
 
+pytestmark = pytest.mark.slow
+
 CAMPAIGN = """\
 name: skyrun
 budget_usd: 5

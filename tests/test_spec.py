@@ -25,7 +25,7 @@ from benchctl.spec import (
     load_campaign,
     parse_campaign,
 )
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, cli_here
 
 # Line numbers below refer to this text; every edit replaces one unique piece of it.
 BASE = """\
@@ -381,7 +381,7 @@ def test_cli_rejects_bad_file(case_id: str, tmp_path: Path, home: Path) -> None:
     text, line, path, fragment = _by_id(case_id)
     file = tmp_path / "bad.yaml"
     file.write_text(text)
-    result = run_cli("run", str(file), home=home)
+    result = cli_here("run", str(file), home=home)
     _assert_clean_usage_error(result, home)
     where = f"{file}:{line} {path}: " if path else f"{file}:{line}: "
     assert f"error: {where}" in result.stderr
@@ -392,14 +392,14 @@ def test_cli_rejects_bad_file(case_id: str, tmp_path: Path, home: Path) -> None:
 def test_cli_rejects_empty_file(text: str, tmp_path: Path, home: Path) -> None:
     file = tmp_path / "empty.yaml"
     file.write_text(text)
-    result = run_cli("run", str(file), home=home)
+    result = cli_here("run", str(file), home=home)
     _assert_clean_usage_error(result, home)
     assert f"error: {file}: the file is empty" in result.stderr
 
 
 def test_cli_rejects_missing_file(tmp_path: Path, home: Path) -> None:
     file = tmp_path / "nope.yaml"
-    result = run_cli("run", str(file), home=home)
+    result = cli_here("run", str(file), home=home)
     _assert_clean_usage_error(result, home)
     assert f"error: {file}: no such file; check the path" in result.stderr
 
@@ -407,7 +407,7 @@ def test_cli_rejects_missing_file(tmp_path: Path, home: Path) -> None:
 def test_cli_rejects_a_directory(tmp_path: Path, home: Path) -> None:
     folder = tmp_path / "campaigns"
     folder.mkdir()
-    result = run_cli("run", str(folder), home=home)
+    result = cli_here("run", str(folder), home=home)
     _assert_clean_usage_error(result, home)
     assert str(folder) in result.stderr
     assert "is a directory" in result.stderr

@@ -12,7 +12,7 @@ from sqlmodel import Session, select
 
 from store import queries as q
 from store.models import Artifact
-from tests.conftest import run_cli
+from tests.conftest import FAST_POLLS, run_cli
 from tests.fakes.sshd import SSHServer, running_sshd
 from tests.local_campaign import home_store
 
@@ -50,6 +50,7 @@ def _campaign(tmp_path: Path, sshd: SSHServer) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_campaign_runs_over_ssh_and_frees_the_machines(home: Path, tmp_path: Path, sshd: SSHServer) -> None:
     result = run_cli("run", str(_campaign(tmp_path, sshd)), "--poll-interval", "0.2", "--status-interval", "1",
                      home=home, timeout=300)
@@ -81,7 +82,7 @@ def test_ssh_cells_need_nodes(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     text = CAMPAIGN.format(host="h", port=22, user="u", key="k", python="p", work="w")
     path.write_text(text[:text.index("providers:")] + text[text.index("matrix:"):])
-    result = run_cli("run", str(path), home=home)
+    result = run_cli("run", str(path), *FAST_POLLS, home=home)
     assert result.returncode == 2
     assert "bad.yaml:9 matrix[0]: ssh cells need the machines to use: add providers.ssh.nodes" in result.stderr
 

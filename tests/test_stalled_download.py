@@ -25,6 +25,8 @@ from tests.fakes.sshd import SSHServer
 from tests.fakes.stalling_node import STALL_S, stall_campaign, stalling_sshd
 from tests.local_campaign import only_cell
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:

@@ -8,12 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchctl.cli.campaign_commands import register_campaign
 from benchctl.spec import load_campaign
 from store import queries as q
 from store.database import open_store
 from tests.conftest import REPO
 from tests.local_campaign import no_live_nodes, wait_for
+
+pytestmark = pytest.mark.slow
 
 THREE_CELLS = """\
   - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.2}

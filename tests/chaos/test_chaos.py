@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.chaos.chaos import chaos
+
+pytestmark = pytest.mark.slow
 
 
 def test_controller_killed_six_times_loses_nothing_and_leaks_nothing(tmp_path: Path) -> None:

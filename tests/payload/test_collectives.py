@@ -38,6 +38,7 @@ def test_parse_bytes_and_sweep() -> None:
     assert sweep(1, 1, 2, 8) == [8]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 2])
 def test_sweep_on_gloo_is_correct_and_follows_the_formulas(tmp_path: Path, world: int) -> None:
     job = {"campaign": "t", "cell": "c", "attempt": 1, "token": "tok", "gpu": "cpu", "count": world,

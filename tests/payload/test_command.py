@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO, run_cli
+import pytest
+
+from tests.conftest import FAST_POLLS, REPO, cli_here, run_cli
 
 TRAIN = """\
 import json, os, sys
@@ -33,6 +35,7 @@ def _run(tmp_path: Path, env: dict[str, str]) -> tuple[int, list[dict[str, Any]]
     return proc.returncode, [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_metrics_become_samples_and_output_comes_back(tmp_path: Path) -> None:
     code, events = _run(tmp_path, {"NCCL_ALGO": "Ring"})
     assert code == 0, events
@@ -46,6 +49,7 @@ def test_metrics_become_samples_and_output_comes_back(tmp_path: Path) -> None:
     assert end["summary"] == {"exit_code": 0, "metric_samples": 3, "unparseable_metric_lines": 1}
 
 
+@pytest.mark.slow
 def test_non_zero_exit_fails_with_the_tail_of_stderr(tmp_path: Path) -> None:
     code, events = _run(tmp_path, {"EXIT": "3"})
     assert code == 1
@@ -54,6 +58,7 @@ def test_non_zero_exit_fails_with_the_tail_of_stderr(tmp_path: Path) -> None:
     assert len([e for e in events if e["kind"] == "sample"]) == 3, "metrics before the failure are kept"
 
 
+@pytest.mark.slow
 def test_command_cell_end_to_end(home: Path, tmp_path: Path) -> None:
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / "train.py").write_text(TRAIN)
@@ -69,7 +74,7 @@ payload:
 matrix:
   - {{provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1.0, env: [{{}}, {{EXIT: "5"}}]}}
 """)
-    result = run_cli("run", str(campaign), home=home)
+    result = run_cli("run", str(campaign), *FAST_POLLS, home=home)
     assert result.returncode == 1  # one of the two cells fails
     status = json.loads(run_cli("status", "cmd", "--format", "json", home=home).stdout)
     cells = {c["key"]: c for c in status["campaigns"][0]["cells"]}
@@ -85,9 +90,9 @@ def test_command_phase_needs_a_command(home: Path, tmp_path: Path) -> None:
     campaign = tmp_path / "c.yaml"
     campaign.write_text((REPO / "campaigns" / "local-smoke.yaml").read_text().replace(
         "phases: [preflight, collectives, profile]", "phases: [command]"))
-    result = run_cli("run", str(campaign), home=home)
+    result = cli_here("run", str(campaign), home=home)
     assert result.returncode == 2 and "needs payload.command" in result.stderr
     missing = campaign.read_text().replace("phases: [command]", "phases: [command]\n  command: {run: x, upload: nope}")
     campaign.write_text(missing)
-    result = run_cli("run", str(campaign), home=home)
+    result = cli_here("run", str(campaign), home=home)
     assert result.returncode == 2 and "payload.command.upload" in result.stderr and "not a directory" in result.stderr

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch.multiprocessing as mp
 
 from payload.commvolume import comm_volume
@@ -86,6 +87,7 @@ def _count_one_step(rank: int, world: int, rendezvous: str, out_dir: str) -> Non
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_collectives_of_a_real_step_equal_the_model(tmp_path: Path) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mp.spawn(_count_one_step, args=(2, str(tmp_path / f"rv-{uuid.uuid4().hex}"), str(tmp_path)), nprocs=2)
@@ -102,6 +104,7 @@ def test_collectives_of_a_real_step_equal_the_model(tmp_path: Path) -> None:
     assert predicted[("all_gather", "f32")][0] == 1 + 4
 
 
+@pytest.mark.slow
 def test_comm_volume_cli(home: Path) -> None:
     result = run_cli("comm-volume", "--model", "nanochat-d26", "--world-size", "8", "--format", "json", home=home)
     assert result.returncode == 0, result.stderr

@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from payload.deadman import descendants, heartbeat_age
 from tests.conftest import REPO
 
@@ -46,6 +48,7 @@ def _pids_running(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_stale_heartbeat_stops_the_payload_its_children_and_powers_off(tmp_path: Path) -> None:
     marker = f"{uuid.uuid4().int % 10**6 + 100}.5"  # a unique sleep length finds the child again
     _job(tmp_path, f"sleep {marker}", max_idle_minutes=0.02)  # 1.2 s
@@ -67,6 +70,7 @@ def test_stale_heartbeat_stops_the_payload_its_children_and_powers_off(tmp_path:
     assert (tmp_path / "powered-off").exists(), "the provider's shutdown command ran"
 
 
+@pytest.mark.slow
 def test_fresh_heartbeats_keep_the_payload_running(tmp_path: Path) -> None:
     _job(tmp_path, "sleep 3", max_idle_minutes=0.02)
     stop = threading.Event()

@@ -52,6 +52,7 @@ def _job(**profile_overrides: Any) -> Job:
 
 # -- 1. torch.compile ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_compile_requested_on_cpu_is_recorded_false_with_the_reason(gloo_group: None,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     def no_compile(*args: Any, **kwargs: Any) -> Any:
@@ -71,6 +72,7 @@ def test_compile_off_in_the_campaign_says_so() -> None:
     assert profile.compile_choice(off, on_gpu=True) == (False, "compile: false in the campaign")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warmup_steps", [0, 2])
 def test_compilation_happens_in_the_warm_up_never_in_a_timed_step(
         gloo_group: None, monkeypatch: pytest.MonkeyPatch, warmup_steps: int) -> None:

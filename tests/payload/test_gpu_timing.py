@@ -142,6 +142,7 @@ def _fail(report: Callable[[Any], None]) -> None:
     raise ValueError("boom")
 
 
+@pytest.mark.slow
 def test_a_child_process_reports_back_and_is_gone() -> None:
     values, reason = run_in_child(_report_pid, ("x",))
     assert reason is None and values[1] == "x"
@@ -150,6 +151,7 @@ def test_a_child_process_reports_back_and_is_gone() -> None:
         os.kill(values[0], 0)
 
 
+@pytest.mark.slow
 def test_a_hung_child_is_killed_at_the_deadline() -> None:
     started = time.monotonic()
     # A spawned child imports this module (and torch) first: on a loaded 2-core machine that alone
@@ -159,10 +161,12 @@ def test_a_hung_child_is_killed_at_the_deadline() -> None:
     assert time.monotonic() - started < 25
 
 
+@pytest.mark.slow
 def test_an_error_in_the_child_comes_back() -> None:
     assert run_in_child(_fail) == (["first"], "ValueError: boom")
 
 
+@pytest.mark.slow
 def test_the_preflight_probes_run_in_a_fresh_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def in_this_process(count: int, injected: dict[str, Any]) -> dict[str, Any]:
         return {"error": "measured in the runner's own process"}
@@ -175,6 +179,7 @@ def test_the_preflight_probes_run_in_a_fresh_process(tmp_path: Path, monkeypatch
     assert json.loads((tmp_path / "probes.json").read_text()) == found
 
 
+@pytest.mark.slow
 def test_the_p2p_matrix_is_measured_in_a_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)  # a child does not see this stand-in
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -72,6 +72,7 @@ print(json.dumps({"grew_kib": after - before, "params": sum(p.numel() for p in m
 """
 
 
+@pytest.mark.slow
 def test_building_d20_for_another_device_touches_no_host_memory() -> None:
     """A host build of d20 would take ≈3.4 GB of RAM per rank (8 ranks: 27 GB) before the copy to the GPU."""
     out = subprocess.run([sys.executable, "-c", _RSS_PROBE], capture_output=True, text=True, cwd=ROOT, check=True,

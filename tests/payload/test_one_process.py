@@ -21,6 +21,8 @@ from tests.conftest import REPO
 from tests.payload.test_p2p_nsys import FAKE_NSYS
 from tests.payload.test_runner import TINY_PROFILE, run_payload
 
+pytestmark = pytest.mark.slow
+
 COLLECTIVES = {"ops": ["all_reduce"], "min_bytes": 8, "max_bytes": 64, "factor": 8, "warmup_iters": 1, "iters": 2}
 LINE = re.compile(r"^rank (\d+) pid (\d+): (.*)$", re.MULTILINE)
 

@@ -10,9 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from payload.job import Job
 from payload.p2p import skip_reason
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
 
 FAKE_NSYS = """#!/bin/sh
 # Stand-in for Nsight Systems: record the options, write the report, run the rest of the command.

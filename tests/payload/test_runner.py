@@ -15,6 +15,8 @@ import pytest
 from payload.job import Job
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow
+
 TINY_PROFILE: dict[str, Any] = {"model": "nanochat-d1", "vocab_size": 512, "device_batch_size": 2,
                                 "sequence_len": 32, "total_batch_size": 128, "warmup_steps": 1, "steps": 3,
                                 "seed": 0}

@@ -14,7 +14,7 @@ from provisioners import local
 from provisioners.base import Node, NodeState, Offer, OfferRequest, ProviderError
 from provisioners.local import LocalProvider
 from provisioners.local_processes import node_processes
-from tests.conftest import run_cli
+from tests.conftest import FAST_POLLS, run_cli
 
 
 @pytest.fixture
@@ -262,12 +262,14 @@ matrix:
 """
 
 
+@pytest.mark.slow
 def test_a_campaign_leaves_no_controller_credential_anywhere(tmp_path: Path) -> None:
     """The node's environment (the command prints it) and its facts (env.txt) come back as
     artifacts: neither, nor the store, nor any other file under BENCHCTL_HOME holds a credential."""
     home, path = tmp_path / "home", tmp_path / "creds.yaml"
     path.write_text(CAMPAIGN)
-    result = run_cli("--db", f"sqlite:///{home / 'benchctl.db'}", "run", str(path), home=home, env=CREDENTIALS)
+    result = run_cli("--db", f"sqlite:///{home / 'benchctl.db'}", "run", str(path), *FAST_POLLS, home=home,
+                     env=CREDENTIALS)
     assert result.returncode == 0, result.stdout + result.stderr
     printed = [p.read_text() for p in home.rglob("command.stdout")]  # on the node, and its copy back
     assert printed and all("PATH=" in text and "BENCHCTL_LOCAL_NODE=" in text for text in printed)

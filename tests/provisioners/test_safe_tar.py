@@ -149,6 +149,7 @@ def test_bad_names_are_refused_and_the_rest_arrives(tmp_path: Path, name: str, w
     assert _files_outside(tmp_path, target) == set()
 
 
+@pytest.mark.slow
 def test_a_member_count_past_the_cap_stops_the_stream_early(tmp_path: Path) -> None:
     """200,000 empty files: stops after 10,000 headers, having read little and kept little in memory."""
     block = _header("empty.txt", 0)

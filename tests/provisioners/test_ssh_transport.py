@@ -14,6 +14,8 @@ from provisioners.base import ProviderError
 from provisioners.ssh_transport import SSHEndpoint, SSHTransport
 from tests.fakes.sshd import SSHServer, running_sshd
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
