@@ -30,6 +30,7 @@ from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
 from payload.p2p import run_p2p
 from payload.preflight import BadNode, run_preflight
 from payload.profile import summarize
+from payload.spot_notice import SpotWatch, noticed, wait_for_reclaim
 
 PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 
@@ -67,18 +68,22 @@ def run_job(job_file: str | Path) -> int:
     with EventLog(workdir / "events.jsonl") as log:
         if job.max_idle_minutes is not None:
             start_deadman(workdir, job.max_idle_minutes, log, job.idle_shutdown)
+        watch = SpotWatch(workdir).start() if job.spot_notice else None  # before the ranks: they inherit its file
         ranks = Ranks(job_path, job.count)
         try:
-            code = _run_phases(job, job_path, log, ranks)
+            code = _run_phases(job, job_path, log, ranks, watch)
         finally:
             ranks.close()
+            if watch is not None:
+                watch.stop()
         log.emit("done", exit_code=code)
     return code
 
 
-def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> int:
+def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks, watch: SpotWatch | None = None) -> int:
     """Run the pending phases in order, each framed by phase_start/phase_end or ended by an error
-    event; return the exit code."""
+    event; return the exit code. After a spot interruption notice (``watch``) no phase starts or
+    ends: the phase it cut short emits ``preempt_notice``, and the payload waits for the node's end."""
     phases: dict[str, PhaseFn] = {
         "preflight": partial(run_preflight, ranks=ranks),
         "p2p": run_p2p,
@@ -102,6 +107,15 @@ def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> int:
         except Exception as exc:  # the controller needs the reason, whatever it is
             log.emit("error", phase=phase, message=f"{type(exc).__name__}: {exc}",
                      traceback=traceback.format_exc(limit=5))
+            return EXIT_ERROR
+        notice = noticed(watch.path) if watch is not None else None
+        if notice is not None:  # what was measured is in events.jsonl; the phase is not done
+            log.emit("preempt_notice", phase=phase, action=notice["action"], notice_time=notice["time"],
+                     timed_steps=summary.get("timed_steps"))
+            ranks.close()
+            wait_for_reclaim()
+            log.emit("error", phase=phase, message=f"spot interruption notice for {notice['time']}, but the node "
+                     "was not reclaimed")
             return EXIT_ERROR
         log.emit("phase_end", phase=phase, elapsed_s=round(time.perf_counter() - start, 6), summary=summary)
     return EXIT_OK

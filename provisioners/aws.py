@@ -289,6 +289,10 @@ class AWSProvider(Provider):
                               details={"instance_id": instance["InstanceId"], "region": region}))
         return nodes
 
+    def spot_notice(self, node: Node) -> bool:
+        # EC2 posts spot/instance-action in the instance metadata ~2 minutes before it reclaims a spot node.
+        return node.offer.market == "spot"
+
     def idle_shutdown_command(self, node: Node) -> str | None:
         # Launched with InstanceInitiatedShutdownBehavior=terminate: powering off ends the instance and its bill.
         return "sudo shutdown -h now"

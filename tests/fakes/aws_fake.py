@@ -23,6 +23,12 @@ moto's server runs in a thread of the test process, so the fake can adjust moto'
   retries: 4)" in github.com/ansible-collections/amazon.aws/issues/1038, whose message is the
   one below); the others are client errors, HTTP 400. moto never refuses a launch.
   ``refused`` lists each refusal as (zone, code);
+- ``FakeIMDS`` / ``running_fake_imds``: a node's instance metadata service (IMDSv2) as far as the
+  payload's spot watch reads it: ``PUT /latest/api/token`` with ``X-aws-ec2-metadata-token-ttl-seconds``
+  gives a token (no TTL header: 400); ``GET /latest/meta-data/spot/instance-action`` without a valid
+  token: 401; before the notice: 404; after ``notify()``: 200 with ``{"action": "terminate", "time":
+  ...}`` (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html and
+  .../instance-metadata-v2-how-it-works.html). ``expire_tokens()`` makes every token 401 (expired);
 - the account has ``ENABLED_REGIONS`` only (``describe_regions``), as an account with few regions
   opted in: moto builds a backend per region on first use, seconds each, and the provider's
   ``owned`` scans every enabled region.
@@ -41,6 +47,7 @@ from typing import Any
 from unittest import mock
 
 from tests.fakes.eviction import kill_container
+from tests.fakes.http_server import FakeHandler, serving
 
 REGION = "us-east-1"
 OTHER_REGION = "us-west-2"
@@ -223,4 +230,54 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         os.environ["AWS_ENDPOINT_URL"] = url
         for region in (REGION, OTHER_REGION):
             fake.add_images(region)
+        yield url
+
+
+class FakeIMDS:
+    """The spot notice as a node's metadata service serves it (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.notice: dict[str, str] | None = None
+        self.tokens: set[str] = set()
+        self.requests: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def notify(self, action: str = "terminate", when: str = "2026-11-23T13:02:00Z") -> None:
+        with self.lock:
+            self.notice = {"action": action, "time": when}
+
+    def expire_tokens(self) -> None:
+        with self.lock:
+            self.tokens.clear()
+
+
+@contextmanager
+def running_fake_imds(imds: FakeIMDS) -> Iterator[str]:
+    """Serve ``imds`` on 127.0.0.1; yields the endpoint (for ``AWS_EC2_METADATA_SERVICE_ENDPOINT``)."""
+    import json
+    import uuid
+
+    class Handler(FakeHandler):
+        def do_PUT(self) -> None:
+            imds.requests.append(("PUT", self.path))
+            if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                self.send_body(400, b"", "text/plain")
+                return
+            token = uuid.uuid4().hex
+            with imds.lock:
+                imds.tokens.add(token)
+            self.send_body(200, token.encode(), "text/plain")
+
+        def do_GET(self) -> None:
+            imds.requests.append(("GET", self.path))
+            with imds.lock:
+                valid, notice = self.headers.get("X-aws-ec2-metadata-token") in imds.tokens, imds.notice
+            if not valid:
+                self.send_body(401, b"", "text/plain")
+            elif self.path != "/latest/meta-data/spot/instance-action" or notice is None:
+                self.send_body(404, b"<?xml version=\"1.0\"?><title>404 - Not Found</title>", "text/html")
+            else:
+                self.send_body(200, json.dumps(notice).encode(), "text/plain")
+
+    with serving(Handler) as url:
         yield url
