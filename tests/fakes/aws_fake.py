@@ -246,6 +246,11 @@ class FakeIMDS:
         with self.lock:
             self.notice = {"action": action, "time": when}
 
+    def clear(self) -> None:
+        """The notice is gone (a new instance answers the same endpoint)."""
+        with self.lock:
+            self.notice = None
+
     def expire_tokens(self) -> None:
         with self.lock:
             self.tokens.clear()
