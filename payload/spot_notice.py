@@ -32,7 +32,7 @@ DEFAULT_ENDPOINT = "http://169.254.169.254"
 ENDPOINT_ENV = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 NOTICE_FILE = "spot_notice.json"
 NOTICE_FILE_ENV = "BENCHCTL_SPOT_NOTICE_FILE"
-"""Set by ``SpotWatch.start`` for the rank processes it starts after: where to look for the notice."""
+"""Set by the runner for the rank processes it starts: where to look for the notice."""
 RECLAIM_WAIT_S = 600.0
 """How long after a notice the payload waits for EC2 to end the node before it reports an error."""
 TOKEN_TTL_S = 21600
@@ -53,7 +53,6 @@ class SpotWatch:
         self._thread = threading.Thread(target=self._run, name="spot-notice", daemon=True)
 
     def start(self) -> SpotWatch:
-        os.environ[NOTICE_FILE_ENV] = str(self.path)
         self._thread.start()
         return self
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from payload.spot_notice import SpotWatch, noticed
+from payload.spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed
 from tests.conftest import REPO
 from tests.fakes.aws_fake import FakeIMDS, running_fake_imds
 from tests.local_campaign import wait_for
@@ -49,26 +49,34 @@ def test_the_watch_writes_the_notice_once_and_an_absent_service_is_no_notice(tmp
         finally:
             watch.stop()
         assert noticed(watch.path) == {"action": "stop", "time": "2026-11-23T13:05:00Z"}
+    assert NOTICE_FILE_ENV not in os.environ, "the watch leaves this process's environment alone"
+
+
+def _start(workdir: Path, url: str, **job_fields: object) -> subprocess.Popen[bytes]:
+    workdir.mkdir()
+    (workdir / "job.json").write_text(json.dumps(_job(spot_notice=True, **job_fields)))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AWS_EC2_METADATA_SERVICE_ENDPOINT": url}
+    return subprocess.Popen([sys.executable, "-m", "payload", "run", "job.json"], cwd=workdir, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _events(workdir: Path) -> list[dict[str, object]]:
+    path = workdir / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_the_payload_stops_at_a_step_boundary_on_the_notice_and_loses_nothing(tmp_path: Path) -> None:
     workdir = tmp_path / "attempt"
-    workdir.mkdir()
-    job = _job(count=2, phases=["profile"], spot_notice=True, profile={"steps": 100000, "warmup_steps": 1})
-    (workdir / "job.json").write_text(json.dumps(job))
-    events_file = workdir / "events.jsonl"
 
     def events() -> list[dict[str, object]]:
-        return [json.loads(line) for line in events_file.read_text().splitlines()] if events_file.exists() else []
+        return _events(workdir)
 
     def timed() -> list[int]:
         return [int(str(e["timed_index"])) for e in events() if e["kind"] == "sample" and not e["warmup"]]
 
     imds = FakeIMDS()
     with running_fake_imds(imds) as url:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "AWS_EC2_METADATA_SERVICE_ENDPOINT": url}
-        proc = subprocess.Popen([sys.executable, "-m", "payload", "run", "job.json"], cwd=workdir, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = _start(workdir, url, count=2, phases=["profile"], profile={"steps": 100000, "warmup_steps": 1})
         try:
             wait_for(lambda: len(timed()) >= 3, timeout=120)
             imds.notify()
@@ -85,3 +93,20 @@ def test_the_payload_stops_at_a_step_boundary_on_the_notice_and_loses_nothing(tm
         "profile", "terminate", "2026-11-23T13:02:00Z", len(measured))
     assert not [e for e in events() if e["kind"] in ("phase_end", "error")], "the profile is not done"
     assert (workdir / "spot_notice.json").exists()
+
+
+def test_after_a_notice_no_phase_starts(tmp_path: Path) -> None:
+    workdir = tmp_path / "attempt"
+    imds = FakeIMDS()
+    imds.notify()  # before the payload starts: the preflight runs on, the profile never starts
+    with running_fake_imds(imds) as url:
+        proc = _start(workdir, url, phases=["preflight", "profile"])
+        try:
+            wait_for(lambda: any(e["kind"] == "preempt_notice" for e in _events(workdir)), timeout=120)
+            assert proc.poll() is None
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert [(e["kind"], e.get("phase"), e.get("timed_steps")) for e in _events(workdir)
+            if e["kind"] in ("phase_start", "phase_end", "preempt_notice") or e.get("phase") == "profile"] == [
+        ("phase_start", "preflight", None), ("phase_end", "preflight", None), ("preempt_notice", "profile", 0)]
