@@ -1,7 +1,7 @@
 """Writer of events.jsonl: append-only, one JSON object per line, flushed per line.
 
 Every event has ``t`` (unix seconds) and ``kind`` (phase_start | sample | phase_end | artifact |
-error | done). Each line is written with a single ``os.write`` on an O_APPEND descriptor, so a
+error | done | preempt_notice). Each line is written with a single ``os.write`` on an O_APPEND descriptor, so a
 reader tailing by byte offset sees whole lines or nothing of a line still being written.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-KINDS = ("phase_start", "sample", "phase_end", "artifact", "error", "done")
+KINDS = ("phase_start", "sample", "phase_end", "artifact", "error", "done", "preempt_notice")
 
 
 class EventLog:

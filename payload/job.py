@@ -87,6 +87,9 @@ class Job:
     idle_shutdown: str | None = None
     """Shell command run after the dead-man switch stopped the payload (e.g. power the node off
     where the provider terminates a node that shuts down)."""
+    spot_notice: bool = False
+    """Watch the node's instance metadata for the provider's spot interruption notice and stop
+    measuring at a step boundary when it comes (``payload.spot_notice``; EC2 spot nodes)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

@@ -21,6 +21,10 @@ on GPU and ``perf_counter`` on CPU, with no extra synchronisation. ``phase_timin
 only the step time (to measure what the phase timing costs). MFU (GPU only) is against the GPU's
 bf16 dense peak (``payload.gpu_models``).
 
+Spot notice: when the runner watches for one (``payload.spot_notice``), the ranks agree after each
+step, outside its timing, whether the notice has come (one scalar all_reduce) and all stop there:
+every step recorded is whole, and the next attempt measures the rest.
+
 Warm-up: compilation happens on the first call, so a compiled run always warms up for at least one
 step (``warmup_steps: 0`` becomes 1) and no timed step pays for it. After the warm-up, as upstream,
 the garbage collector is run, the surviving objects frozen and collection disabled, so no GC pause
@@ -38,6 +42,7 @@ from typing import Any
 
 from payload.events import EventLog, read_samples
 from payload.job import Job, ProfileConfig
+from payload.spot_notice import notice_file
 from payload.stats import median, percentile
 
 PHASES = ("fwd_bwd_s", "opt_phase1_s", "opt_phase2_s", "opt_phase3_s")
@@ -149,6 +154,13 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
             torch.cuda.synchronize(device)
         dist.barrier()
 
+    def noticed() -> bool:
+        """Every rank's answer to "has the spot notice come?", the same on all (an all_reduce)."""
+        flag = torch.tensor([1.0 if watched is not None and watched.exists() else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() > 0)
+
+    watched = notice_file()
     gc_was_enabled = gc.isenabled()
     try:
         for step in range(warmup_steps + remaining):
@@ -183,6 +195,8 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
                             mfu=flops_per_step / elapsed / (peak * world_size) if peak else None, **recorded,
                             max_mem_allocated_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
                             if on_gpu else None)
+            if watched is not None and noticed():
+                break
     finally:
         gc.unfreeze()
         if gc_was_enabled:

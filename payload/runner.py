@@ -13,6 +13,7 @@ each phase begins and ends, rank 0 the samples.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import traceback
@@ -30,6 +31,7 @@ from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
 from payload.p2p import run_p2p
 from payload.preflight import BadNode, run_preflight
 from payload.profile import summarize
+from payload.spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed, wait_for_reclaim
 
 PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 
@@ -67,18 +69,25 @@ def run_job(job_file: str | Path) -> int:
     with EventLog(workdir / "events.jsonl") as log:
         if job.max_idle_minutes is not None:
             start_deadman(workdir, job.max_idle_minutes, log, job.idle_shutdown)
+        watch = SpotWatch(workdir).start() if job.spot_notice else None
+        if watch is not None:
+            os.environ[NOTICE_FILE_ENV] = str(watch.path)  # the ranks, started from here, look for it there
         ranks = Ranks(job_path, job.count)
         try:
-            code = _run_phases(job, job_path, log, ranks)
+            code = _run_phases(job, job_path, log, ranks, watch)
         finally:
             ranks.close()
+            if watch is not None:
+                watch.stop()
         log.emit("done", exit_code=code)
     return code
 
 
-def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> int:
+def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks, watch: SpotWatch | None = None) -> int:
     """Run the pending phases in order, each framed by phase_start/phase_end or ended by an error
-    event; return the exit code."""
+    event; return the exit code. After a spot interruption notice (``watch``) no phase starts, and
+    the profile it cut short does not end: ``preempt_notice`` instead, then the payload waits for the
+    node's end."""
     phases: dict[str, PhaseFn] = {
         "preflight": partial(run_preflight, ranks=ranks),
         "p2p": run_p2p,
@@ -92,6 +101,8 @@ def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> int:
             return EXIT_ERROR
         if phase == "command":  # the user's command may want the GPUs the ranks hold
             ranks.close()
+        if watch is not None and (notice := noticed(watch.path)) is not None:
+            return _preempted(log, ranks, phase, notice, 0)
         log.emit("phase_start", phase=phase)
         start = time.perf_counter()
         try:
@@ -103,5 +114,26 @@ def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> int:
             log.emit("error", phase=phase, message=f"{type(exc).__name__}: {exc}",
                      traceback=traceback.format_exc(limit=5))
             return EXIT_ERROR
+        if watch is not None and phase == "profile" and _cut_short(job, summary) \
+                and (notice := noticed(watch.path)) is not None:  # what it measured is in events.jsonl
+            return _preempted(log, ranks, phase, notice, int(summary.get("timed_steps") or 0))
         log.emit("phase_end", phase=phase, elapsed_s=round(time.perf_counter() - start, 6), summary=summary)
     return EXIT_OK
+
+
+def _cut_short(job: Job, summary: dict[str, Any]) -> bool:
+    """The profile stopped before its remaining timed steps were all measured."""
+    remaining = max(0, job.profile.steps - job.profile_steps_done) if job.profile else 0
+    return int(summary.get("timed_steps") or 0) < remaining
+
+
+def _preempted(log: EventLog, ranks: Ranks, phase: str, notice: dict[str, Any], timed_steps: int) -> int:
+    """``preempt_notice``, then idle until EC2 ends the node (the controller reads the preemption
+    from the provider); an error if it never comes."""
+    log.emit("preempt_notice", phase=phase, action=notice.get("action"), notice_time=notice.get("time"),
+             timed_steps=timed_steps)
+    ranks.close()
+    wait_for_reclaim()
+    log.emit("error", phase=phase, message=f"spot interruption notice for {notice.get('time')}, but the node "
+             "was not reclaimed")
+    return EXIT_ERROR

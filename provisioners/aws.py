@@ -1,16 +1,26 @@
 """The ``aws`` provider: EC2 instances through boto3 (extra ``benchctl[aws]``).
 
 - Offers: the cell's instance type from ``aws_instances`` (by name, or by gpu + count), in the
-  cell's region (else ``providers.aws.region``). On-demand: one offer at the table's list price.
-  Spot: one offer per availability zone at its latest ``describe_spot_price_history`` price
-  (Linux/UNIX), cheapest first. ``min_vcpus`` above the type's vCPUs: no offer.
+  cell's region (else ``providers.aws.region``), one offer per availability zone (its own
+  ``offer_id``, so a zone refused for capacity is skipped while the cell tries the next one).
+  On-demand: the zones ``describe_instance_type_offerings`` lists for the type, at the table's list
+  price. Spot: the zones with a ``describe_spot_price_history`` price (Linux/UNIX), at the latest
+  one, cheapest first. A zone that refused a launch for capacity in the last ``SHORT_ZONE_S`` is
+  listed last, so the next try goes to another zone whoever picks the offer. ``min_vcpus`` above
+  the type's vCPUs: no offer.
 - Launch: ``run_instances`` with ``ClientToken`` = the attempt token (a retried launch after a
   crash gets the same instance, not a second one), the AMI, the campaign's key pair, the SSH
   security group (``aws_setup``), tags ``benchctl:campaign`` / ``benchctl:token`` / ``Name``,
   ``InstanceInitiatedShutdownBehavior=terminate`` (a node that powers itself off stops billing),
-  a gp3 root volume of ``disk_gb``, and for spot ``InstanceMarketOptions`` (one-time, terminate on
-  interruption) placed in the offer's zone. Billed price: the zone's spot price read right after
+  a gp3 root volume of ``disk_gb``, placed in the offer's zone, and for spot ``InstanceMarketOptions``
+  (one-time, terminate on interruption). Billed price: the zone's spot price read right after
   the launch (the offer's if that read fails), or the table price on-demand.
+- Launch errors: the request is sent once per try (botocore would re-send a capacity refusal, an
+  HTTP 500, to the same zone); a throttled, 5xx or unreachable API is tried again with the same
+  ``ClientToken`` up to ``api_attempts`` tries. No capacity in the zone (``aws_api.CAPACITY_CODES``)
+  → ``NoCapacity``: the cell moves to the next zone's offer and backs off. A quota
+  (``VcpuLimitExceeded``…) → a ``ProviderError`` naming the Service Quotas entry to raise (no zone
+  or wait helps).
 - Status from ``describe_instances``: pending → starting; running → running; shutting-down,
   terminated, stopping or stopped → preempted when the state reason is a spot interruption
   (``Server.SpotInstanceTermination``, ``Server.SpotInstanceShutdown``), else terminated; no such
@@ -37,9 +47,10 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from provisioners import aws_setup
-from provisioners.aws_api import AUTH_CODES, EC2, AWSError, session
-from provisioners.aws_instances import UnknownInstance, resolve
+from provisioners.aws_api import AUTH_CODES, EC2, AWSError, AWSQuotaExceeded, AWSUnavailable, session
+from provisioners.aws_instances import UnknownInstance, resolve, vcpu_quota
 from provisioners.base import (
+    NoCapacity,
     Node,
     NodeGone,
     NodeState,
@@ -57,6 +68,8 @@ TOKEN_TAG = "benchctl:token"
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 SPOT_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
 UNKNOWN_GRACE_S = 120.0
+SHORT_ZONE_S = 600.0
+"""How long a zone that refused a launch for capacity is offered last (the next try goes elsewhere)."""
 
 
 SECURITY_GROUP = "benchctl-ssh"
@@ -101,6 +114,8 @@ class AWSProvider(Provider):
         self._clients: dict[str, EC2] = {}
         self._lock = threading.Lock()
         self._endpoints: dict[str, SSHEndpoint] = {}
+        self._short: dict[tuple[str, str, str], float] = {}
+        """(region, instance type, zone) → until when that zone is listed last (it had no capacity)."""
 
     def ec2(self, region: str) -> EC2:
         with self._lock:  # a boto3 session is not thread-safe; the clients it makes are
@@ -118,6 +133,13 @@ class AWSProvider(Provider):
             if zone not in latest or stamp > latest[zone][0]:
                 latest[zone] = (stamp, float(row["SpotPrice"]))
         return {zone: price for zone, (_, price) in latest.items()}
+
+    def zones(self, region: str, instance_type: str) -> list[str]:
+        """The availability zones of ``region`` that offer ``instance_type``, by name."""
+        rows = self.ec2(region).call("list the zones offering the instance type", "describe_instance_type_offerings",
+                                     LocationType="availability-zone",
+                                     Filters=[{"Name": "instance-type", "Values": [instance_type]}])
+        return sorted({str(row["Location"]) for row in rows.get("InstanceTypeOfferings") or []})
 
     # -- Provider ---------------------------------------------------------------------------------
     def validate(self, request: OfferRequest) -> None:
@@ -142,10 +164,12 @@ class AWSProvider(Provider):
             return []
         region = request.region or self.settings.region
         if request.market == "spot":
-            prices = sorted(self.spot_prices(region, kind.instance_type).items(), key=lambda z: (z[1], z[0]))
+            prices = list(self.spot_prices(region, kind.instance_type).items())
         else:
-            prices = [("", kind.on_demand_usd)]
-        return [Offer(provider=self.name, offer_id=f"{kind.instance_type}|{zone or region}", gpu=kind.gpu,
+            prices = [(zone, kind.on_demand_usd) for zone in self.zones(region, kind.instance_type)]
+        now = time.monotonic()
+        prices.sort(key=lambda z: (self._short.get((region, kind.instance_type, z[0]), 0.0) > now, z[1], z[0]))
+        return [Offer(provider=self.name, offer_id=f"{kind.instance_type}|{zone}", gpu=kind.gpu,
                       count=kind.count, vcpus=kind.vcpus, region=region, hourly_usd=price, market=request.market,
                       details={"instance_type": kind.instance_type, "zone": zone})
                 for zone, price in prices]
@@ -166,12 +190,18 @@ class AWSProvider(Provider):
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
             "BlockDeviceMappings": [{"DeviceName": root_device, "Ebs": {"VolumeSize": s.disk_gb, "VolumeType": "gp3",
                                                                          "DeleteOnTermination": True}}]}
+        if offer.details.get("zone"):
+            params["Placement"] = {"AvailabilityZone": offer.details["zone"]}
         if offer.market == "spot":
             params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
-            if offer.details.get("zone"):
-                params["Placement"] = {"AvailabilityZone": offer.details["zone"]}
-        (instance,) = ec2.call("launch an instance", "run_instances", **params)["Instances"]
+        try:
+            (instance,) = self._run_instances(ec2, params, offer.market)["Instances"]
+        except NoCapacity:
+            with self._lock:
+                self._short[(region, offer.details["instance_type"], str(offer.details.get("zone") or ""))] = (
+                    time.monotonic() + SHORT_ZONE_S)
+            raise
         instance_id = str(instance["InstanceId"])
         zone = str((instance.get("Placement") or {}).get("AvailabilityZone") or offer.details.get("zone") or "")
         price = offer.hourly_usd
@@ -181,6 +211,23 @@ class AWSProvider(Provider):
         return Node(provider=self.name, node_id=instance_id, token=token, campaign_tag=campaign_tag, offer=offer,
                     details={"instance_id": instance_id, "region": region, "zone": zone, "launched_at": time.time()},
                     hourly_usd=price, host=instance_id)
+
+    def _run_instances(self, ec2: EC2, params: dict[str, Any], market: str) -> dict[str, Any]:
+        """``run_instances`` (see the module doc: launch errors)."""
+        where = f"launch a {market} {params['InstanceType']} in {params.get('Placement', {}).get('AvailabilityZone')}"
+        for attempt in range(1, self.api_attempts + 1):
+            try:
+                return ec2.call_once(where, "run_instances", **params)
+            except AWSUnavailable:
+                if attempt == self.api_attempts:
+                    raise
+                time.sleep(min(20.0, 2.0 ** (attempt - 1)))  # same ClientToken: never a second instance
+            except AWSQuotaExceeded as exc:
+                raise AWSQuotaExceeded(f"aws refused to {where} ({exc.code}): the account's quota "
+                                       f"\"{vcpu_quota(params['InstanceType'], market)}\" in {ec2.region} is used "
+                                       "up; raise it in Service Quotas (service ec2) or end other instances",
+                                       exc.code) from None
+        raise AssertionError("unreachable")
 
     def _instance(self, node: Node) -> dict[str, Any] | None:
         try:
@@ -241,6 +288,10 @@ class AWSProvider(Provider):
                               campaign_tag=campaign_tag, offer=offer,
                               details={"instance_id": instance["InstanceId"], "region": region}))
         return nodes
+
+    def spot_notice(self, node: Node) -> bool:
+        # EC2 posts spot/instance-action in the instance metadata ~2 minutes before it reclaims a spot node.
+        return node.offer.market == "spot"
 
     def idle_shutdown_command(self, node: Node) -> str | None:
         # Launched with InstanceInitiatedShutdownBehavior=terminate: powering off ends the instance and its bill.

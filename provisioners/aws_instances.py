@@ -65,3 +65,18 @@ def resolve(instance_type: str | None, gpu: str | None, count: int | None) -> In
         names = ", ".join(k.instance_type for k in matches)
         raise UnknownInstance(f"{count}× {gpu} is more than one aws instance type ({names}); set instance_type")
     return matches[0]
+
+
+QUOTA_CLASSES = {"p": "P", "g": "G and VT", "vt": "G and VT", "f": "F", "inf": "Inf", "trn": "Trn", "dl": "DL",
+                 "x": "X"}
+"""Instance family prefix → the vCPU quota class EC2 counts it in (any other family: Standard)."""
+
+
+def vcpu_quota(instance_type: str, market: str) -> str:
+    """The Service Quotas name (service ``ec2``, per region) whose vCPU limit a launch of
+    ``instance_type`` counts against, e.g. "Running On-Demand P instances" or "All P Spot Instance
+    Requests" (names as the Service Quotas console and ``get-service-quota`` show them)."""
+    family = instance_type.split(".", 1)[0]
+    prefix = next((p for p in sorted(QUOTA_CLASSES, key=len, reverse=True) if family.startswith(p)), "")
+    name = QUOTA_CLASSES.get(prefix, "Standard (A, C, D, H, I, M, R, T, Z)")
+    return f"All {name} Spot Instance Requests" if market == "spot" else f"Running On-Demand {name} instances"

@@ -219,6 +219,11 @@ class Provider(ABC):
         attempts (the cell should wait, not fail)."""
         return False
 
+    def spot_notice(self, node: Node) -> bool:
+        """True when the node's own instance metadata announces its reclaim ahead (EC2 spot): the
+        payload watches for it and stops measuring at a step boundary (``payload.spot_notice``)."""
+        return False
+
     def ended_at(self, node: Node) -> float | None:
         """When a node that is gone stopped billing, where the provider says (unix time); None if unknown."""
         return None

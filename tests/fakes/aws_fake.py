@@ -14,6 +14,21 @@ moto's server runs in a thread of the test process, so the fake can adjust moto'
   ``Server.SpotInstanceTermination``) and every process of the node dies, as they do when
   ``terminate_instances`` ends one (a payload never outlives its instance on the shared sshd);
 - ``live()``: instances still pending or running (a test ends with none);
+- ``refuse(code, zone)``: ``run_instances`` in that zone (None: every zone) answers EC2's error
+  for ``code`` instead of launching, on the wire as EC2 sends it (``Response/Errors/Error`` XML with
+  ``Code`` and ``Message``, docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html);
+  the capacity shortages ``InsufficientInstanceCapacity``/``InsufficientCapacity`` are server
+  errors there, HTTP 500 (a real one reads ``statusCode: 500, retryable: true`` in
+  github.com/nib-health-funds/hammertime/issues/29, and botocore re-sends it: "(reached max
+  retries: 4)" in github.com/ansible-collections/amazon.aws/issues/1038, whose message is the
+  one below); the others are client errors, HTTP 400. moto never refuses a launch.
+  ``refused`` lists each refusal as (zone, code);
+- ``FakeIMDS`` / ``running_fake_imds``: a node's instance metadata service (IMDSv2) as far as the
+  payload's spot watch reads it: ``PUT /latest/api/token`` with ``X-aws-ec2-metadata-token-ttl-seconds``
+  gives a token (no TTL header: 400); ``GET /latest/meta-data/spot/instance-action`` without a valid
+  token: 401; before the notice: 404; after ``notify()``: 200 with ``{"action": "terminate", "time":
+  ...}`` (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html and
+  .../instance-metadata-v2-how-it-works.html). ``expire_tokens()`` makes every token 401 (expired);
 - the account has ``ENABLED_REGIONS`` only (``describe_regions``), as an account with few regions
   opted in: moto builds a backend per region on first use, seconds each, and the provider's
   ``owned`` scans every enabled region.
@@ -32,6 +47,7 @@ from typing import Any
 from unittest import mock
 
 from tests.fakes.eviction import kill_container
+from tests.fakes.http_server import FakeHandler, serving
 
 REGION = "us-east-1"
 OTHER_REGION = "us-west-2"
@@ -42,6 +58,19 @@ SPOT_PRICES = {("c5.large", "us-east-1a"): 0.041, ("c5.large", "us-east-1b"): 0.
                ("p5.48xlarge", "us-east-1d"): 29.9}
 SPOT_REASON = "Server.SpotInstanceTermination"
 ENABLED_REGIONS = (REGION, OTHER_REGION, "eu-west-1")
+SERVER_ERRORS = ("InsufficientInstanceCapacity", "InsufficientCapacity")
+REFUSALS = {  # the messages EC2 sends with each code (as quoted in the issues cited in the module doc)
+    "InsufficientInstanceCapacity": "We currently do not have sufficient {itype} capacity in the Availability Zone "
+                                    "you requested ({zone}). Our system will be working on provisioning additional "
+                                    "capacity.",
+    "UnfulfillableCapacity": "There is no Spot capacity available that matches your request.",
+    "MaxSpotInstanceCountExceeded": "Max spot instance count exceeded",
+    "VcpuLimitExceeded": "You have requested more vCPU capacity than your current vCPU limit of 0 allows for the "
+                         "instance bucket that the specified instance type belongs to. Please visit "
+                         "http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit.",
+}
+ERROR_XML = ('<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
+             '<Message>{message}</Message></Error></Errors><RequestID>{request}</RequestID></Response>')
 
 
 class FakeAWS:
@@ -55,6 +84,9 @@ class FakeAWS:
         self.tokens: dict[str, str] = {}
         self.images: dict[str, list[str]] = {}
         """Region → the DLAMI ids the fake added there, oldest first."""
+        self.refusals: dict[str | None, str] = {}
+        """Zone (None: every zone) → the error code ``run_instances`` answers there."""
+        self.refused: list[tuple[str, str]] = []
         self.lock = threading.RLock()
         self._by_token: dict[str, Any] = {}
 
@@ -89,6 +121,24 @@ class FakeAWS:
                         keys.write((public.decode() if isinstance(public, bytes) else str(public)).strip() + "\n")
             self._by_token[str(token)] = reservation
             return reservation
+
+    def refuse(self, code: str, zone: str | None = None) -> None:
+        """From now on ``run_instances`` in ``zone`` (None: anywhere) fails with EC2's ``code``."""
+        with self.lock:
+            self.refusals[zone] = code
+
+    def refusal(self, original: Any, response: Any) -> Any:
+        """moto's RunInstances response, or EC2's error when the request's zone is refused."""
+        zone = str(response._get_param("Placement.AvailabilityZone") or "")
+        with self.lock:
+            code = self.refusals.get(zone) or self.refusals.get(None)
+            if code is None:
+                return original(response)
+            self.refused.append((zone, code))
+        itype = str(response._get_param("InstanceType"))
+        message = REFUSALS.get(code, code).format(itype=itype, zone=zone)
+        body = ERROR_XML.format(code=code, message=message, request="11111111-2222-3333-4444-555555555555")
+        return body, {"status": 500 if code in SERVER_ERRORS else 400}
 
     def terminate_instances(self, original: Any, backend: Any, instance_ids: list[str]) -> Any:
         ended = original(backend, instance_ids)
@@ -132,6 +182,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
     from moto.ec2.models import ec2_backends
     from moto.ec2.models.availability_zones_and_regions import RegionsAndZonesBackend
     from moto.ec2.models.instances import InstanceBackend
+    from moto.ec2.responses.instances import InstanceResponse
     from moto.ec2.responses.spot_instances import SpotInstances
     from moto.server import ThreadedMotoServer
 
@@ -142,6 +193,11 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
 
     def terminate_instances(backend: Any, instance_ids: list[str]) -> Any:
         return fake.terminate_instances(original_terminate, backend, instance_ids)
+
+    original_response = InstanceResponse.run_instances
+
+    def run_instances_response(response: Any) -> Any:
+        return fake.refusal(original_response, response)
 
     original_regions = RegionsAndZonesBackend.describe_regions
 
@@ -162,6 +218,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         stack.enter_context(mock.patch.object(moto_settings, "ENABLE_KEYPAIR_VALIDATION", True))
         stack.enter_context(mock.patch.object(InstanceBackend, "run_instances", run_instances))
         stack.enter_context(mock.patch.object(InstanceBackend, "terminate_instances", terminate_instances))
+        stack.enter_context(mock.patch.object(InstanceResponse, "run_instances", run_instances_response))
         stack.enter_context(mock.patch.object(RegionsAndZonesBackend, "describe_regions", describe_regions))
         stack.enter_context(mock.patch.object(SpotInstances, "describe_spot_price_history",
                                               lambda response: fake.price_history(response)))
@@ -173,4 +230,59 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         os.environ["AWS_ENDPOINT_URL"] = url
         for region in (REGION, OTHER_REGION):
             fake.add_images(region)
+        yield url
+
+
+class FakeIMDS:
+    """The spot notice as a node's metadata service serves it (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.notice: dict[str, str] | None = None
+        self.tokens: set[str] = set()
+        self.requests: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def notify(self, action: str = "terminate", when: str = "2026-11-23T13:02:00Z") -> None:
+        with self.lock:
+            self.notice = {"action": action, "time": when}
+
+    def clear(self) -> None:
+        """The notice is gone (a new instance answers the same endpoint)."""
+        with self.lock:
+            self.notice = None
+
+    def expire_tokens(self) -> None:
+        with self.lock:
+            self.tokens.clear()
+
+
+@contextmanager
+def running_fake_imds(imds: FakeIMDS) -> Iterator[str]:
+    """Serve ``imds`` on 127.0.0.1; yields the endpoint (for ``AWS_EC2_METADATA_SERVICE_ENDPOINT``)."""
+    import json
+    import uuid
+
+    class Handler(FakeHandler):
+        def do_PUT(self) -> None:
+            imds.requests.append(("PUT", self.path))
+            if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                self.send_body(400, b"", "text/plain")
+                return
+            token = uuid.uuid4().hex
+            with imds.lock:
+                imds.tokens.add(token)
+            self.send_body(200, token.encode(), "text/plain")
+
+        def do_GET(self) -> None:
+            imds.requests.append(("GET", self.path))
+            with imds.lock:
+                valid, notice = self.headers.get("X-aws-ec2-metadata-token") in imds.tokens, imds.notice
+            if not valid:
+                self.send_body(401, b"", "text/plain")
+            elif self.path != "/latest/meta-data/spot/instance-action" or notice is None:
+                self.send_body(404, b"<?xml version=\"1.0\"?><title>404 - Not Found</title>", "text/html")
+            else:
+                self.send_body(200, json.dumps(notice).encode(), "text/plain")
+
+    with serving(Handler) as url:
         yield url

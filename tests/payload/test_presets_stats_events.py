@@ -129,7 +129,7 @@ def test_event_log_rejects_unknown_kind(tmp_path: Path) -> None:
     with EventLog(path) as log, pytest.raises(ValueError, match="unknown event kind 'bogus'"):
         log.emit("bogus")
     assert path.read_text() == ""
-    assert KINDS == ("phase_start", "sample", "phase_end", "artifact", "error", "done")
+    assert KINDS == ("phase_start", "sample", "phase_end", "artifact", "error", "done", "preempt_notice")
 
 
 def test_parse_lines_keeps_partial_line() -> None:

@@ -14,7 +14,7 @@ from benchctl.errors import ProviderUnavailable
 from benchctl.providers import Providers
 from provisioners import aws_setup
 from provisioners.aws import AWSProvider, AWSSettings, instance_state
-from provisioners.base import Node, NodeState, OfferRequest, ProviderError
+from provisioners.base import NoCapacity, Node, NodeState, OfferRequest, ProviderError
 from tests.fakes.aws_fake import FakeAWS, running_fake_aws
 
 CIDR = "10.1.2.3/32"
@@ -56,7 +56,7 @@ def test_spot_offers_are_per_zone_at_the_newest_price_cheapest_first(aws: AWS) -
 
 
 def test_on_demand_is_the_table_price_and_gpu_count_names_the_type(aws: AWS) -> None:
-    (on_demand,) = aws.provider.offers(OfferRequest(gpu="", count=1, market="on-demand", instance_type="c5.large"))
+    on_demand = aws.provider.offers(OfferRequest(gpu="", count=1, market="on-demand", instance_type="c5.large"))[0]
     assert on_demand.hourly_usd == pytest.approx(0.085)
     by_gpu = aws.provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot"))
     assert [(o.details["instance_type"], o.hourly_usd, o.vcpus) for o in by_gpu] == [
@@ -107,9 +107,10 @@ def test_a_spot_launch_sends_what_ec2_needs(aws: AWS) -> None:
 
 
 def test_an_on_demand_launch_has_no_market_options_and_the_table_price(aws: AWS) -> None:
-    (offer,) = aws.provider.offers(OfferRequest(gpu="", count=1, market="on-demand", instance_type="c5.large"))
+    offer = aws.provider.offers(OfferRequest(gpu="", count=1, market="on-demand", instance_type="c5.large"))[0]
     node = aws.provider.launch(offer, "bc-od", "camp-a")
     assert aws.fake.requests[-1]["instance_market_options"] == {}
+    assert aws.fake.requests[-1]["placement"] == "us-east-1a"
     assert node.hourly_usd == pytest.approx(0.085)
     (instance,) = aws.client().describe_instances(InstanceIds=[node.node_id])["Reservations"][0]["Instances"]
     assert "InstanceLifecycle" not in instance
@@ -121,6 +122,55 @@ def test_the_client_token_makes_a_repeated_launch_the_same_instance(aws: AWS) ->
     again = aws.provider.launch(offer, "bc-again", "camp-a")  # a controller that crashed mid-launch retries
     assert again.node_id == first.node_id
     assert aws.fake.live() == [first.node_id]
+
+
+def test_on_demand_offers_are_one_per_zone_that_offers_the_type(aws: AWS) -> None:
+    offers = aws.provider.offers(OfferRequest(gpu="", count=1, market="on-demand", instance_type="c5.large"))
+    assert [(o.offer_id, o.details["zone"], o.hourly_usd) for o in offers] == [
+        (f"c5.large|us-east-1{z}", f"us-east-1{z}", 0.085) for z in "abcdf"], "moto's offerings: no 1e"
+
+
+@pytest.mark.parametrize(("market", "code"), [("spot", "InsufficientInstanceCapacity"),
+                                              ("spot", "UnfulfillableCapacity"),
+                                              ("on-demand", "InsufficientInstanceCapacity")])
+def test_no_capacity_in_a_zone_is_sent_once_and_the_next_try_goes_to_another_zone(aws: AWS, market: str,
+                                                                                 code: str) -> None:
+    request = OfferRequest(gpu="", count=1, market=market, instance_type="c5.large")
+    first = aws.provider.offers(request)[0]
+    aws.fake.refuse(code, first.details["zone"])
+    with pytest.raises(NoCapacity, match=rf"aws has no capacity to launch a {market} c5.large in "
+                                         rf"{first.details['zone']} in us-east-1 now \({code}: "):
+        aws.provider.launch(first, "bc-full", "camp-a")
+    assert aws.fake.refused == [(first.details["zone"], code)], "one request: botocore must not re-send it there"
+    offers = aws.provider.offers(request)
+    assert offers[0].details["zone"] != first.details["zone"] and offers[-1].offer_id == first.offer_id
+    node = aws.provider.launch(offers[0], "bc-next", "camp-a")
+    assert node.details["zone"] == aws.fake.requests[-1]["placement"] == offers[0].details["zone"]
+    assert aws.fake.live() == [node.node_id]
+
+
+@pytest.mark.parametrize(("market", "code", "quota"), [
+    ("on-demand", "VcpuLimitExceeded", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
+    ("spot", "VcpuLimitExceeded", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"),
+    ("spot", "MaxSpotInstanceCountExceeded", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"),
+])
+def test_a_quota_is_not_capacity_and_names_the_quota_to_raise(aws: AWS, market: str, code: str, quota: str) -> None:
+    aws.fake.refuse(code)
+    offer = aws.provider.offers(OfferRequest(gpu="", count=1, market=market, instance_type="c5.large"))[0]
+    with pytest.raises(ProviderError) as caught:
+        aws.provider.launch(offer, "bc-quota", "camp-a")
+    assert not isinstance(caught.value, NoCapacity), "another zone or a wait will not help"
+    assert f'({code}): the account\'s quota "{quota}" in us-east-1 is used up; raise it in Service Quotas' in str(
+        caught.value)
+    assert "\n" not in str(caught.value) and len(aws.fake.refused) == 1
+
+
+def test_gpu_quotas_are_named_by_their_class() -> None:
+    from provisioners.aws_instances import vcpu_quota
+
+    assert vcpu_quota("p5.48xlarge", "on-demand") == "Running On-Demand P instances"
+    assert vcpu_quota("p4d.24xlarge", "spot") == "All P Spot Instance Requests"
+    assert vcpu_quota("g6e.xlarge", "spot") == "All G and VT Spot Instance Requests"
 
 
 @pytest.mark.parametrize(("state", "reason", "expected"), [
@@ -171,7 +221,7 @@ def test_terminate_is_idempotent_and_owned_lists_the_campaigns_live_nodes(aws: A
 
 def test_owned_finds_a_node_in_a_region_no_setting_names(aws: AWS) -> None:
     west = OfferRequest(gpu="", count=1, market="on-demand", instance_type="c5.large", region="us-west-2")
-    (offer,) = aws.provider.offers(west)
+    offer = aws.provider.offers(west)[0]
     node = aws.provider.launch(offer, "bc-west", "camp-a")
     after_crash = AWSProvider(aws.root, AWSSettings(region="us-east-1"))  # a new controller, default region
     assert [(n.node_id, n.token, n.details["region"]) for n in after_crash.owned("camp-a")] == [
@@ -184,9 +234,10 @@ def test_owned_finds_a_node_in_a_region_no_setting_names(aws: AWS) -> None:
 @pytest.mark.parametrize(("code", "wording"), [
     ("UnauthorizedOperation", "aws refused to launch an instance in us-east-1 (UnauthorizedOperation: no): check "
                               "the credentials (set AWS_ACCESS_KEY_ID"),
-    ("VcpuLimitExceeded", "aws could not launch an instance in us-east-1: no capacity or quota (VcpuLimitExceeded: "
-                          "no); try another region or market later, or raise the quota in Service Quotas"),
-    ("InsufficientInstanceCapacity", "no capacity or quota (InsufficientInstanceCapacity: no)"),
+    ("VcpuLimitExceeded", "aws refused to launch an instance in us-east-1: an account quota is reached "
+                          "(VcpuLimitExceeded: no); raise it in Service Quotas"),
+    ("InsufficientInstanceCapacity", "aws has no capacity to launch an instance in us-east-1 now "
+                                     "(InsufficientInstanceCapacity: no)"),
     ("InvalidParameterValue", "aws could not launch an instance in us-east-1 (InvalidParameterValue): no"),
 ])
 def test_api_errors_say_what_to_do(code: str, wording: str) -> None:
