@@ -46,13 +46,16 @@ SMALL_SPREAD = 0.3
 
 
 def shown(data: CampaignData) -> tuple[str, ...]:
-    """The figures the campaign's page has: a phase's figures only where its file runs that phase (a
-    campaign without phases in its file, an imported one: where there is something to draw)."""
+    """The figures the campaign's page has: a phase's figures only where its file runs that phase, the
+    spend figures always (a campaign without phases in its file, an imported one whose nodes
+    benchctl never launched: only the figures with something to draw)."""
     has_data = {"step_time": any(median_step_ms(c) is not None for c in data.cells),
                 "split": any(c.split for c in data.cells), "busbw": any(c.busbw for c in data.cells),
-                "cost": any(c.cost_usd is not None for c in data.cells)}
-    return tuple(name for name in FIGURES if name not in FIGURE_PHASE
-                 or (FIGURE_PHASE[name] in data.phases if data.phases is not None else has_data[name]))
+                "cost": any(c.cost_usd is not None for c in data.cells),
+                "spend_time": bool(data.spend_curve), "spend_provider": bool(data.spend_by_provider)}
+    if data.phases is None:
+        return tuple(name for name in FIGURES if has_data[name])
+    return tuple(name for name in FIGURES if name not in FIGURE_PHASE or FIGURE_PHASE[name] in data.phases)
 
 
 def figures(data: CampaignData, prefix: str) -> dict[str, str]:
@@ -120,14 +123,15 @@ def _value_axis(ax: Axes, low: float, high: float, unit: str, room: float = 0.4)
     smallest, marked broken (``//``) at its left end. Returns the axis label's note on where it starts."""
     start = 0.0
     if low > 0 and (high - low) <= SMALL_SPREAD * high:
-        below = low - max(high - low, 0.02 * low)
-        step = 10 ** math.floor(math.log10(max(below, 1e-9)))
+        margin = max(high - low, 0.02 * low)
+        below = low - margin
+        step = 10 ** math.floor(math.log10(margin))  # round to the spread's order of magnitude
         start = max(0.0, math.floor(below / step) * step)
     ax.set_xlim(start, high + (high - start) * room)
     if start == 0:
         return ""
-    ax.text(0, 0, "//", transform=ax.transAxes, ha="center", va="center", fontsize=11, fontweight="bold",
-            color="#333333", backgroundcolor="white")
+    ax.text(0.012, 0.005, "//", transform=ax.transAxes, ha="center", va="bottom", fontsize=11, fontweight="bold",
+            color="#333333")
     return f"; axis broken: starts at {start:,.4g} {unit}, not 0, so that small differences show"
 
 
@@ -180,6 +184,7 @@ def split(data: CampaignData) -> Figure:
     if not any(c.split for c in data.cells):
         _empty(ax, "no phase timings yet")
         return fig
+    widest = 0.0
     for i, cell in enumerate(data.cells):
         if cell.split is None:
             ax.text(0, i, "  no phase timings", va="center", color="#666666")
@@ -192,9 +197,11 @@ def split(data: CampaignData) -> Figure:
             ax.barh(i, seconds * 1000, left=left, height=0.6, color=colour, label=part if i == _first_split(data)
                     else None)
             left += seconds * 1000
+        widest = max(widest, left)
         ax.text(left, i, f" optimizer {s.optimizer_share:.0%} of the step, its communication "
                 f"{s.comm_share:.0%} of the step", va="center", fontsize=9)
     _cell_axis(ax, [c.key for c in data.cells])
+    ax.set_xlim(0, widest * 1.7 or 1.0)  # room for the labels
     ax.set_xlabel("median time per step (ms); phases as the GPU's compute stream reached them; "
                   "shares are of the median step time")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, _below(fig)), ncol=2)

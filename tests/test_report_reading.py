@@ -87,9 +87,10 @@ def test_charts_are_in_rank_order_with_vs_best_labels_on_an_axis_that_shows_3_pe
 def test_no_placeholder_box_for_a_phase_the_campaign_did_not_run(store: Path, tmp_path: Path) -> None:
     text = _report(store, tmp_path / "one", "h100s")
     svg_ids = {attrs["id"] for tag, attrs in parse(text).elements if tag == "svg"}
-    # imported records: no collectives sweep, no preflight; one record states its split
-    assert svg_ids == {"c0-step_time", "c0-split", "c0-cost", "c0-spend_time", "c0-spend_provider"}
+    # imported records: no collectives sweep, no preflight, no node launched; one record states its split
+    assert svg_ids == {"c0-step_time", "c0-split", "c0-cost"}
     assert "no collectives measured" not in text and "c0-preflight" not in text
+    assert "no node launched yet" not in text
     assert "no preflight checks recorded" not in text
 
 
