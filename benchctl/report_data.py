@@ -18,11 +18,12 @@ from sqlalchemy.engine import Engine
 from benchctl.leaderboard import leaderboard_rows
 from benchctl.results import timed_profile_events
 from benchctl.step_split import StepSplit, step_split
+from payload.stats import median
 from store import queries as q
 from store.models import Attempt, Result
 
-PUBLISHED_STEP_MS = {("nanochat-d26", 524_288): (702.0, "published 8×H100 SXM, one NUMA node: 702 ms")}
-"""Measured step times from REFERENCE.md, by (model, tokens per step)."""
+PUBLISHED_STEP_MS = {("nanochat-d26", 524_288): (702.0, "8×H100 SXM, all GPUs on one NUMA node: 702 ms")}
+"""Step times measured on real nodes (8×H100 SXM, GPUs on one NUMA node), by (model, tokens per step)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class CellData:
     split: StepSplit | None = None
     busbw: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     """op → [(bytes, busbw GB/s)], out-of-place where measured, by size."""
+    busbw_in_place: set[str] = field(default_factory=set)
+    """The ops of ``busbw`` with at least one size measured only in place (so plotted in place)."""
     cost_usd: float | None = None
     hourly_usd: float | None = None
     preflight: list[PreflightRun] = field(default_factory=list)
@@ -76,6 +79,22 @@ class CampaignData:
     leaderboard: list[dict[str, Any]]
     reference: tuple[float, str] | None
     now: float
+    phases: tuple[str, ...] | None = None
+    """The payload phases the campaign's file runs; None where it does not say (an imported campaign)."""
+
+
+def rank_key(cell: CellData) -> tuple[bool, float, bool, float, str]:
+    """Rank order: cheapest cost-to-train first, then the cells without a result by median step time
+    (none last), then by key; the leaderboard's order for the cells it ranks."""
+    step = median_step_ms(cell)
+    return (cell.cost_usd is None, cell.cost_usd or 0.0, step is None, step or 0.0, cell.key)
+
+
+def median_step_ms(cell: CellData) -> float | None:
+    """The cell's median timed step time (its samples', else its result's), or None."""
+    if cell.step_times_ms:
+        return median(cell.step_times_ms)
+    return cell.step_summary_ms[1] if cell.step_summary_ms else None
 
 
 def campaign_data(engine: Engine, name: str, now: float | None = None) -> CampaignData:
@@ -83,7 +102,9 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
     now = time.time() if now is None else now
     (camp,) = q.campaigns(engine, name)
     assert camp.id is not None
-    target = json.loads(camp.spec_json).get("spec", {}).get("target", {})
+    spec = json.loads(camp.spec_json).get("spec", {})
+    target = spec.get("target", {})
+    phases = spec.get("payload", {}).get("phases")
     model, tokens_per_step = str(target.get("model", "?")), int(target.get("total_batch_size", 0))
     results = {cell.id: result for result, cell, _ in q.results(engine, camp.id)}
     cells = []
@@ -91,12 +112,13 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
         cell_id = cell.id or 0
         result = results.get(cell.id)
         timed = [data for _, data in timed_profile_events(engine, cell_id)]
+        series, in_place = busbw_series(engine, cell_id)
         cells.append(CellData(key=cell.key, provider=cell.provider, state=cell.state, ranks=cell.count,
                               step_times_ms=[float(data["step_time_s"]) * 1000 for data in timed],
                               step_summary_ms=(result.step_time_p10_ms, result.step_time_ms,
                                                result.step_time_p90_ms) if result else None,
                               split=step_split(timed) or _recorded_split(result),
-                              busbw=busbw_series(engine, cell_id),
+                              busbw=series, busbw_in_place=in_place,
                               cost_usd=result.cost_to_train_usd if result else None,
                               hourly_usd=result.hourly_usd if result else None,
                               preflight=preflight_runs(engine, cell_id)))
@@ -105,13 +127,15 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
         targets = [json.loads(c.config_json or "{}").get("target") or {} for c in q.cells(engine, camp.id)]
         tokens_per_step = next((int(t["total_batch_size"]) for t in targets
                                 if t.get("model") == model and t.get("total_batch_size")), 0)
+    cells.sort(key=rank_key)
     attempts = q.campaign_attempts(engine, camp.id)
     curve = spend_curve(attempts, now)
     return CampaignData(name=camp.name, budget_usd=camp.budget_usd, spent_usd=curve[-1][1] if curve else 0.0,
                         model=model, tokens_per_step=tokens_per_step, cells=cells,
                         spend_curve=curve, spend_by_provider=spend_by_provider(attempts, now),
                         leaderboard=leaderboard_rows(engine, camp.name),
-                        reference=PUBLISHED_STEP_MS.get((model, tokens_per_step)), now=now)
+                        reference=PUBLISHED_STEP_MS.get((model, tokens_per_step)), now=now,
+                        phases=tuple(phases) if isinstance(phases, list) else None)
 
 
 def _recorded_split(result: Result | None) -> StepSplit | None:
@@ -130,9 +154,10 @@ def _recorded_split(result: Result | None) -> StepSplit | None:
     return StepSplit(step_s=step_s, fwd_bwd_s=max(0.0, step_s - optimizer_s), optimizer_s=optimizer_s, comm_s=comm_s)
 
 
-def busbw_series(engine: Engine, cell_id: int) -> dict[str, list[tuple[int, float]]]:
+def busbw_series(engine: Engine, cell_id: int) -> tuple[dict[str, list[tuple[int, float]]], set[str]]:
     """Per collective, busbw by message size; the out-of-place figure where both placements were measured
-    (nccl-tests' first column), the last recorded attempt's where several measured a size."""
+    (nccl-tests' first column), the last recorded attempt's where several measured a size. Second: the
+    ops with a size measured only in place."""
     chosen: dict[tuple[str, int], tuple[bool, float]] = {}
     for event in q.events(engine, cell_id, kind="sample", phase="collectives"):
         data = json.loads(event.data_json)
@@ -142,9 +167,12 @@ def busbw_series(engine: Engine, cell_id: int) -> dict[str, list[tuple[int, floa
         if key not in chosen or in_place <= chosen[key][0]:
             chosen[key] = (in_place, float(data["busbw_gbps"]))
     series: dict[str, list[tuple[int, float]]] = {}
-    for (op, size), (_, busbw) in sorted(chosen.items()):
+    in_place_ops = set()
+    for (op, size), (in_place, busbw) in sorted(chosen.items()):
         series.setdefault(op, []).append((size, busbw))
-    return series
+        if in_place:
+            in_place_ops.add(op)
+    return series, in_place_ops
 
 
 def preflight_runs(engine: Engine, cell_id: int) -> list[PreflightRun]:

@@ -3,7 +3,10 @@
 Every string that comes from the store is HTML-escaped here; the figures' SVG comes from
 matplotlib (``benchctl.report_plots``), whose text it escapes itself. Each campaign is a
 ``<section>`` with id ``c<i>``; its figures are ``<svg id="c<i>-<figure>">``, its tables
-``c<i>-leaderboard`` and ``c<i>-preflight``. ``write_page`` replaces ``DIR/index.html`` atomically.
+``c<i>-leaderboard`` and ``c<i>-preflight``; each part's heading has the id ``<part id>-title``.
+The page of every campaign (``overview``) starts with a table of contents (``<nav id="toc">``) and
+a ranking across the campaigns, one table per model (``<section id="ranking">``). The page cites
+no file: a reader may have only the page. ``write_page`` replaces ``DIR/index.html`` atomically.
 """
 
 from __future__ import annotations
@@ -37,12 +40,15 @@ th{background:#F2F6FA}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pass{background:#D4EDDA}.warn{background:#FFF3CD}.fail{background:#F8D7DA}.skip{background:#EEEEEE;color:#777}
 .noresult{color:#888;font-style:italic}figure{margin:6px 0 18px}svg{max-width:100%;height:auto}
 ul.hints{font-size:12.5px;margin:4px 0}td.nowrap{white-space:nowrap}div.wide{overflow-x:auto}
+nav#toc{background:#F7F9FB;border:1px solid #E1E8EF;border-radius:6px;padding:6px 18px;margin:12px 0;font-size:13px}
+nav#toc ul{margin:2px 0;padding-left:18px}nav#toc a{color:#0060A0;text-decoration:none}
 """
 
 
 _NUMBER = re.compile(r"[-+\d.,%|() ]+")
-SPLIT_NOTE = " ".join((step_split.__doc__ or "").replace("``", "").split())
-"""The split's definition, from the module that defines it (``benchctl.step_split``)."""
+SPLIT_NOTE = " ".join(re.sub(r"\s*\(``[\w.]+``[^)]*\)", "", step_split.__doc__ or "").replace("``", "").split())
+"""The split's definition, from the module that defines it (``benchctl.step_split``), less its
+references to other modules (the reader of the page may not have them)."""
 
 
 def _e(value: Any) -> str:
@@ -131,8 +137,43 @@ def preflight_table(data: CampaignData, table_id: str) -> str:
             f"</table></div>{listed}")
 
 
-def _figure(svg: str, title: str, note: str) -> str:
-    return f'<h3>{_e(title)}</h3><figure>{svg}</figure><p class="note">{_e(note)}</p>'
+def _heading(part_id: str, title: str) -> str:
+    return f'<h3 id="{part_id}-title">{_e(title)}</h3>'
+
+
+def busbw_note(data: CampaignData) -> str:
+    """What the busbw figure plots, from the data it plots: which cells, which placement, and why the
+    others are not there."""
+    plotted = [c.key for c in data.cells if c.ranks > 1 and c.busbw]
+    single = [c.key for c in data.cells if c.ranks <= 1]
+    unmeasured = [c.key for c in data.cells if c.ranks > 1 and not c.busbw]
+    in_place = sorted({op for c in data.cells if c.ranks > 1 for op in c.busbw_in_place})
+    placement = "out-of-place" + (f" (in-place for {', '.join(in_place)}: sizes measured only in place)"
+                                  if in_place else "")
+    parts = [f"Bus bandwidth (busbw: algbw × the collective's bus factor, as nccl-tests defines it) of the "
+             f"campaign's own collectives sweep, {placement}, from the slowest rank's time; message sizes on a "
+             f"log scale. Plotted: {', '.join(plotted) or 'no cell yet'}."]
+    if single:
+        parts.append(f"Not plotted, one rank (no data moves between ranks): {', '.join(single)}.")
+    if unmeasured:
+        parts.append(f"Not plotted, no collectives measured: {', '.join(unmeasured)}.")
+    return " ".join(parts)
+
+
+def _parts(data: CampaignData, figures: dict[str, str]) -> list[tuple[str, str]]:
+    """(part id suffix, title) of the parts a campaign's section has, in page order."""
+    titles = {"step_time": "step time per cell (rank order)",
+              "split": "where a step goes: optimizer and communication split",
+              "busbw": "bus bandwidth against message size", "cost": "cost to train (rank order)",
+              "preflight": "preflight verdicts", "spend_time": "campaign spend over time",
+              "spend_provider": "spend by provider"}
+    runs_preflight = ("preflight" in data.phases if data.phases is not None
+                      else any(c.preflight for c in data.cells))
+    parts = [("leaderboard", "leaderboard (cheapest cost-to-train first)")]
+    for name in ("step_time", "split", "busbw", "cost", "preflight", "spend_time", "spend_provider"):
+        if name in figures or (name == "preflight" and runs_preflight):
+            parts.append((name, titles[name]))
+    return parts
 
 
 def campaign_section(data: CampaignData, figures: dict[str, str], prefix: str) -> str:
@@ -143,31 +184,92 @@ def campaign_section(data: CampaignData, figures: dict[str, str], prefix: str) -
         ("cells done", f"{done} of {len(data.cells)}"),
         ("target", f"{data.model}, {data.tokens_per_step:,} tokens per step" if data.tokens_per_step
          else data.model)))
-    baseline = ("The dashed line is the baseline: the fastest cell's median step time."
-                + (f" The dotted line is a published reference: {data.reference[1]}." if data.reference else ""))
-    return "".join([
-        f'<section id="{prefix}"><h2>campaign {_e(data.name)}</h2><div class="summary">{summary}</div>',
-        "<h3>leaderboard (cheapest cost-to-train first)</h3>",
-        leaderboard_table(data.leaderboard, f"{prefix}-leaderboard"),
-        _figure(figures["step_time"], "step time per cell", baseline),
-        _figure(figures["split"], "where a step goes: optimizer and communication split", SPLIT_NOTE),
-        _figure(figures["busbw"], "bus bandwidth against message size",
-                "nccl-tests' busbw (out-of-place), slowest rank's time, log-scale sizes. Cells with one rank move "
-                "no data between ranks and are left out."),
-        _figure(figures["cost"], "cost to train", "median step time × target steps / 3600 × the billed hourly "
-                "price of the attempts that measured the steps."),
-        "<h3>preflight verdicts</h3>", preflight_table(data, f"{prefix}-preflight"),
-        _figure(figures["spend_time"], "campaign spend over time",
-                "Each attempt accrues its billed hourly price from launch to termination (until now while open)."),
-        _figure(figures["spend_provider"], "spend by provider", "Stacked by how each attempt ended."),
-        "</section>"])
+    notes = {
+        "step_time": "Cells in rank order (cheapest cost-to-train first); each label gives the median and how much "
+                     "slower it is than the fastest median. The dashed line is the baseline: the fastest cell's "
+                     "median step time." + (f" The dotted line is a measured reference: {data.reference[1]}."
+                                            if data.reference else ""),
+        "split": SPLIT_NOTE, "busbw": busbw_note(data),
+        "cost": "Median step time × target steps / 3600 × the billed hourly price of the attempts that measured "
+                "the steps; each label says how much dearer the cell is than the cheapest.",
+        "spend_time": "Each attempt accrues its billed hourly price from launch to termination (until now while "
+                      "open).",
+        "spend_provider": "Stacked by how each attempt ended."}
+    out = [f'<section id="{prefix}"><h2>campaign {_e(data.name)}</h2><div class="summary">{summary}</div>']
+    for name, title in _parts(data, figures):
+        out.append(_heading(f"{prefix}-{name}", title))
+        if name == "leaderboard":
+            out.append(leaderboard_table(data.leaderboard, f"{prefix}-leaderboard"))
+        elif name == "preflight":
+            out.append(preflight_table(data, f"{prefix}-preflight"))
+        else:
+            out.append(f'<figure>{figures[name]}</figure><p class="note">{_e(notes[name])}</p>')
+    out.append("</section>")
+    return "".join(out)
 
 
-def page(sections: Sequence[tuple[CampaignData, dict[str, str]]], generated_at: float) -> str:
-    """The whole page: one section per (campaign data, its figures by name)."""
+def contents(sections: Sequence[tuple[CampaignData, dict[str, str]]]) -> str:
+    """The table of contents: the ranking, then each campaign and its parts."""
+    items = ['<li><a href="#ranking">ranking across campaigns</a></li>']
+    for i, (data, figs) in enumerate(sections):
+        sub = "".join(f'<li><a href="#c{i}-{name}-title">{_e(title)}</a></li>' for name, title in _parts(data, figs))
+        items.append(f'<li><a href="#c{i}">campaign {_e(data.name)}</a><ul>{sub}</ul></li>')
+    return f'<nav id="toc"><b>contents</b><ul>{"".join(items)}</ul></nav>'
+
+
+RANKING_COLUMNS = ("rank", "campaign", "cell", "configuration", "market", "$/hr", "step ms (median)",
+                   "cost-to-train $", "vs cheapest")
+
+
+def ranking(sections: Sequence[tuple[CampaignData, dict[str, str]]]) -> str:
+    """Every cell with a result across the campaigns, cheapest cost-to-train first, one table per model
+    (a cost to train one model does not rank against another's)."""
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for data, _ in sections:
+        for row in data.leaderboard:
+            if row.get("cost_to_train_usd") is not None:
+                by_model.setdefault(str(row.get("model") or data.model), []).append(row)
+    out = ['<section id="ranking"><h2>ranking across campaigns</h2><p class="note">Every cell with a result, '
+           "cheapest cost-to-train first; one table per model, as costs of training different models do not "
+           "compare.</p>"]
+    if not by_model:
+        out.append('<p class="note">no cell has a result yet</p>')
+    for k, (model, rows) in enumerate(sorted(by_model.items())):
+        rows.sort(key=lambda r: (float(r["cost_to_train_usd"]), str(r.get("campaign")), str(r.get("cell"))))
+        cheapest = float(rows[0]["cost_to_train_usd"])
+        body = []
+        for rank, row in enumerate(rows, start=1):
+            cost = float(row["cost_to_train_usd"])
+            dearer = "cheapest" if cost <= cheapest or cheapest <= 0 else f"+{(cost / cheapest - 1) * 100:.1f} %"
+            values = (rank, row.get("campaign"), row.get("cell"), f"{row.get('gpu')}×{row.get('count')}",
+                      row.get("market"), _money(row.get("hourly_usd")), _ms(row.get("step_time_ms")),
+                      _money(cost), dearer)
+            body.append("<tr>" + "".join(f"<td class=num>{_e(v)}</td>" if _numeric(v) else f"<td>{_breakable(v)}</td>"
+                                         for v in values) + "</tr>")
+        head = "".join(f"<th>{_e(c)}</th>" for c in RANKING_COLUMNS)
+        out.append(f'<h3 id="ranking-{k}-title">{_e(model)}</h3><div class="wide"><table id="ranking-{k}">'
+                   f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def _money(value: Any) -> str:
+    return "-" if value is None else f"{float(value):,.2f}"
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{float(value):,.1f}"
+
+
+def page(sections: Sequence[tuple[CampaignData, dict[str, str]]], generated_at: float, overview: bool = False,
+         ) -> str:
+    """The whole page: one section per (campaign data, its figures by name); the page of every
+    campaign (``overview``) adds the table of contents and the ranking across campaigns first."""
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(generated_at))
     names = ", ".join(data.name for data, _ in sections)
     body = "".join(campaign_section(data, figs, f"c{i}") for i, (data, figs) in enumerate(sections))
+    if overview:
+        body = contents(sections) + ranking(sections) + body
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>benchctl report: {_e(names)}</title>'
             f"<style>{CSS}</style></head><body><h1>benchctl report</h1>"
             f'<p class="meta">campaigns: {_e(names)} · generated {_e(when)}</p>{body}</body></html>\n')

@@ -1,13 +1,16 @@
 """The report's figures: matplotlib (Agg), each returned as an inline ``<svg>`` string.
 
 Every function takes a campaign's ``CampaignData`` and always returns a figure (one that says what
-is missing when there is nothing to plot yet), so the page has the same sections at every stage of
-a campaign. The ``<svg>`` element's id is ``{prefix}-{figure}``; cells keep one colour across figures.
+is missing when there is nothing to plot yet); ``shown`` says which figures a campaign has: none for
+a phase its file does not run (an imported campaign: none without data). Cells are drawn in the
+data's order (rank order, cheapest cost-to-train first) and keep one colour across figures. The
+``<svg>`` element's id is ``{prefix}-{figure}``.
 """
 
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from benchctl.report_data import CampaignData
+from benchctl.report_data import CampaignData, median_step_ms
 from payload.collective_math import format_bytes
 from payload.stats import median, percentile
 
@@ -36,13 +39,32 @@ STYLE: dict[Any, Any] = {
 FIGURES = ("step_time", "split", "busbw", "cost", "spend_time", "spend_provider")
 
 
+FIGURE_PHASE = {"step_time": "profile", "split": "profile", "busbw": "collectives", "cost": "profile"}
+"""The payload phase a figure's data comes from (the others are about spend: every campaign has them)."""
+SMALL_SPREAD = 0.3
+"""A value axis starts at zero unless every value lies within this fraction of the largest."""
+
+
+def shown(data: CampaignData) -> tuple[str, ...]:
+    """The figures the campaign's page has: a phase's figures only where its file runs that phase, the
+    spend figures always (a campaign without phases in its file, an imported one whose nodes
+    benchctl never launched: only the figures with something to draw)."""
+    has_data = {"step_time": any(median_step_ms(c) is not None for c in data.cells),
+                "split": any(c.split for c in data.cells), "busbw": any(c.busbw for c in data.cells),
+                "cost": any(c.cost_usd is not None for c in data.cells),
+                "spend_time": bool(data.spend_curve), "spend_provider": bool(data.spend_by_provider)}
+    if data.phases is None:
+        return tuple(name for name in FIGURES if has_data[name])
+    return tuple(name for name in FIGURES if name not in FIGURE_PHASE or FIGURE_PHASE[name] in data.phases)
+
+
 def figures(data: CampaignData, prefix: str) -> dict[str, str]:
-    """Every figure of the campaign, by name (``FIGURES``), as an ``<svg>`` string."""
+    """The campaign's figures (``shown``), by name, as ``<svg>`` strings."""
     makers: dict[str, Callable[[CampaignData], Figure]] = {
         "step_time": step_time, "split": split, "busbw": busbw, "cost": cost, "spend_time": spend_time,
         "spend_provider": spend_provider}
     out = {}
-    for name in FIGURES:
+    for name in shown(data):
         with _style(f"{prefix}-{name}"):
             out[name] = _svg(makers[name](data))
     return out
@@ -88,15 +110,44 @@ def _cell_axis(ax: Axes, keys: list[str]) -> None:
     ax.grid(axis="y", visible=False)
 
 
+def _vs_best(value: float, best: float, word: str = "best") -> str:
+    """``best`` for the best value, else ``+x.x % vs best``."""
+    if best <= 0 or value <= best:
+        return word
+    return f"+{(value / best - 1) * 100:.1f} % vs {word}"
+
+
+def _value_axis(ax: Axes, low: float, high: float, unit: str, room: float = 0.4) -> str:
+    """Limit the x axis to [start, high + room]: start at 0, or, when every value lies within
+    ``SMALL_SPREAD`` of the largest (differences of a few % would be invisible from 0), just below the
+    smallest, marked broken (``//``) at its left end. Returns the axis label's note on where it starts."""
+    start = 0.0
+    if low > 0 and (high - low) <= SMALL_SPREAD * high:
+        margin = max(high - low, 0.02 * low)
+        below = low - margin
+        step = 10 ** math.floor(math.log10(margin))  # round to the spread's order of magnitude
+        start = max(0.0, math.floor(below / step) * step)
+    ax.set_xlim(start, high + (high - start) * room)
+    if start == 0:
+        return ""
+    ax.text(0.012, 0.005, "//", transform=ax.transAxes, ha="center", va="bottom", fontsize=11, fontweight="bold",
+            color="#333333")
+    return f"; axis broken: starts at {start:,.4g} {unit}, not 0, so that small differences show"
+
+
 def step_time(data: CampaignData) -> Figure:
-    """Timed step times per cell (dots), median (bar) and p10–p90 (whisker); baseline: the fastest
-    cell's median, and a published reference when the campaign's model has one."""
+    """Timed step times per cell (dots), median (bar) and p10–p90 (whisker), each labelled with its
+    median and ``+x % vs best`` (the fastest median); baseline: the fastest cell's median, and a
+    published reference when the campaign's model has one. The axis starts near the smallest value
+    when the differences are small (``_value_axis``)."""
     fig, ax = _cell_figure(len(data.cells))
     medians = [median(c.step_times_ms) for c in data.cells if c.step_times_ms]
     medians += [c.step_summary_ms[1] for c in data.cells if not c.step_times_ms and c.step_summary_ms]
     if not medians:
         _empty(ax, "no timed profile steps yet")
         return fig
+    best = min(medians)
+    low, high = best, 0.0
     for i, cell in enumerate(data.cells):
         times = cell.step_times_ms
         if times:
@@ -104,22 +155,23 @@ def step_time(data: CampaignData) -> Figure:
         elif cell.step_summary_ms:  # imported: no samples, only the summary
             p10, p50, p90 = cell.step_summary_ms
         else:
-            ax.text(0, i, "  no timed steps", va="center", color="#666666")
+            ax.text(0, i, "  no timed steps", va="center", color="#666666", transform=ax.get_yaxis_transform())
             continue
+        low, high = min(low, p10, *times), max(high, p90, *times)
         ax.barh(i, p50, height=0.55, color=_colour(i), alpha=0.35)
         ax.plot([p10, p90], [i, i], color=_colour(i), linewidth=2)
         jitter = [(k % 5 - 2) * 0.06 for k in range(len(times))]
         if times:
             ax.scatter(times, [i + j for j in jitter], s=12, color=_colour(i), zorder=3)
-        ax.text(p90, i - 0.32, f" {p50:,.1f} ms", va="center", fontsize=9)
-    best = min(medians)
+        ax.text(max([p90, *times]), i, f"  {p50:,.1f} ms, {_vs_best(p50, best)}", va="center", fontsize=9)
     ax.axvline(best, color="#333333", linestyle="--", linewidth=1,
                label=f"baseline: fastest cell's median {best:,.1f} ms")
     if data.reference is not None:
         ax.axvline(data.reference[0], color="#D55E00", linestyle=":", linewidth=1.5, label=data.reference[1])
+        low, high = min(low, data.reference[0]), max(high, data.reference[0])
     _cell_axis(ax, [c.key for c in data.cells])
-    ax.set_xlabel("step time (ms): dots = timed steps, bar = median, whisker = p10–p90")
-    ax.set_xlim(left=0)
+    note = _value_axis(ax, low, high, "ms")
+    ax.set_xlabel(f"step time (ms): dots = timed steps, bar = median, whisker = p10–p90{note}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, _below(fig)), ncol=2)
     return fig
 
@@ -132,6 +184,7 @@ def split(data: CampaignData) -> Figure:
     if not any(c.split for c in data.cells):
         _empty(ax, "no phase timings yet")
         return fig
+    widest = 0.0
     for i, cell in enumerate(data.cells):
         if cell.split is None:
             ax.text(0, i, "  no phase timings", va="center", color="#666666")
@@ -144,10 +197,13 @@ def split(data: CampaignData) -> Figure:
             ax.barh(i, seconds * 1000, left=left, height=0.6, color=colour, label=part if i == _first_split(data)
                     else None)
             left += seconds * 1000
-        ax.text(left, i, f" optimizer {s.optimizer_share:.0%}, of which comm {s.comm_share:.0%}", va="center",
-                fontsize=9)
+        widest = max(widest, left)
+        ax.text(left, i, f" optimizer {s.optimizer_share:.0%} of the step, its communication "
+                f"{s.comm_share:.0%} of the step", va="center", fontsize=9)
     _cell_axis(ax, [c.key for c in data.cells])
-    ax.set_xlabel("median time per step (ms); phases as the GPU's compute stream reached them")
+    ax.set_xlim(0, widest * 1.7 or 1.0)  # room for the labels
+    ax.set_xlabel("median time per step (ms); phases as the GPU's compute stream reached them; "
+                  "shares are of the median step time")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, _below(fig)), ncol=2)
     return fig
 
@@ -185,29 +241,36 @@ def busbw(data: CampaignData) -> Figure:
         ax.set_title(op)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("busbw (GB/s)")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    legend: dict[str, Any] = {}  # every plotted cell once, whichever panel it is on
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    handles, labels = list(legend.values()), list(legend)
     fig.legend(handles, labels, loc="lower center", ncol=min(3, max(1, len(labels))), bbox_to_anchor=(0.5, -0.02))
     fig.subplots_adjust(bottom=0.28 if rows == 1 else 0.15, wspace=0.3, hspace=0.45)
     return fig
 
 
 def cost(data: CampaignData) -> Figure:
-    """Cost-to-train per cell, with its inputs; cells without a result say so."""
+    """Cost-to-train per cell, with its price and ``+x % vs cheapest``; cells without a result say so.
+    The axis starts near the cheapest when the differences are small (``_value_axis``)."""
     fig, ax = _cell_figure(len(data.cells))
     costs = [c.cost_usd for c in data.cells if c.cost_usd is not None]
     if not costs:
         _empty(ax, "no cell has a result yet")
         return fig
+    cheapest = min(costs)
+    note = _value_axis(ax, cheapest, max(costs), "USD", room=0.6)
     for i, cell in enumerate(data.cells):
         if cell.cost_usd is None:
-            ax.text(0, i, f"  no result ({cell.state})", va="center", color="#666666")
+            ax.text(0, i, f"  no result ({cell.state})", va="center", color="#666666",
+                    transform=ax.get_yaxis_transform())
             continue
         ax.barh(i, cell.cost_usd, height=0.6, color=_colour(i))
-        ax.text(cell.cost_usd, i, f" ${cell.cost_usd:,.2f} at ${cell.hourly_usd or 0:,.2f}/h", va="center",
-                fontsize=9)
+        ax.text(cell.cost_usd, i, f" ${cell.cost_usd:,.2f} at ${cell.hourly_usd or 0:,.2f}/h, "
+                f"{_vs_best(cell.cost_usd, cheapest, 'cheapest')}", va="center", fontsize=9)
     _cell_axis(ax, [c.key for c in data.cells])
-    ax.set_xlim(0, max(costs) * 1.35)
-    ax.set_xlabel(f"cost to train {data.model} (USD)")
+    ax.set_xlabel(f"cost to train {data.model} (USD){note}")
     return fig
 
 

@@ -219,7 +219,7 @@ def test_without_a_name_every_campaign_gets_a_section_even_one_with_nothing_run(
     assert made.returncode == 0, made.stderr
     parsed = parse((tmp_path / "all" / "index.html").read_text())
     sections = [attrs["id"] for tag, attrs in parsed.elements if tag == "section"]
-    assert sections == ["c0", "c1"]
+    assert sections == ["ranking", "c0", "c1"]
     svg_ids = sorted(attrs["id"] for tag, attrs in parsed.elements if tag == "svg")
     assert svg_ids == sorted(f"c{i}-{name}" for i in (0, 1) for name in FIGURES)
     text = (tmp_path / "all" / "index.html").read_text()
@@ -234,6 +234,7 @@ def test_store_strings_are_escaped() -> None:
                     preflight=[PreflightRun(1, evil, "bad_node", {"nvlink": check})])
     data = CampaignData(name="c", budget_usd=1.0, spent_usd=0.0, model="nanochat-d1", tokens_per_step=128,
                         cells=[cell], spend_curve=[], spend_by_provider={}, now=0.0, reference=None,
+                        phases=("preflight", "collectives", "profile"),
                         leaderboard=[{**dict.fromkeys(COLUMNS), "campaign": "c", "cell": cell.key, "gpu": "cpu",
                                       "count": 1, "status": evil, "flags": [evil], "env": {"NCCL_ALGO": evil}}])
     text = page([(data, figures(data, "c0"))], generated_at=0.0)

@@ -17,7 +17,8 @@ from benchctl.cli.state import CliState, pass_state
 def report_command(state: CliState, campaign: str | None, out_dir: Path) -> None:
     """Write DIR/index.html: plots, leaderboard, preflight verdicts and spend of CAMPAIGN.
 
-    Without CAMPAIGN the page has one section per campaign in the store. The page fetches
+    Without CAMPAIGN the page has one section per campaign in the store, after a table of contents
+    and a ranking of every cell with a result across the campaigns (one table per model). The page fetches
     nothing: its CSS and figures (SVG) are inline, so it can be mailed or archived as one file.
     """
     import time
@@ -42,7 +43,7 @@ def report_command(state: CliState, campaign: str | None, out_dir: Path) -> None
         data = campaign_data(engine, camp.name, now)
         sections.append((data, figures(data, f"c{index}")))
     try:
-        path = write_page(out_dir, page(sections, now))
+        path = write_page(out_dir, page(sections, now, overview=campaign is None))
     except OSError as exc:
         raise UsageError(f"cannot write {out_dir / 'index.html'}: {exc.strerror or exc}: choose another --out "
                          f"folder") from None
