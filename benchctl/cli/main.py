@@ -13,6 +13,7 @@ from benchctl.cli.campaign_commands import resume, run
 from benchctl.cli.down_commands import down
 from benchctl.cli.import_files import import_command
 from benchctl.cli.leaderboard import leaderboard
+from benchctl.cli.logs import logs
 from benchctl.cli.payload_commands import comm_volume_command
 from benchctl.cli.plan_commands import plan
 from benchctl.cli.preflight_commands import preflight_command
@@ -35,6 +36,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
       benchctl run campaigns/local-smoke.yaml   run (or continue) a campaign
       benchctl resume                           continue every unfinished campaign
       benchctl status                           cells, attempts and spend
+      benchctl logs CELL [-f]                   why a cell's attempts ended, and their events
       benchctl down NAME                        terminate every node of a campaign
       benchctl leaderboard                      cost-to-train per provider and configuration
       benchctl import rows.json nccl.log        measurements taken elsewhere join the ranking
@@ -44,7 +46,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
 
 
 for command in (run, plan, resume, down, status, leaderboard, import_command, report_command,
-                comm_volume_command, preflight_command):
+                comm_volume_command, preflight_command, logs):
     cli.add_command(command)
 
 

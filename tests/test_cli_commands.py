@@ -1,0 +1,91 @@
+"""The commands users reach for after a run: logs, offers, check; completion, "did you mean",
+case-insensitive --format, JSON output and the --all confirmation of down (issue 18, items 10, 11, 13).
+Each test builds the store it needs with ``store.queries``: no campaign runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from store import queries as q
+from store.database import open_store
+from tests.conftest import cli_here
+
+
+def _store(home: Path) -> tuple[object, int]:
+    """A campaign ``c1`` with one cell whose first attempt failed preflight and second runs."""
+    home.mkdir(parents=True, exist_ok=True)
+    engine = open_store(f"sqlite:///{home / 'benchctl.db'}")
+    camp_id, _ = q.upsert_campaign(engine, "c1", "{}", "c1.yaml", 5.0,
+                                   [q.NewCell("local:cpux1:on-demand", "local", "cpu", 1, "on-demand", "{}")])
+    (cell,) = q.cells(engine, camp_id)
+    assert cell.id is not None
+    first = q.new_attempt(engine, cell.id, "tok1", "local", "on-demand", "r/{number}", 0.5, "node-a")
+    assert first.id is not None
+    q.record_events(engine, first.id, [{"t": 1.0, "kind": "check", "phase": "preflight", "name": "gpu_count",
+                                        "ok": False, "msg": "saw 7 GPUs\x1b]0;pwned\x07"}], 0, 10)
+    q.close_attempt(engine, first.id, "bad_node", "preflight failed: gpu_count saw 7 GPUs")
+    second = q.new_attempt(engine, cell.id, "tok2", "local", "on-demand", "r/{number}", 0.5, "node-b")
+    assert second.id is not None
+    q.record_events(engine, second.id, [{"t": 2.0, "kind": "step", "phase": "train", "step": 1}], 0, 10)
+    q.set_cell_state(engine, cell.id, "pending")
+    return engine, second.id
+
+
+def test_logs_shows_every_attempt_with_why_and_the_last_attempts_events(home: Path) -> None:
+    _store(home)
+    out = cli_here("logs", "local:cpux1:on-demand", home=home)
+    assert out.returncode == 0, out.stderr
+    assert "attempt 1 on node-a (local, on-demand, $" in out.stdout
+    assert "bad_node: preflight failed: gpu_count saw 7 GPUs" in out.stdout
+    assert "attempt 2 on node-b" in out.stdout and "running" in out.stdout
+    assert "events of attempt 2:" in out.stdout and "step [train] step=1" in out.stdout
+    assert "gpu_count" not in out.stdout.split("events of attempt 2:")[1]
+
+
+def test_logs_attempt_n_shows_that_attempts_events_cleaned(home: Path) -> None:
+    _store(home)
+    out = cli_here("logs", "local:cpux1:on-demand", "--attempt", "1", "--campaign", "c1", home=home)
+    assert out.returncode == 0, out.stderr
+    events = out.stdout.split("events of attempt 1:")[1]
+    assert "check [preflight]" in events and "name=gpu_count" in events and "ok=false" in events
+    assert "saw 7 GPUs" in events and "\x1b" not in out.stdout and "\x07" not in out.stdout
+
+
+def test_logs_bad_input_is_one_line_exit_2(home: Path) -> None:
+    _store(home)
+    for args, says in ((("nope",), "no cell 'nope'"),
+                       (("local:cpux1:on-demand", "--attempt", "9"), "has no attempt 9"),
+                       (("local:cpux1:on-demand", "--campaign", "c2"), "in campaign 'c2'")):
+        out = cli_here("logs", *args, home=home)
+        assert out.returncode == 2 and says in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+
+
+def test_logs_follow_prints_new_events_until_the_attempt_closes(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                ) -> None:
+    engine, running = _store(home)
+    polls = []
+
+    def controller_writes(_: float) -> None:  # stands in for the controller between two polls
+        polls.append(1)
+        q.record_events(engine, running, [{"t": 3.0, "kind": "step", "phase": "train", "step": 2}], 10, 20)  # type: ignore[arg-type]
+        q.close_attempt(engine, running, "done")  # type: ignore[arg-type]
+
+    monkeypatch.setattr("benchctl.cli.logs.time.sleep", controller_writes)
+    out = cli_here("logs", "local:cpux1:on-demand", "-f", home=home)
+    assert out.returncode == 0, out.stderr
+    assert polls == [1]
+    assert out.stdout.count("step=1") == 1 and "step=2" in out.stdout
+    assert out.stdout.rstrip().splitlines()[-1].endswith(": done")
+
+
+def test_status_shows_why_the_last_attempt_failed(home: Path) -> None:
+    engine, running = _store(home)
+    q.close_attempt(engine, running, "error", "payload exited 1: CUDA out of memory")  # type: ignore[arg-type]
+    table = cli_here("status", home=home)
+    assert "attempt 2 error: payload exited 1: CUDA out of memory" in table.stdout
+    cells = json.loads(cli_here("status", "--format", "JSON", home=home).stdout)["campaigns"][0]["cells"]
+    assert cells[0]["reason"] == "attempt 2 error: payload exited 1: CUDA out of memory"
