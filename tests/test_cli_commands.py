@@ -5,6 +5,7 @@ Each test builds the store it needs with ``store.queries``: no campaign runs."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from store import queries as q
 from store.database import open_store
 from tests.conftest import cli_here
+from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 
 
 def _store(home: Path) -> tuple[object, int]:
@@ -89,3 +91,68 @@ def test_status_shows_why_the_last_attempt_failed(home: Path) -> None:
     assert "attempt 2 error: payload exited 1: CUDA out of memory" in table.stdout
     cells = json.loads(cli_here("status", "--format", "JSON", home=home).stdout)["campaigns"][0]["cells"]
     assert cells[0]["reason"] == "attempt 2 error: payload exited 1: CUDA out of memory"
+
+
+@pytest.fixture
+def fake_runpod_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRunPod]:
+    """RunPod's API on loopback (as in tests/provisioners/conftest.py); the other clouds without keys."""
+    for var in ("VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # no ~/.aws, ~/.vast_api_key, ~/.runpod of the machine's
+    server = FakeRunPod("rp-key", ssh_port=22, authorized_keys=tmp_path / "authorized_keys",
+                        workdir=tmp_path / "pods", boot_s=0.0)
+    with running_fake_runpod(server) as url:
+        monkeypatch.setenv("RUNPOD_API_BASE_URL", url)
+        monkeypatch.setenv("RUNPOD_API_KEY", "rp-key")
+        yield server
+
+
+def test_offers_lists_runpod_prices_and_skips_providers_without_credentials(home: Path,
+                                                                          fake_runpod_api: FakeRunPod) -> None:
+    out = cli_here("offers", "--gpu", "H100_SXM", "--count", "8", "--market", "On-Demand", "--format", "JSON",
+                   home=home)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    runpod = [r for r in report["offers"] if r["provider"] == "runpod"]
+    # the fake's H100 80GB HBM3 secure-cloud price per GPU (2.99; RunPodSettings' default cloud), times 8
+    assert [(r["region"], r["hourly_usd"]) for r in runpod] == [("secure", pytest.approx(23.92))]
+    assert all(r["count"] == 8 and r["market"] == "on-demand" for r in runpod)
+    assert "runpod" in report["answered"] and "local" in report["answered"]
+    skipped = "\n".join(report["skipped"])
+    assert "vastai: skipped: no API key: set VAST_API_KEY" in skipped and "aws: skipped: no credentials" in skipped
+    assert "skypilot: skipped: pass --cloud" in skipped
+
+
+def test_offers_a_provider_error_is_one_line(home: Path, fake_runpod_api: FakeRunPod,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNPOD_API_KEY", "wrong-key")
+    out = cli_here("offers", "--provider", "runpod", home=home)
+    assert out.returncode == 1, out.stdout
+    lines = [line for line in out.stderr.splitlines() if line.startswith("runpod:")]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "no provider answered" in out.stderr
+    bad = cli_here("offers", "--provider", "nimbus", home=home)
+    assert bad.returncode == 2 and "unknown provider 'nimbus'" in bad.stderr
+
+
+def test_offers_local_answers_without_a_price(home: Path) -> None:
+    out = cli_here("offers", "--provider", "LOCAL", "--gpu", "cpu", "--market", "spot", home=home)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("local ")]
+    assert rows and all(r[1:4] == ["cpu", "1", "spot"] and r[6] == "-" for r in rows)
+
+
+def test_check_says_which_credentials_work(home: Path, fake_runpod_api: FakeRunPod,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    out = cli_here("check", "--format", "json", home=home)
+    assert out.returncode == 0, out.stderr
+    status = {r["provider"]: r for r in json.loads(out.stdout)["providers"]}
+    assert status["runpod"]["ok"] is True and status["local"]["ok"] is True
+    assert status["vastai"]["ok"] is False and "VAST_API_KEY" in status["vastai"]["detail"]
+    assert status["skypilot"]["ok"] is None and "sky check" in status["skypilot"]["detail"]
+    monkeypatch.setenv("RUNPOD_API_KEY", "wrong-key")  # the key is there, the API refuses it
+    refused = cli_here("check", "runpod", home=home)
+    assert refused.returncode == 1 and refused.stdout.startswith("runpod    no  ")
+    assert len(refused.stdout.splitlines()) == 1 and "Traceback" not in refused.stderr
+    none = cli_here("check", home=home)
+    assert none.returncode == 1 and "no provider that rents nodes works" in none.stderr

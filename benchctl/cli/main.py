@@ -10,10 +10,12 @@ import click
 
 from benchctl import __version__
 from benchctl.cli.campaign_commands import resume, run
+from benchctl.cli.check import check
 from benchctl.cli.down_commands import down
 from benchctl.cli.import_files import import_command
 from benchctl.cli.leaderboard import leaderboard
 from benchctl.cli.logs import logs
+from benchctl.cli.offers import offers
 from benchctl.cli.payload_commands import comm_volume_command
 from benchctl.cli.plan_commands import plan
 from benchctl.cli.preflight_commands import preflight_command
@@ -32,6 +34,8 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     """Benchmark campaigns on rented multi-GPU nodes, ranked by cost-to-train.
 
     \b
+      benchctl offers --gpu H100_SXM --count 8  what each provider rents now, and at what $/hr
+      benchctl check                            which providers' credentials work
       benchctl plan campaigns/h100-matrix.yaml  offers and worst-case spend, no launch
       benchctl run campaigns/local-smoke.yaml   run (or continue) a campaign
       benchctl resume                           continue every unfinished campaign
@@ -46,7 +50,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
 
 
 for command in (run, plan, resume, down, status, leaderboard, import_command, report_command,
-                comm_volume_command, preflight_command, logs):
+                comm_volume_command, preflight_command, logs, offers, check):
     cli.add_command(command)
 
 

@@ -11,7 +11,8 @@ from benchctl.cli.state import CliState, pass_state
 
 @click.command()
 @click.argument("name", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table",
+              show_default=True)
 @pass_state
 def status(state: CliState, name: str | None, fmt: str) -> None:
     """Cells, their states and attempts, and money spent (of campaign NAME, or all)."""
