@@ -24,7 +24,22 @@ from benchctl.cli.state import CliState
 from benchctl.cli.status import status
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group; a mistyped command name gets the nearest ones suggested."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        import difflib
+
+        name = args[0] if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.6)
+            if close:
+                ctx.fail(f"No such command {name!r}. Did you mean {' or '.join(repr(c) for c in close)}?")
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="benchctl")
 @click.option("--db", metavar="URL", help="SQLAlchemy database URL [env BENCHCTL_DB; default "
               "sqlite:///$BENCHCTL_HOME/benchctl.db].")
