@@ -485,7 +485,8 @@ def _spec_error(exc: ValidationError, file: str, lines: dict[Path_, int], to_pat
         problem = _problem(err)
         if err["type"] == "extra_forbidden" and err["loc"] and isinstance(err["loc"][-1], str):
             close = difflib.get_close_matches(err["loc"][-1], _keys_at(model, tuple(err["loc"][:-1])), n=1)
-            problem = problem.replace("unknown key;", f"unknown key (did you mean {close[0]!r}?);") if close else problem
+            if close:
+                problem = problem.replace("unknown key;", f"unknown key (did you mean {close[0]!r}?);")
         errors.append(SpecError(file, line_of(lines, path), format_path(path), problem))
     first = errors[0]
     if len(errors) > 1:

@@ -156,3 +156,107 @@ def test_check_says_which_credentials_work(home: Path, fake_runpod_api: FakeRunP
     assert len(refused.stdout.splitlines()) == 1 and "Traceback" not in refused.stderr
     none = cli_here("check", home=home)
     assert none.returncode == 1 and "no provider that rents nodes works" in none.stderr
+
+
+def test_bash_completion_script_is_produced_and_completes_commands(home: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("_BENCHCTL_COMPLETE", "bash_source")
+    script = cli_here(home=home)
+    assert script.returncode == 0 and "_benchctl_completion()" in script.stdout
+    assert "complete -o nosort -F _benchctl_completion benchctl" in script.stdout
+    monkeypatch.setenv("_BENCHCTL_COMPLETE", "bash_complete")
+    monkeypatch.setenv("COMP_WORDS", "benchctl lo")
+    monkeypatch.setenv("COMP_CWORD", "1")
+    assert cli_here(home=home).stdout.split() == ["plain,logs"]
+
+
+def test_a_mistyped_command_gets_did_you_mean(home: Path) -> None:
+    out = cli_here("leaderbord", home=home)
+    assert out.returncode == 2 and "Did you mean 'leaderboard'?" in out.stderr
+    assert "Did you mean" not in cli_here("xyzzy", home=home).stderr
+
+
+def test_an_unknown_campaign_key_gets_did_you_mean(tmp_path: Path) -> None:
+    from benchctl.errors import SpecError
+    from benchctl.spec import parse_campaign
+    from tests.conftest import TINY_CAMPAIGN, TWO_LOCAL_CELLS
+
+    text = TINY_CAMPAIGN.format(name="t", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2)
+    for right, wrong, where in (("budget_usd:", "budjet_usd:", "budjet_usd"),
+                                ("max_attempts:", "max_attemps:", "defaults.max_attemps"),
+                                ("provider:", "provder:", "matrix[0].provder"),
+                                ("budget_usd:", "providers: {runpod: {clod: ALL}}\nbudget_usd:",
+                                 "providers.runpod.clod")):
+        with pytest.raises(SpecError) as err:
+            parse_campaign(text.replace(right, wrong, 1), "c.yaml")
+        suggested = right.rstrip(":") if "clod" not in wrong else "cloud"
+        assert f"{where}: unknown key (did you mean {suggested!r}?)" in str(err.value), str(err.value)
+    with pytest.raises(SpecError) as err:
+        parse_campaign(text.replace("budget_usd:", "zzz: 1\nbudget_usd:", 1), "c.yaml")
+    assert "zzz: unknown key; remove it" in str(err.value)
+
+
+def test_format_takes_any_case_everywhere(home: Path) -> None:
+    for args in (("status", "--format", "JSON"), ("leaderboard", "--format", "Json"), ("check", "local", "--format",
+                 "JSON"), ("leaderboard", "--market", "SPOT", "--format", "json")):
+        out = cli_here(*args, home=home)
+        assert out.returncode == 0, (args, out.stderr)
+        json.loads(out.stdout)
+
+
+def test_import_json_output(home: Path, tmp_path: Path) -> None:
+    rows = tmp_path / "rows.yaml"
+    rows.write_text("- {provider: lambda, gpu: H100_SXM, count: 8, market: on-demand, hourly_usd: 23.92, "
+                    "step_time_ms: 702, target: {model: nanochat-d26, target_param_data_ratio: 8.5, "
+                    "total_batch_size: 524288}}\n")
+    out = cli_here("import", str(rows), "--campaign", "published", "--format", "json", home=home)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"campaign": "published", "results": 1, "skipped": 0, "collectives": 0,
+                                      "logs_read_as": []}
+
+
+def _runnable_campaign(home: Path, name: str) -> int:
+    """A stored local campaign benchctl could run (its spec parses), with one open attempt."""
+    from benchctl.spec import parse_campaign
+    from tests.conftest import TINY_CAMPAIGN, TWO_LOCAL_CELLS
+
+    home.mkdir(parents=True, exist_ok=True)
+    engine = open_store(f"sqlite:///{home / 'benchctl.db'}")
+    campaign = parse_campaign(TINY_CAMPAIGN.format(name=name, matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2),
+                              f"{name}.yaml")
+    camp_id, _ = q.upsert_campaign(engine, name, campaign.model_dump_json(), f"{name}.yaml", 5.0,
+                                   [q.NewCell(c.key, c.provider, c.gpu or "cpu", c.world_size, c.market, "{}")
+                                    for c in campaign.cells])
+    first = q.cells(engine, camp_id)[0]
+    assert first.id is not None
+    q.set_cell_state(engine, first.id, "running")
+    q.new_attempt(engine, first.id, f"tok-{name}", "local", "on-demand", "r/{number}", 0.5, "local-0")
+    return camp_id
+
+
+def test_down_all_refuses_without_a_terminal_unless_yes(home: Path) -> None:
+    _runnable_campaign(home, "alpha")
+    _runnable_campaign(home, "beta")
+    refused = cli_here("down", "--all", home=home)
+    assert refused.returncode == 2 and "pass --yes" in refused.stderr and "alpha, beta" in refused.stderr
+    status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
+    assert [c["cells"][0]["state"] for c in status["campaigns"]] == ["running", "running"], "nothing stopped"
+    done = cli_here("down", "--all", "--yes", "--format", "json", home=home)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)["campaigns"]
+    assert [(c["name"], c["closed_attempts"], c["cancelled_cells"]) for c in report] == [("alpha", 1, 2),
+                                                                                        ("beta", 1, 2)]
+
+
+def test_down_all_asks_on_a_terminal(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from benchctl.cli.main import cli
+
+    _runnable_campaign(home, "alpha")
+    monkeypatch.setattr("benchctl.cli.down_commands._stdin_is_terminal", lambda: True)
+    declined = CliRunner().invoke(cli, ["down", "--all"], input="n\n")
+    assert declined.exit_code == 1 and "stop 1 campaign(s): alpha?" in declined.output
+    assert "nothing stopped" in declined.output
+    status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
+    assert status["campaigns"][0]["cells"][0]["state"] == "running"

@@ -66,6 +66,9 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
 
 for command in (run, plan, resume, down, status, leaderboard, import_command, report_command,
                 comm_volume_command, preflight_command, logs, offers, check):
+    for param in command.params:  # every choice (--format, --market) takes any case: JSON, Spot
+        if isinstance(param.type, click.Choice):
+            param.type.case_sensitive = False
     cli.add_command(command)
 
 
