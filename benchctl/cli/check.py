@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from benchctl.cli.state import CliState, pass_state
@@ -39,7 +41,7 @@ def check(state: CliState, names: tuple[str, ...], fmt: str) -> None:
     from provisioners.registry import PROVIDERS
 
     providers = Providers(home())
-    results = []
+    results: list[dict[str, Any]] = []
     for name in _chosen(names, PROVIDERS):
         try:
             provider = providers.get(name)
