@@ -260,3 +260,16 @@ def test_down_all_asks_on_a_terminal(home: Path, monkeypatch: pytest.MonkeyPatch
     assert "nothing stopped" in declined.output
     status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
     assert status["campaigns"][0]["cells"][0]["state"] == "running"
+
+
+def test_logs_shows_the_end_of_the_payload_log_brought_home(home: Path) -> None:
+    _store(home)
+    attempt_dir = home / "artifacts" / "c1" / "local:cpux1:on-demand" / "1"
+    attempt_dir.mkdir(parents=True)
+    (attempt_dir / "payload.log").write_text("".join(f"line {i}\n" for i in range(100)) +
+                                             "RuntimeError: CUDA error\x1b[2J\n")
+    out = cli_here("logs", "local:cpux1:on-demand", "--attempt", "1", "--lines", "3", home=home)
+    assert out.returncode == 0, out.stderr
+    tail = out.stdout.split("payload.log:")[1].split()
+    assert tail == ["line", "98", "line", "99", "RuntimeError:", "CUDA", "error"]
+    assert "payload.log" not in cli_here("logs", "local:cpux1:on-demand", home=home).stdout  # attempt 2 has none

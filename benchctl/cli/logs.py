@@ -24,10 +24,13 @@ POLL_S = 1.0
 @click.option("--attempt", "number", type=click.IntRange(min=1), metavar="N",
               help="Which attempt's events to show [default: the last].")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events while the attempt runs.")
+@click.option("--lines", type=click.IntRange(min=0), default=40, show_default=True, metavar="N",
+              help="How many of the last lines of the attempt's payload.log to show, once brought home.")
 @pass_state
-def logs(state: CliState, cell: str, campaign: str | None, number: int | None, follow: bool) -> None:
+def logs(state: CliState, cell: str, campaign: str | None, number: int | None, follow: bool, lines: int) -> None:
     """The attempts of cell CELL (its key, as `benchctl status` shows it) with how and why each ended,
-    then the events the chosen attempt's node reported (stored by the controller as the run goes)."""
+    then the events the chosen attempt's node reported (stored by the controller as the run goes)
+    and the end of its payload.log when the controller brought it home."""
     from benchctl.errors import UsageError
     from benchctl.terminal_text import clean
     from store import queries as q
@@ -59,6 +62,7 @@ def logs(state: CliState, cell: str, campaign: str | None, number: int | None, f
     if not follow:
         if last < 0:
             click.echo("  (none stored)")
+        _print_log_tail(camp.name, row.key, chosen.number, lines)
         return
     try:
         while q.attempt_row(engine, chosen.id).open:
@@ -68,6 +72,24 @@ def logs(state: CliState, cell: str, campaign: str | None, number: int | None, f
         click.echo(_attempt_line(q.attempt_row(engine, chosen.id)))
     except KeyboardInterrupt:
         return
+
+
+def _print_log_tail(campaign: str, key: str, number: int, lines: int) -> None:
+    """The last ``lines`` lines of the attempt's payload.log under the home's artifacts, if there."""
+    from collections import deque
+
+    from benchctl.attempt_driver import cell_dir_name
+    from benchctl.settings import home
+    from benchctl.terminal_text import clean
+
+    path = home() / "artifacts" / campaign / cell_dir_name(key) / str(number) / "payload.log"
+    if lines == 0 or not path.is_file():
+        return
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        tail = deque(handle, maxlen=lines)
+    click.echo(f"last {len(tail)} line(s) of {path}:")
+    for line in tail:
+        click.echo("  " + clean(line.rstrip("\n")))
 
 
 def _attempt_line(a: Attempt) -> str:
