@@ -87,6 +87,8 @@ def _print_log_tail(campaign: str, key: str, number: int, lines: int) -> None:
         return
     with path.open(encoding="utf-8", errors="replace") as handle:
         tail = deque(handle, maxlen=lines)
+    if not tail:
+        return
     click.echo(f"last {len(tail)} line(s) of {path}:")
     for line in tail:
         click.echo("  " + clean(line.rstrip("\n")))
