@@ -8,10 +8,13 @@ raises SpecError naming the file, the line and the field.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -386,7 +389,7 @@ def parse_campaign(text: str, file: str) -> Campaign:
     try:
         spec = CampaignSpec.model_validate(data)
     except ValidationError as exc:
-        raise _spec_error(exc, file, lines, lambda loc: tuple(loc)) from None
+        raise _spec_error(exc, file, lines, lambda loc: tuple(loc), CampaignSpec) from None
     target = spec.target
     steps = target_steps(target.model, target.target_param_data_ratio, target.total_batch_size, target.vocab_size)
     where_target: Path_ = ("target", "target_param_data_ratio")
@@ -451,7 +454,7 @@ def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: 
             try:
                 cell = CellSpec.model_validate(raw)
             except ValidationError as exc:
-                raise _spec_error(exc, file, lines, to_path) from None
+                raise _spec_error(exc, file, lines, to_path, CellSpec) from None
             where = format_path(("matrix", i))
             if cell.key in seen:
                 raise SpecError(file, line_of(lines, ("matrix", i)), where,
@@ -472,16 +475,55 @@ def _check_batch(spec: CampaignSpec, cell: CellSpec, file: str, lines: dict[Path
                         f"{cell.world_size} = {per_step}; change one of them")
 
 
-def _spec_error(exc: ValidationError, file: str, lines: dict[Path_, int], to_path: Any) -> SpecError:
-    """The first validation error as a SpecError; the others are appended, one per line."""
+def _spec_error(exc: ValidationError, file: str, lines: dict[Path_, int], to_path: Any,
+                model: type[BaseModel]) -> SpecError:
+    """The first validation error as a SpecError; the others are appended, one per line. ``model``:
+    what was validated (an unknown key's message suggests the nearest key it has there)."""
     errors = []
     for err in exc.errors():
         path = to_path(tuple(err["loc"]))
-        errors.append(SpecError(file, line_of(lines, path), format_path(path), _problem(err)))
+        problem = _problem(err)
+        if err["type"] == "extra_forbidden" and err["loc"] and isinstance(err["loc"][-1], str):
+            close = difflib.get_close_matches(err["loc"][-1], _keys_at(model, tuple(err["loc"][:-1])), n=1)
+            if close:
+                problem = problem.replace("unknown key;", f"unknown key (did you mean {close[0]!r}?);")
+        errors.append(SpecError(file, line_of(lines, path), format_path(path), problem))
     first = errors[0]
     if len(errors) > 1:
         first.args = ("\n".join(str(e) for e in errors),)
     return first
+
+
+def _keys_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys the models at ``loc`` (a pydantic error location below ``model``) accept: field
+    names and aliases, through optionals, unions, lists and dicts. Parts that name no field (a union
+    member's tag) are passed over."""
+    def members(kind: Any) -> list[Any]:
+        if typing.get_origin(kind) in (typing.Union, types.UnionType, typing.Annotated):
+            args = typing.get_args(kind)
+            return [m for arg in (args[:1] if typing.get_origin(kind) is typing.Annotated else args)
+                    for m in members(arg)]
+        return [kind]
+
+    kinds: list[Any] = [model]
+    for part in loc:
+        found = []
+        for kind in (m for k in kinds for m in members(k)):
+            origin, args = typing.get_origin(kind), typing.get_args(kind)
+            if isinstance(part, str) and isinstance(kind, type) and issubclass(kind, BaseModel):
+                fields = {f.alias or n: f for n, f in kind.model_fields.items()} | kind.model_fields
+                if part in fields:
+                    found.append(fields[part].annotation)
+            elif isinstance(part, int) and origin in (list, tuple) and args:
+                found.append(args[0])
+            elif origin is dict and len(args) == 2:
+                found.append(args[1])
+        kinds = found or kinds
+    keys = []
+    for kind in (m for k in kinds for m in members(k)):
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            keys += [f.alias or n for n, f in kind.model_fields.items()]
+    return keys
 
 
 def _problem(err: Any) -> str:

@@ -257,3 +257,28 @@ def progress_snapshot(engine: Engine, campaign_id: int) -> ProgressSnapshot:
                   .where(Cell.campaign_id == campaign_id).group_by(col(Event.cell_id)))
         event_rows = s.exec(select(Event).where(col(Event.id).in_(newest)))
         return ProgressSnapshot(cell_rows, attempt_rows, {e.cell_id: e for e in event_rows})
+
+
+def cells_by_key(engine: Engine, key: str, campaign: str | None = None) -> list[tuple[Campaign, Cell]]:
+    """Every cell with ``key`` (in the campaign named ``campaign``, when given), oldest campaign first."""
+    with Session(engine) as s:
+        query = (select(Campaign, Cell).where(Cell.campaign_id == Campaign.id).where(Cell.key == key)
+                 .order_by(col(Campaign.created_at)))
+        if campaign is not None:
+            query = query.where(Campaign.name == campaign)
+        return [(k, c) for k, c in s.exec(query)]
+
+
+def attempt_events(engine: Engine, attempt_id: int, after_line: int = -1) -> list[Event]:
+    """The attempt's stored events after line ``after_line``, in line order."""
+    with Session(engine) as s:
+        return list(s.exec(select(Event).where(Event.attempt_id == attempt_id).where(Event.line > after_line)
+                           .order_by(col(Event.line))))
+
+
+def attempt_row(engine: Engine, attempt_id: int) -> Attempt:
+    with Session(engine) as s:
+        found = s.get(Attempt, attempt_id)
+        if found is None:
+            raise LookupError(f"no attempt {attempt_id}")
+        return found

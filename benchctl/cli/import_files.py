@@ -14,13 +14,23 @@ from benchctl.cli.state import CliState, pass_state
 @click.option("--campaign", help="The campaign the imports join (default: imported); never one benchctl ran.")
 @click.option("--config", "config", metavar="KEY",
               help="The cell an nccl-tests log measured (needed when the campaign has several).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table",
+              show_default=True, help="json: one object with what was imported, for scripts.")
 @pass_state
-def import_command(state: CliState, files: tuple[Path, ...], campaign: str | None, config: str | None) -> None:
+def import_command(state: CliState, files: tuple[Path, ...], campaign: str | None, config: str | None,
+                   fmt: str) -> None:
     """Import result records (.json/.yaml) and nccl-tests logs; all or nothing."""
     from benchctl.importer import import_files
     from benchctl.terminal_text import clean
 
     summary = import_files(state.engine(), list(files), campaign, config)
+    if fmt == "json":
+        from benchctl.render import render
+
+        click.echo(render([], [], "json", payload={
+            "campaign": summary.campaign, "results": summary.results, "skipped": summary.skipped,
+            "collectives": summary.collectives, "logs_read_as": list(summary.logs_read_as)}))
+        return
     skipped = f", skipped {summary.skipped} rows without a result" if summary.skipped else ""
     click.echo(f"imported {summary.results} results and {summary.collectives} nccl-tests logs into campaign "
                f"{clean(summary.campaign)}{skipped}; `benchctl leaderboard` ranks them")

@@ -10,9 +10,12 @@ import click
 
 from benchctl import __version__
 from benchctl.cli.campaign_commands import resume, run
+from benchctl.cli.check import check
 from benchctl.cli.down_commands import down
 from benchctl.cli.import_files import import_command
 from benchctl.cli.leaderboard import leaderboard
+from benchctl.cli.logs import logs
+from benchctl.cli.offers import offers
 from benchctl.cli.payload_commands import comm_volume_command
 from benchctl.cli.plan_commands import plan
 from benchctl.cli.preflight_commands import preflight_command
@@ -21,7 +24,22 @@ from benchctl.cli.state import CliState
 from benchctl.cli.status import status
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group; a mistyped command name gets the nearest ones suggested."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        import difflib
+
+        name = args[0] if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.6)
+            if close:
+                ctx.fail(f"No such command {name!r}. Did you mean {' or '.join(repr(c) for c in close)}?")
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="benchctl")
 @click.option("--db", metavar="URL", help="SQLAlchemy database URL [env BENCHCTL_DB; default "
               "sqlite:///$BENCHCTL_HOME/benchctl.db].")
@@ -31,10 +49,13 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
     """Benchmark campaigns on rented multi-GPU nodes, ranked by cost-to-train.
 
     \b
+      benchctl offers --gpu H100_SXM --count 8  what each provider rents now, and at what $/hr
+      benchctl check                            which providers' credentials work
       benchctl plan campaigns/h100-matrix.yaml  offers and worst-case spend, no launch
       benchctl run campaigns/local-smoke.yaml   run (or continue) a campaign
       benchctl resume                           continue every unfinished campaign
       benchctl status                           cells, attempts and spend
+      benchctl logs CELL [-f]                   why a cell's attempts ended, and their events
       benchctl down NAME                        terminate every node of a campaign
       benchctl leaderboard                      cost-to-train per provider and configuration
       benchctl import rows.json nccl.log        measurements taken elsewhere join the ranking
@@ -44,7 +65,10 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
 
 
 for command in (run, plan, resume, down, status, leaderboard, import_command, report_command,
-                comm_volume_command, preflight_command):
+                comm_volume_command, preflight_command, logs, offers, check):
+    for param in command.params:  # every choice (--format, --market) takes any case: JSON, Spot
+        if isinstance(param.type, click.Choice):
+            param.type.case_sensitive = False
     cli.add_command(command)
 
 

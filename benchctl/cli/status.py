@@ -11,7 +11,8 @@ from benchctl.cli.state import CliState, pass_state
 
 @click.command()
 @click.argument("name", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table",
+              show_default=True)
 @pass_state
 def status(state: CliState, name: str | None, fmt: str) -> None:
     """Cells, their states and attempts, and money spent (of campaign NAME, or all)."""
@@ -32,9 +33,12 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
         spent = q.spent_usd(engine, camp.id)
         by_outcome = q.spent_by_outcome(engine, camp.id)
         now = time.time()
-        cells = [{"key": c.key, "state": c.state, "attempts": len(q.attempts(engine, c.id or 0)),
-                  "controller": c.lease_owner if (c.lease_expires_at or 0) > now else None,
-                  "reason": c.reason} for c in q.cells(engine, camp.id)]
+        cells = []
+        for c in q.cells(engine, camp.id):
+            tries = q.attempts(engine, c.id or 0)
+            cells.append({"key": c.key, "state": c.state, "attempts": len(tries),
+                          "controller": c.lease_owner if (c.lease_expires_at or 0) > now else None,
+                          "reason": c.reason or _failure(tries)})
         report.append({"name": camp.name, "budget_usd": camp.budget_usd, "spent_usd": spent,
                        "remaining_usd": camp.budget_usd - spent, "spent_by_outcome_usd": by_outcome,
                        "bad_node_spent_usd": by_outcome.get("bad_node", 0.0), "cells": cells})
@@ -48,3 +52,12 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
                    f"${camp_report['budget_usd']:.2f}, ${camp_report['remaining_usd']:.4f} remaining "
                    f"(${camp_report['bad_node_spent_usd']:.4f} on nodes that failed preflight)")
         click.echo(render(camp_report["cells"], ["key", "state", "attempts", "controller", "reason"], "table"))
+
+
+def _failure(tries: list[Any]) -> str | None:
+    """Why the newest closed attempt failed (``outcome: detail``), None when it did not fail."""
+    closed = [a for a in tries if not a.open]
+    if not closed or closed[-1].outcome in (None, "done"):
+        return None
+    last = closed[-1]
+    return f"attempt {last.number} {last.outcome}" + (f": {last.detail}" if last.detail else "")
