@@ -41,7 +41,7 @@ from benchctl.run_context import Outcome, OutcomeKind, RunContext
 from benchctl.spec import CellSpec
 from payload.deadman import HEARTBEAT
 from payload.job import EXIT_BAD_NODE, EXIT_OK, Job
-from provisioners.base import Node, NodeState, Provider, ProviderError, Transport
+from provisioners.base import NoCapacity, Node, NodeState, Provider, ProviderError, Transport
 from provisioners.transfer_deadline import Deadline, TransferTimeout
 from store import queries as q
 from store.models import Artifact, Attempt
@@ -94,6 +94,9 @@ class AttemptDriver:
                 self.transition(CellState.COLLECTING)
             if outcome.kind in (OutcomeKind.DONE, OutcomeKind.BAD_NODE):  # a bad node's verdict and facts: evidence
                 outcome = self._collect_in_time(attempt, transport) or outcome
+            return outcome
+        except NoCapacity as exc:  # found while waiting for the node (SkyPilot fails over, then gives up)
+            outcome = Outcome(OutcomeKind.LAUNCH_FAILED, f"no capacity: {exc}")
             return outcome
         except ProviderError as exc:
             outcome = Outcome(OutcomeKind.ERROR, str(exc))

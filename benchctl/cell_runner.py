@@ -125,13 +125,8 @@ class CellRunner:
                 self.ctx.stop.wait(self.ctx.status_interval_s)
                 continue
             if rented.status in (RentStatus.NO_CAPACITY, RentStatus.ALL_HELD):  # not an attempt either
-                if capacity.exhausted():
-                    self.transition(CellState.FAILED, f"no capacity: {self.spec.provider} refused every launch for "
-                                    f"capacity for {capacity.waited_s / 60:.0f} min (last: {rented.detail}); "
-                                    "`benchctl resume` tries again")
+                if not self._back_off(capacity, rented.detail, rented.wait_s):
                     return CellState.FAILED
-                self.ctx.log(f"{self.key}: {rented.detail}; next try in {rented.wait_s:.0f} s")
-                self.ctx.stop.wait(rented.wait_s)
                 continue
             if rented.status is RentStatus.NO_OFFER:
                 self.transition(CellState.FAILED, f"{self.spec.provider} has no offer for this cell now "
@@ -141,14 +136,32 @@ class CellRunner:
                 self.transition(CellState.FAILED, f"budget: {rented.detail}; raise budget_usd (or lower "
                                 "payload.timeout_minutes) and `benchctl resume`")
                 return CellState.FAILED
-            tries += 1
             if rented.attempt is None or rented.node is None:
+                tries += 1
                 last = rented.detail
                 continue
             outcome = self.driver.drive(rented.attempt, rented.node, reattach=False)
+            if outcome.kind is OutcomeKind.LAUNCH_FAILED:  # capacity refused after the launch returned: not a try
+                if not self._back_off(capacity, outcome.detail, capacity.refused(rented.node.offer)):
+                    return CellState.FAILED
+                continue
+            capacity.launched()  # the node came up: the run of refusals is over
+            tries += 1
             last = f"{outcome.kind.value}: {outcome.detail}" if outcome.detail else outcome.kind.value
             if self._settle(outcome, rented.attempt, bad_hosts):
                 return self.state()
+
+    def _back_off(self, capacity: CapacityWait, detail: str, wait_s: float) -> bool:
+        """After a refusal for capacity: wait ``wait_s`` (False, the cell failed, once refusals have
+        lasted the capacity wait)."""
+        if capacity.exhausted():
+            self.transition(CellState.FAILED, f"no capacity: {self.spec.provider} refused every launch for "
+                            f"capacity for {capacity.waited_s / 60:.0f} min (last: {detail}); "
+                            "`benchctl resume` tries again")
+            return False
+        self.ctx.log(f"{self.key}: {detail}; next try in {wait_s:.0f} s")
+        self.ctx.stop.wait(wait_s)
+        return True
 
     def _rent(self, bad_hosts: set[str], capacity: CapacityWait) -> Rented:
         """Offer → budget → Attempt row → launch, under the provider's launch lock (two cells of this
@@ -183,7 +196,6 @@ class CellRunner:
                 q.close_attempt(self.ctx.engine, _id(attempt), OutcomeKind.LAUNCH_FAILED.value, str(exc))
                 return Rented(RentStatus.LAUNCH_FAILED, f"launch failed: {exc}", attempt)
             q.attach_node(self.ctx.engine, _id(attempt), node.to_dict())
-            capacity.launched()
             return Rented(RentStatus.LAUNCHED, "", attempt, node)
 
     def _settle(self, outcome: Outcome, attempt: Attempt | None, bad_hosts: set[str]) -> bool:

@@ -168,3 +168,39 @@ def test_capacity_wait_holds_refused_offers_for_hold_s_only() -> None:
     assert wait.exhausted()
     wait.launched()
     assert not wait.exhausted() and wait.refused(offers[0]) == 1.0
+
+
+class LateRefusingProvider(LocalProvider):
+    """Local nodes whose first ``refusals`` launches return and are then found out of capacity
+    while the driver waits for them (SkyPilot's way: its launch is a request, failover inside it)."""
+
+    def __init__(self, root: Path, refusals: int) -> None:
+        super().__init__(root)
+        self.refusals = refusals
+        self.refused: list[str] = []
+
+    def status(self, node: Node):  # type: ignore[no-untyped-def]
+        if len(self.refused) < self.refusals and node.node_id not in self.refused:
+            self.refused.append(node.node_id)
+        if node.node_id in self.refused:
+            raise NoCapacity(f"{node.node_id}: ResourcesUnavailableError: no zone had the instance type")
+        return super().status(node)
+
+
+def test_capacity_found_while_waiting_for_the_node_is_not_a_try_and_the_node_goes(tmp_path: Path) -> None:
+    provider = LateRefusingProvider(tmp_path / "nodes", refusals=2)
+    state, ctx, cell_id = _run(tmp_path, provider)
+    assert state is CellState.DONE, q.cell(ctx.engine, cell_id).reason
+    attempts = q.attempts(ctx.engine, cell_id)
+    assert [a.outcome for a in attempts] == ["launch_failed", "launch_failed", "done"], "max_attempts is 1"
+    assert "no capacity" in (attempts[0].detail or "") and not any(a.open for a in attempts)
+    assert provider.owned(ctx.campaign_tag) == [], "the refused nodes were taken down"
+    assert isinstance(ctx.stop, RecordingStop) and ctx.stop.waits[:2] == [0.01, 0.02]
+
+
+def test_capacity_found_late_still_gives_up_after_the_capacity_wait(tmp_path: Path) -> None:
+    provider = LateRefusingProvider(tmp_path / "nodes", refusals=10_000)
+    policy = CapacityPolicy(first_s=0.01, max_s=0.02, hold_s=0.0, give_up_after_s=0.5)
+    state, ctx, cell_id = _run(tmp_path, provider, policy)
+    assert state is CellState.FAILED
+    assert (q.cell(ctx.engine, cell_id).reason or "").startswith("no capacity: local refused every launch")
