@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY_CAMPAIGN, cli_here, run_cli
 from store import queries as q
+from tests.conftest import REPO, TINY_CAMPAIGN, cli_here, run_cli
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 from tests.local_campaign import home_store
 
