@@ -240,8 +240,18 @@ def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency:
         leases.close()
     print_leaderboard(engine, name, "table")
     if not summary.complete:
-        held = summary.held_elsewhere
-        unfinished = ", ".join(f"{k} ({s}{'; run by controller ' + held[k] if k in held else ''})"
-                               for k, s in summary.states.items() if s != "done")
-        raise BenchctlError(f"campaign {name} is not complete: {unfinished}. `benchctl status {name}` shows why; "
-                            f"`benchctl resume {name}` tries again")
+        raise BenchctlError(_not_complete(name, summary.states, summary.held_elsewhere))
+
+
+def _not_complete(name: str, states: dict[str, str], held: dict[str, str]) -> str:
+    """Why a campaign is not complete; when another live controller runs what is left, who and since
+    when, and how to follow it (trying again would only skip those cells again)."""
+    from benchctl.lease import holder
+
+    unfinished = ", ".join(f"{k} ({s}{'; run by controller ' + holder(held[k]).describe() if k in held else ''})"
+                           for k, s in states.items() if s != "done")
+    if held and all(k in held for k, s in states.items() if s != "done"):
+        return (f"campaign {name} is not complete: {unfinished}. Another controller is running it: "
+                f"`benchctl status --watch {name}` follows it")
+    return (f"campaign {name} is not complete: {unfinished}. `benchctl status {name}` shows why; "
+            f"`benchctl resume {name}` tries again")
