@@ -27,7 +27,10 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     campaign = load_campaign(file)
     refuse_unfit(campaign)
     providers = Providers(home(), campaign.spec.providers)
-    result = plan_campaign(campaign, providers)
+    try:
+        result = plan_campaign(campaign, providers)
+    finally:
+        providers.close()  # e.g. SkyPilot's local API server, when plan started it
     if fmt == "json":
         click.echo(render([], [], "json", payload={"campaign": campaign.spec.name, "cells": result.rows,
                                                   "worst_case_usd": result.worst_case_usd,
