@@ -111,14 +111,17 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
         fit = cell_fit(campaign, cell)
         row.update(mem_est_gib=fit.mem_est_gib, gpu_mem_gib=fit.gpu_mem_gib)
         offers = []
+        request = offer_request(cell, cell.key, image=image)
         if cell.provider in unavailable:
             row["warning"] = "needs " + unavailable[cell.provider].removeprefix(f"{cell.provider}: ")
         elif cell.provider in failed:  # asked once: an unreachable API is not asked again per cell
             row["warning"] = "offers failed (below)"
         else:
             try:
-                offers = providers.get(cell.provider).offers(offer_request(cell, cell.key, image=image))
+                offers = providers.get(cell.provider).offers(request)
                 answered.add(cell.provider)
+                if not offers and providers.get(cell.provider).all_busy(request):
+                    row["warning"] = "busy now: every matching node is in use (a run would wait for one)"
             except ProviderError as exc:
                 failed[cell.provider] = str(exc)
                 row["warning"] = "offers failed (below)"
@@ -154,4 +157,4 @@ def compact_table(plan: Plan) -> list[str]:
     lines = [f"{'cell':<{width}}  {'$/hr':>8}  {'expected':>9}  {'worst':>9}"]
     lines += [f"{r['cell']:<{width}}  {usd(r['hourly_usd']):>8}  {usd(r['expected_usd']):>9}  "
               f"{usd(r['worst_case_usd']):>9}" + (f"  {r['warning']}" if r["warning"] else "") for r in plan.rows]
-    return lines
+    return lines + ["expected: one attempt, billed up to its time limit; worst: all max_attempts attempts"]
