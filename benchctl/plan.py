@@ -157,4 +157,4 @@ def compact_table(plan: Plan) -> list[str]:
     lines = [f"{'cell':<{width}}  {'$/hr':>8}  {'expected':>9}  {'worst':>9}"]
     lines += [f"{r['cell']:<{width}}  {usd(r['hourly_usd']):>8}  {usd(r['expected_usd']):>9}  "
               f"{usd(r['worst_case_usd']):>9}" + (f"  {r['warning']}" if r["warning"] else "") for r in plan.rows]
-    return lines + ["expected: one attempt, billed up to its time limit; worst: all max_attempts attempts"]
+    return [*lines, "expected: one attempt, billed up to its time limit; worst: all max_attempts attempts"]
