@@ -54,19 +54,23 @@ class Plan:
 
     @property
     def capped_usd(self) -> float:
-        """The most that can be spent: the worst case of the priced cells, capped by the budget."""
+        """The most that can be spent: the worst case capped by the budget (the budget itself while
+        a cell's price is unknown)."""
+        if self.unpriced:
+            return self.budget_usd
         return min(self.spent_usd + self.priced_usd, self.budget_usd)
 
     def spend_line(self) -> str:
         """One line both ``plan`` and ``run`` print: the same figures."""
         worst = self.spent_usd + self.priced_usd
         spent = f" (${self.spent_usd:.2f} already spent)" if self.spent_usd else ""
-        line = f"worst case ${worst:.2f}{spent}"
         if self.unpriced:
-            line += f"; unknown for the {self.unpriced} cell(s) without an offer"
+            return (f"worst case ${worst:.2f}{spent} for the priced cells, unknown for the {self.unpriced} cell(s) "
+                    f"without an offer; budget_usd ${self.budget_usd:.2f} caps the spend")
         if worst > self.budget_usd:
-            return line + f"; over budget_usd ${self.budget_usd:.2f}, which caps the spend at ${self.capped_usd:.2f}"
-        return line + f" of budget_usd ${self.budget_usd:.2f}"
+            return (f"worst case ${worst:.2f}{spent}; over budget_usd ${self.budget_usd:.2f}, which caps the spend "
+                    f"at ${self.capped_usd:.2f}")
+        return f"worst case ${worst:.2f}{spent} of budget_usd ${self.budget_usd:.2f}"
 
     def problems(self) -> list[str]:
         """One line per provider that could not be asked or did not answer."""

@@ -99,3 +99,18 @@ def test_plan_without_credentials_shows_every_cell_with_what_it_needs(home: Path
     assert all(r["warning"].startswith("needs ") for r in rows.values()), rows
     assert plan["worst_case_usd"] is None
     assert len(result.stderr.strip().splitlines()) == 3
+
+
+def test_a_cell_without_a_price_makes_run_ask_for_the_whole_budget(home: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioners.local import LocalProvider
+
+    real = LocalProvider.offers
+    monkeypatch.setattr(LocalProvider, "offers",
+                        lambda self, request: [] if request.count == 2 else real(self, request))
+    path = _campaign(tmp_path, "  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.01}\n"
+                               "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 0.01}\n")
+    run = cli_here("run", str(path), "--confirm-above", "1", home=home)
+    assert run.returncode == 2, run.stderr
+    assert "unknown for the 1 cell(s) without an offer; budget_usd $5.00 caps the spend" in run.stderr
+    assert "up to $5.00 may be spent, above $1.00" in run.stderr, "an unknown price may cost up to the budget"
