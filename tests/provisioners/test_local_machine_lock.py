@@ -79,3 +79,22 @@ def test_the_lock_is_per_user_in_the_temp_dir_by_default(monkeypatch: pytest.Mon
     monkeypatch.delenv("BENCHCTL_LOCAL_LOCK")
     monkeypatch.setenv("BENCHCTL_HOME", "/somewhere/else")
     assert lock_path() == Path(tempfile.gettempdir()) / f"benchctl-local-{os.getuid()}.lock"
+
+
+def test_plan_says_a_local_cell_is_busy_while_another_process_runs_a_node(home: Path, tmp_path: Path,
+                                                                         write_campaign) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import cli_here
+
+    other = subprocess.Popen([sys.executable, "-c", OTHER_CONTROLLER, str(tmp_path / "other-home" / "local")],
+                             cwd=REPO, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert other.stdin is not None and other.stdout is not None
+    try:
+        assert other.stdout.readline().strip() == "launched"
+        result = cli_here("plan", str(write_campaign()), home=home)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.count("busy now: every matching node is in use") == 2, result.stdout
+    finally:
+        other.stdin.write("\n\n")
+        other.stdin.flush()
+        other.wait(timeout=30)
