@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -52,6 +54,50 @@ def holder_is_dead(owner: str) -> bool:
     except ValueError:
         return False
     return host == socket.gethostname() and ticks != start
+
+
+def _started_at(ticks: str) -> float | None:
+    """Seconds since the epoch for a start time in clock ticks since boot (``/proc/stat`` btime)."""
+    try:
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease, as ``status`` and ``resume`` show it."""
+
+    owner: str
+    host: str
+    pid: str
+    alive: bool | None
+    """None when it runs on another host (alive while its lease is renewed)."""
+    since: float | None
+    """When its process started (this host only), seconds since the epoch."""
+
+    def describe(self) -> str:
+        where = f"{self.host} pid {self.pid}"
+        if self.alive is None:
+            return f"{where} (another host; alive while it renews its lease)"
+        if not self.alive:
+            return f"{where} (dead: its cells are free to resume)"
+        since = f" since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.since))}" if self.since else ""
+        return f"{where}{since} (alive)"
+
+
+def holder(owner: str) -> Holder:
+    """Describe the controller ``owner`` (an id from ``controller_id``)."""
+    try:
+        host, pid, start = owner.rsplit("/", 2)
+    except ValueError:
+        return Holder(owner, owner, "?", None, None)
+    if host != socket.gethostname():
+        return Holder(owner, host, pid, None, None)
+    alive = not holder_is_dead(owner)
+    return Holder(owner, host, pid, alive, _started_at(start) if alive and start != "0" else None)
 
 
 class Leases:

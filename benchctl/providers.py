@@ -37,6 +37,11 @@ class Providers:
             self._made[name] = self._make(name)
         return self._made[name]
 
+    def close(self) -> None:
+        """Each provider made gives back what it started for this command (``Provider.close``)."""
+        for provider in self._made.values():
+            provider.close()
+
     def _make(self, name: str) -> Provider:
         """A provider from its row in the table: its SDK missing or its credentials missing are usage
         errors (exit 2)."""

@@ -209,6 +209,11 @@ class Provider(ABC):
         written or rented; may ask the provider's API. Default: the constructor's checks suffice."""
         return None
 
+    def close(self) -> None:
+        """Give back what this provider started for the command and would leave running (e.g.
+        SkyPilot's local API server after ``plan``). Default: nothing."""
+        return None
+
     def plan_notes(self) -> list[str]:
         """What ``plan`` tells the user about this provider's cells: requirements it cannot check
         itself (e.g. what the image must run). Default: none."""

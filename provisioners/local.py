@@ -21,7 +21,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError, Transport
+from provisioners import local_machine_lock
+from provisioners.base import NoCapacity, Node, NodeState, Offer, OfferRequest, Provider, ProviderError, Transport
 from provisioners.local_processes import kill_node_processes, node_env, process_alive
 from provisioners.local_transport import LocalTransport
 from provisioners.node_records import write_private
@@ -38,7 +39,9 @@ class LocalProvider(Provider):
     delay is drawn in ×[0.5, 1.5] of ``preempt_after_s``."""
 
     name = "local"
-    max_parallel_nodes = 1  # local nodes share this machine's CPUs and GPUs
+    max_parallel_nodes = 1  # local nodes share this machine's CPUs and GPUs: across processes too
+    # (``local_machine_lock``): while another process runs a local node, there is no offer and
+    # ``all_busy`` holds, so a cell waits rather than skew both measurements.
 
     def __init__(self, root: Path, hosts: int = 4) -> None:
         self.root = root
@@ -46,6 +49,8 @@ class LocalProvider(Provider):
 
     def offers(self, request: OfferRequest) -> list[Offer]:
         if request.gpu.lower() != "cpu" and _visible_gpus() < request.count:
+            return []
+        if local_machine_lock.held_elsewhere():
             return []
         faults = dict(request.extra.get("faults") or {})
         faulty = int(faults.pop("hosts", 1)) if faults else 0
@@ -60,7 +65,19 @@ class LocalProvider(Provider):
                                 details={"faults": faults, "cell": request.label} if index < faulty else {}))
         return offers
 
+    def all_busy(self, request: OfferRequest) -> bool:
+        return local_machine_lock.held_elsewhere()
+
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
+        if not local_machine_lock.take(token):
+            raise NoCapacity("another process runs a local node on this machine")
+        try:
+            return self._launch(offer, token, campaign_tag)
+        except BaseException:
+            local_machine_lock.give_back(token)
+            raise
+
+    def _launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         node_dir = self.root / token
         (node_dir / "home").mkdir(parents=True, exist_ok=True)
         # The record exists before any process does, so no crash leaves a process nobody can find.
@@ -136,6 +153,7 @@ class LocalProvider(Provider):
 
     def terminate(self, node: Node) -> None:
         kill_node_processes(node.token)  # whatever the record says: processes are what bills
+        local_machine_lock.give_back(node.token)
         node_dir = self.root / node.node_id
         record = _read_record(node_dir)
         if record is None:

@@ -165,6 +165,9 @@ class SkyPilotProvider(Provider):
         validate_gpu(request)
         validate(task_config(request, "benchctl", self.settings.disk_size), request.label)
 
+    def close(self) -> None:
+        self.client.stop_started_api_server()
+
     def check_access(self, requests: Sequence[OfferRequest]) -> None:
         wanted = sorted({str(r.extra.get("cloud", "")).lower() for r in requests} - {""})
         if not wanted:

@@ -82,6 +82,9 @@ class SkyClient(Protocol):
     def enabled_clouds(self) -> list[str]:
         """The clouds SkyPilot has credentials for (``sky check``), lower-case names."""
 
+    def stop_started_api_server(self) -> None:
+        """Stop the local API server if a call of this client started it (none was running before)."""
+
     def launch_error(self, request_id: str) -> BaseException | None:
         """The exception a FAILED launch request failed with (None when SkyPilot gives none)."""
 
@@ -93,6 +96,7 @@ class SkySDK:
         import sky
 
         self.sky = sky
+        self._api_server_was_up: bool | None = None
 
     def launch(self, task: Any, cluster_name: str, autodown_idle_minutes: int) -> str:
         from sky.skylet.autostop_lib import AutostopWaitFor
@@ -169,7 +173,25 @@ class SkySDK:
     def enabled_clouds(self) -> list[str]:
         from sky.client import sdk
 
+        self._note_api_server()
         return [str(cloud).lower() for cloud in self.sky.get(sdk.enabled_clouds())]
+
+    def _note_api_server(self) -> None:
+        """Whether a local API server ran before our first call: the client starts one when none
+        answers (sky/server/common.py ``check_server_healthy_or_start_fn``, SkyPilot 0.14.1)."""
+        from sky.server import common as server_common
+
+        if self._api_server_was_up is None:
+            status = server_common.get_api_server_status().status
+            self._api_server_was_up = status is not server_common.ApiServerStatus.UNHEALTHY
+
+    def stop_started_api_server(self) -> None:
+        from sky.client import sdk
+        from sky.server import common as server_common
+
+        if self._api_server_was_up is False and server_common.is_api_server_local():
+            sdk.api_stop()  # sky/client/sdk.py ``api_stop``: the local server only
+            self._api_server_was_up = None
 
     def launch_error(self, request_id: str) -> BaseException | None:
         try:

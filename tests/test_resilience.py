@@ -87,7 +87,7 @@ def test_run_asks_before_a_large_worst_case_and_refuses_without_a_terminal(home:
                     .replace("budget_usd: 5", "budget_usd: 500"))
     refused = run_cli("run", str(path), "--confirm-above", "1", home=home)
     assert refused.returncode == 2
-    assert "worst-case spend $4.83 is above $1.00: pass --yes" in refused.stderr
+    assert "up to $4.83 may be spent, above $1.00: pass --yes" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert not (home / "benchctl.db").exists() or q.campaigns(home_store(home)) == [], "nothing was written"
 

@@ -86,24 +86,30 @@ def register_campaign(engine: Engine, campaign: Campaign, file: str) -> Campaign
 
 def _confirm_spend(engine: Engine, campaign: Campaign, previous: CampaignRow | None, providers: Any, yes: bool,
                    confirm_above: float) -> None:
-    """Print the worst-case spend of what is left to run; above ``confirm_above`` ask (or refuse
-    without a terminal) unless ``--yes``. Runs before anything is written."""
+    """Print the spend of what is left to run (the figures ``plan`` prints); when the most that can
+    be spent (the worst case, capped by the budget) is above ``confirm_above``, show the per-cell plan
+    and ask (or refuse without a terminal) unless ``--yes``. A provider that does not answer stops
+    the run: one line per provider, exit 1. Runs before anything is written."""
     import sys
 
-    from benchctl.budget import worst_case_spend
     from benchctl.errors import UsageError
+    from benchctl.plan import compact_table, plan_campaign
     from store import queries as q
 
     done, spent = set(), 0.0
     if previous is not None and previous.id is not None:
         done = {c.key for c in q.cells(engine, previous.id) if c.state == "done"}
         spent = q.spent_usd(engine, previous.id)
-    worst = worst_case_spend(campaign, [c for c in campaign.cells if c.key not in done], providers, spent)
-    progress(f"campaign {campaign.spec.name}: worst-case spend ${worst:.2f} "
-             f"(budget_usd ${campaign.spec.budget_usd:.2f})")
-    if worst <= confirm_above or yes:
+    result = plan_campaign(campaign, providers, [c for c in campaign.cells if c.key not in done], spent)
+    result.raise_problems()
+    line = f"campaign {campaign.spec.name}: {result.spend_line()}"
+    if result.capped_usd <= confirm_above or yes:
+        progress(line)
         return
-    question = f"worst-case spend ${worst:.2f} is above ${confirm_above:.2f}"
+    for row in compact_table(result):
+        progress(row)
+    progress(line)
+    question = f"up to ${result.capped_usd:.2f} may be spent, above ${confirm_above:.2f}"
     if not sys.stdin.isatty():
         raise UsageError(f"{question}: pass --yes to run it without a terminal (or raise --confirm-above); "
                          "nothing was launched")
@@ -272,8 +278,18 @@ def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency:
         leases.close()
     print_leaderboard(engine, name, "table")
     if not summary.complete:
-        held = summary.held_elsewhere
-        unfinished = ", ".join(f"{k} ({s}{'; run by controller ' + held[k] if k in held else ''})"
-                               for k, s in summary.states.items() if s != "done")
-        raise BenchctlError(f"campaign {name} is not complete: {unfinished}. `benchctl status {name}` shows why; "
-                            f"`benchctl resume {name}` tries again")
+        raise BenchctlError(_not_complete(name, summary.states, summary.held_elsewhere))
+
+
+def _not_complete(name: str, states: dict[str, str], held: dict[str, str]) -> str:
+    """Why a campaign is not complete; when another live controller runs what is left, who and since
+    when, and how to follow it (trying again would only skip those cells again)."""
+    from benchctl.lease import holder
+
+    unfinished = ", ".join(f"{k} ({s}{'; run by controller ' + holder(held[k]).describe() if k in held else ''})"
+                           for k, s in states.items() if s != "done")
+    if held and all(k in held for k, s in states.items() if s != "done"):
+        return (f"campaign {name} is not complete: {unfinished}. Another controller is running it: "
+                f"`benchctl status --watch {name}` follows it")
+    return (f"campaign {name} is not complete: {unfinished}. `benchctl status {name}` shows why; "
+            f"`benchctl resume {name}` tries again")

@@ -12,7 +12,10 @@ from benchctl.cli.state import CliState, pass_state
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
 @pass_state
 def plan(state: CliState, file: str, fmt: str) -> None:
-    """Expand FILE's matrix and ask each provider for offers; launch nothing, write nothing."""
+    """Expand FILE's matrix and ask each provider for offers; launch nothing, write nothing.
+
+    Every cell is shown, also those whose provider is not set up here (each says what it needs) or
+    did not answer; then one line per such provider and a non-zero exit (2: set-up, 1: no answer)."""
     from benchctl.memory_fit import refuse_unfit
     from benchctl.plan import COLUMNS, plan_campaign
     from benchctl.providers import Providers
@@ -24,17 +27,18 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     campaign = load_campaign(file)
     refuse_unfit(campaign)
     providers = Providers(home(), campaign.spec.providers)
-    providers.check(cell.provider for cell in campaign.cells)
-    providers.check_cells(campaign.cells, campaign.spec.defaults.image)
-    result = plan_campaign(campaign, providers)
+    try:
+        result = plan_campaign(campaign, providers)
+    finally:
+        providers.close()  # e.g. SkyPilot's local API server, when plan started it
     if fmt == "json":
         click.echo(render([], [], "json", payload={"campaign": campaign.spec.name, "cells": result.rows,
                                                   "worst_case_usd": result.worst_case_usd,
-                                                  "budget_usd": result.budget_usd, "warnings": result.warnings}))
-        return
-    click.echo(render(result.rows, COLUMNS, fmt, title=f"plan: {campaign.spec.name}"))
-    unpriced = sum(row["worst_case_usd"] is None for row in result.rows)
-    unknown = f"; unknown for the {unpriced} cell(s) without an offer" if unpriced else ""
-    click.echo(f"worst case ${result.priced_usd:.2f} of budget_usd ${result.budget_usd:.2f}{unknown}")
-    for warning in result.warnings:
-        click.echo(f"warning: {clean(warning)}")  # provider messages are untrusted text
+                                                  "budget_usd": result.budget_usd, "warnings": result.warnings,
+                                                  "problems": result.problems()}))
+    else:
+        click.echo(render(result.rows, COLUMNS, fmt, title=f"plan: {campaign.spec.name}"))
+        click.echo(result.spend_line())
+        for warning in result.warnings:
+            click.echo(f"warning: {clean(warning)}")  # provider messages are untrusted text
+    result.raise_problems()

@@ -13,9 +13,31 @@ from benchctl.cli.state import CliState, pass_state
 @click.argument("name", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table",
               show_default=True)
+@click.option("--watch", is_flag=True, help="Print it again every --interval seconds, until Ctrl-C.")
+@click.option("--interval", "-n", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="SECONDS",
+              help="Seconds between refreshes with --watch.")
 @pass_state
-def status(state: CliState, name: str | None, fmt: str) -> None:
-    """Cells, their states and attempts, and money spent (of campaign NAME, or all)."""
+def status(state: CliState, name: str | None, fmt: str, watch: bool, interval: float) -> None:
+    """Cells, their states and attempts, the controller running each (alive or dead, since when),
+    and money spent (of campaign NAME, or all)."""
+    import time
+
+    if not watch:
+        _status_once(state, name, fmt)
+        return
+    try:
+        while True:
+            if fmt == "table":
+                click.clear()
+                click.echo(f"every {interval:g}s (Ctrl-C stops): benchctl status{' ' + name if name else ''}  "
+                           f"{time.strftime('%H:%M:%S')}")
+            _status_once(state, name, fmt)
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
+def _status_once(state: CliState, name: str | None, fmt: str) -> None:
     import time
 
     from benchctl.errors import CampaignNotFound
@@ -37,7 +59,7 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
         for c in q.cells(engine, camp.id):
             tries = q.attempts(engine, c.id or 0)
             cells.append({"key": c.key, "state": c.state, "attempts": len(tries),
-                          "controller": c.lease_owner if (c.lease_expires_at or 0) > now else None,
+                          **_controller(c.lease_owner if (c.lease_expires_at or 0) > now else None),
                           "reason": c.reason or _failure(tries)})
         report.append({"name": camp.name, "budget_usd": camp.budget_usd, "spent_usd": spent,
                        "remaining_usd": camp.budget_usd - spent, "spent_by_outcome_usd": by_outcome,
@@ -51,7 +73,8 @@ def status(state: CliState, name: str | None, fmt: str) -> None:
         click.echo(f"campaign {clean(camp_report['name'])}: spent ${camp_report['spent_usd']:.4f} of "
                    f"${camp_report['budget_usd']:.2f}, ${camp_report['remaining_usd']:.4f} remaining "
                    f"(${camp_report['bad_node_spent_usd']:.4f} on nodes that failed preflight)")
-        click.echo(render(camp_report["cells"], ["key", "state", "attempts", "controller", "reason"], "table"))
+        rows = [{**c, "controller": c["controller_text"]} for c in camp_report["cells"]]
+        click.echo(render(rows, ["key", "state", "attempts", "controller", "reason"], "table"))
 
 
 def _failure(tries: list[Any]) -> str | None:
@@ -61,3 +84,14 @@ def _failure(tries: list[Any]) -> str | None:
         return None
     last = closed[-1]
     return f"attempt {last.number} {last.outcome}" + (f": {last.detail}" if last.detail else "")
+
+
+def _controller(owner: str | None) -> dict[str, Any]:
+    """The cell's controller: its id, whether its process is alive (None: another host), since when."""
+    from benchctl.lease import holder
+
+    if owner is None:
+        return {"controller": None, "controller_alive": None, "controller_since": None, "controller_text": None}
+    who = holder(owner)
+    return {"controller": owner, "controller_alive": who.alive, "controller_since": who.since,
+            "controller_text": who.describe()}

@@ -82,6 +82,11 @@ class SkyPilotStandIn:
     """Clusters the skylet tore down by autodown."""
     renewals: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    api_server_running: bool = False
+    """Whether a local API server runs: a call that needs one starts it when none answers, as
+    SkyPilot's client does (sky/server/common.py ``check_server_healthy_or_start_fn``, 0.14.1);
+    ``prices`` reads the catalog on the client and needs none (sky/catalog/__init__.py)."""
+    started_api_server: bool = False
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -178,7 +183,14 @@ class SkyPilotStandIn:
 
     def enabled_clouds(self) -> list[str]:
         self._fault()
+        if not self.api_server_running:
+            self.api_server_running = self.started_api_server = True
         return list(self.enabled)
+
+    def stop_started_api_server(self) -> None:
+        """``sky api stop`` (sky/client/sdk.py ``api_stop``) on the server our call started."""
+        if self.started_api_server:
+            self.api_server_running = self.started_api_server = False
 
     def launch_error(self, request_id: str) -> BaseException | None:
         self._fault()
