@@ -3,7 +3,7 @@
 ``PlainProgress`` prints one ``HH:MM:SS <message>`` line per message on stderr: stable and
 parseable (scripts and tests read it). ``LiveProgress`` draws a rich table on stderr, redrawn
 twice a second, one row per cell: key, state, profile steps ``done/total`` with an ETA from the step
-rate seen so far, elapsed, attempt, spent, last event; columns that do not fit the terminal's width
+rate seen so far, elapsed, spent, attempt, last event; columns that do not fit the terminal's width
 are left out from the right of that order (at 80 columns: key, state, steps, elapsed, spent). A message
 ``"<cell key>: ..."`` becomes that cell's last event; other messages print above the table.
 Cell threads only call ``log`` (it queues under a lock); one refresh thread reads the store

@@ -247,6 +247,10 @@ def test_rows_spent_elapsed_attempt_and_last_event(engine: Engine) -> None:
     assert b.last_event == "profile: sample step 3"
     assert (c.state, c.attempt, c.elapsed_s, c.spent_usd, c.last_event) == ("pending", None, None, 0.0, "")
 
+    steps = {r.key: r for r in cell_rows(snapshot, ["b", "a"], notes, now, since, 10, StepRates())}
+    assert (steps["b"].steps_done, steps["b"].steps_total, steps["b"].eta_s) == (10, 10, None), "done: all steps"
+    assert (steps["a"].steps_done, steps["a"].steps_total) == (None, 10), "no timed step seen yet"
+
 
 def test_format_elapsed() -> None:
     assert [format_elapsed(s) for s in (None, 0.4, 59, 61, 3599, 3600 + 125)] == ["-", "0s", "59s", "1m01s", "59m59s",
