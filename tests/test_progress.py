@@ -20,10 +20,20 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from benchctl.progress import LiveProgress, Note, PlainProgress, cell_rows, format_elapsed, pick_progress
+from benchctl.progress import (
+    CellRow,
+    LiveProgress,
+    Note,
+    PlainProgress,
+    StepRates,
+    cell_rows,
+    format_elapsed,
+    pick_progress,
+    render_table,
+)
 from store import queries as q
 from store.database import open_store
-from store.models import Attempt, Cell
+from store.models import Attempt, Cell, Event
 from tests.conftest import REPO
 from tests.local_campaign import wait_for
 
@@ -239,6 +249,10 @@ def test_rows_spent_elapsed_attempt_and_last_event(engine: Engine) -> None:
     assert b.last_event == "profile: sample step 3"
     assert (c.state, c.attempt, c.elapsed_s, c.spent_usd, c.last_event) == ("pending", None, None, 0.0, "")
 
+    steps = {r.key: r for r in cell_rows(snapshot, ["b", "a"], notes, now, since, 10, StepRates())}
+    assert (steps["b"].steps_done, steps["b"].steps_total, steps["b"].eta_s) == (10, 10, None), "done: all steps"
+    assert (steps["a"].steps_done, steps["a"].steps_total) == (None, 10), "no timed step seen yet"
+
 
 def test_format_elapsed() -> None:
     assert [format_elapsed(s) for s in (None, 0.4, 59, 61, 3599, 3600 + 125)] == ["-", "0s", "59s", "1m01s", "59m59s",
@@ -259,3 +273,58 @@ def test_live_view_routes_messages_and_draws_the_store(engine: Engine) -> None:
     assert "b: waiting" not in text, "a cell's message is its row's last event"
     view.log("after the view: a plain line")  # goes to stderr; the view is stopped and must not draw
     assert "after the view" not in out.getvalue()
+
+
+# -- the table at a terminal's width ---------------------------------------------------------
+
+WIDE_ROWS = [
+    CellRow(key="runpod:NVIDIA-H100-80GB-HBM3x8:on-demand:NCCL_ALGO=Ring", state="provisioning", attempt=2,
+            elapsed_s=125, spent_usd=1.5, last_event="profile: sample step 41", steps_done=38, steps_total=80,
+            eta_s=72),
+    CellRow(key="vastai:H100_SXMx8:spot", state="preempted", attempt=1, elapsed_s=30, spent_usd=0.25,
+            last_event="preempted: the host reclaimed it", steps_done=None, steps_total=80),
+]
+
+
+def drawn(width: int) -> list[str]:
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(render_table(WIDE_ROWS, "campaign c", width))
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_table_fits_the_width_and_keeps_key_state_and_steps(width: int) -> None:
+    lines = drawn(width)
+    assert max(len(line) for line in lines) <= width, "\n".join(lines)
+    header = next(line for line in lines if "state" in line)
+    assert [c for c in ("cell", "state", "steps", "elapsed") if c not in header] == [], header
+    first = next(line for line in lines if line.startswith("│ runpod:"))
+    assert " provisioning " in first and " 38/80 ~1m12s " in first, first
+    second = next(line for line in lines if line.startswith("│ vastai:H100_SXMx8:spot "))  # short keys stay whole
+    assert " preempted " in second and " 0/80 " in second, second
+    if width == 80:
+        assert "…" in first, "the long key is ellipsized, not the state or the steps"
+    else:
+        assert [c for c in ("attempt", "spent", "last event") if c not in header] == [], header
+        assert "profile: sample step 41" in first and "preempted: the host" in second
+
+
+def test_step_rates_count_timed_steps_and_time_the_rest() -> None:
+    def sample(attempt: int, t: float, timed_index: int | None) -> Event:
+        return Event(cell_id=1, attempt_id=attempt, line=0, t=t, kind="sample", phase="profile",
+                     data_json=f'{{"timed_index": {"null" if timed_index is None else timed_index}}}')
+
+    rates = StepRates()
+    rates.observe(1, sample(7, 100.0, None))  # warmup: nothing timed yet
+    assert (rates.done(1), rates.eta_s(1, 80)) == (None, None)
+    rates.observe(1, sample(7, 110.0, 9))
+    assert (rates.done(1), rates.eta_s(1, 80)) == (10, None), "one step seen: no rate yet"
+    rates.observe(1, sample(7, 130.0, 19))  # 10 steps in 20 s: 2 s a step
+    assert rates.done(1) == 20
+    assert rates.eta_s(1, 80) == pytest.approx(120.0)
+    rates.observe(1, sample(8, 500.0, 20))  # a new attempt continues the count; its rate starts afresh
+    assert (rates.done(1), rates.eta_s(1, 80)) == (21, None)
+    rates.observe(1, sample(8, 501.0, 30))
+    assert rates.eta_s(1, 80) == pytest.approx(49 * 0.1)

@@ -259,7 +259,9 @@ def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency:
     name = campaign.spec.name
     assert row.id is not None
     leases = Leases(engine, lease_ttl_s())
-    view = pick_progress(engine, row.id, [c.key for c in campaign.cells], name, campaign.spec.budget_usd)
+    payload = campaign.spec.payload
+    view = pick_progress(engine, row.id, [c.key for c in campaign.cells], name, campaign.spec.budget_usd,
+                         payload.profile.steps if "profile" in payload.phases else None)
     ctx = RunContext(engine=engine, campaign=campaign, campaign_id=row.id, campaign_uid=row.uid,
                      providers=Providers(home(), campaign.spec.providers),
                      artifacts_dir=home() / "artifacts" / name, leases=leases,
