@@ -22,10 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "run":
-        from payload.runner import run_job
+        from .runner import run_job
 
         return run_job(args.job)
-    from payload.distributed import run_worker
+    from .distributed import run_worker
 
     return run_worker(args.job, args.phase, args.rank, args.world_size, args.rendezvous, args.timeout_s)
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from payload import node_facts as nf
-from payload.gpu_models import gpu_model
-from payload.thresholds import (
+from . import node_facts as nf
+from .gpu_models import gpu_model
+from .thresholds import (
     EXPECTED_ALLREDUCE_BUSBW,
     EXPECTED_GEMM_TFLOPS,
     EXPECTED_HBM_GBPS,

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from payload.collective_math import bandwidths, sweep
-from payload.events import EventLog
-from payload.job import Job
+from .collective_math import bandwidths, sweep
+from .events import EventLog
+from .job import Job
 
 if TYPE_CHECKING:
-    from payload.distributed import Ranks
+    from .distributed import Ranks
 
 ELEMENT = 4  # float32, nccl-tests' default "float"
 
@@ -83,7 +83,7 @@ def collectives_rank(job: Job, rank: int, world_size: int, events: EventLog | No
     import torch
     import torch.distributed as dist
 
-    from payload.distributed import barrier, group_device, synchronize
+    from .distributed import barrier, group_device, synchronize
 
     cfg = job.collectives
     if cfg is None:
@@ -153,8 +153,8 @@ def nccl_tests_table(rows: list[dict[str, Any]]) -> str:
 def run_collectives(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None = None) -> dict[str, Any]:
     """Runner side: run the sweep on the attempt's ``ranks`` (on ranks of its own without), then
     summarise the largest size of each op."""
-    from payload.distributed import launch
-    from payload.events import read_samples
+    from .distributed import launch
+    from .events import read_samples
 
     if ranks is None:
         launch(job_path, "collectives", job.count)

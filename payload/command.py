@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from payload.events import EventLog
-from payload.job import Job
+from .events import EventLog
+from .job import Job
 
 RESERVED = ("t", "kind", "phase")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from payload.param_groups import Collective, param_groups
-from payload.presets import model_dims
+from .param_groups import Collective, param_groups
+from .presets import model_dims
 
 
 def comm_volume(model: str, world_size: int, vocab_size: int | None = None) -> dict[str, Any]:

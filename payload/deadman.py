@@ -18,8 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from payload.events import EventLog
-from payload.job import EXIT_IDLE
+from .events import EventLog
+from .job import EXIT_IDLE
 
 HEARTBEAT = "heartbeat"
 

@@ -29,8 +29,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from payload.events import EventLog
-from payload.job import Job
+from .events import EventLog
+from .job import Job
 
 if TYPE_CHECKING:
     import torch
@@ -245,9 +245,9 @@ def _failure_message(phase: str, rank: int, proc: subprocess.Popen[bytes], log: 
 
 
 def _rank_functions() -> dict[str, Callable[[Job, int, int, EventLog | None], None]]:
-    from payload.collectives import collectives_rank
-    from payload.probes import allreduce_rank
-    from payload.profile import profile_rank
+    from .collectives import collectives_rank
+    from .probes import allreduce_rank
+    from .profile import profile_rank
 
     return {"profile": profile_rank, "collectives": collectives_rank, "preflight_allreduce": allreduce_rank}
 

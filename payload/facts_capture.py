@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from payload.env_policy import redacted
+from .env_policy import redacted
 
 QUERY = ("index,name,uuid,pci.bus_id,driver_version,memory.total,power.limit,"
          "ecc.errors.uncorrected.volatile.total,clocks.max.sm")

@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from payload.param_groups import BYTES, param_groups
-from payload.presets import model_dims
+from .param_groups import BYTES, param_groups
+from .presets import model_dims
 
 GIB = 1024**3
 ACT_BYTES_PER_LAYER_DIM = 60

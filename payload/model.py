@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from payload.presets import VE_GATE_CHANNELS, ModelDims, window_sizes
+from .presets import VE_GATE_CHANNELS, ModelDims, window_sizes
 
 LOGIT_SOFTCAP = 15.0
 ROPE_BASE = 10000

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from payload.param_groups import ParamGroup, module_params, param_groups
+from .param_groups import ParamGroup, module_params, param_groups
 
 
 @dataclass

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from payload.events import EventLog
-from payload.job import Job
-from payload.probes import cuda_timed
+from .events import EventLog
+from .job import Job
+from .probes import cuda_timed
 
 COPY_BYTES = 256 * 1024**2
 LATENCY_BYTES = 4
@@ -33,7 +33,7 @@ def skip_reason(job: Job, visible_gpus: int) -> str | None:
 def run_p2p(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
     """Runner side: measure every pair in a child process that exits (``payload.child``: the
     buffers and the CUDA contexts on every GPU go with it), then emit the samples and the table."""
-    from payload.child import run_in_child
+    from .child import run_in_child
 
     gpus, rows = 0, []
     if job.gpu.lower() != "cpu":

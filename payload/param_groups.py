@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from payload.presets import ParamSpec
+from .presets import ParamSpec
 
 if TYPE_CHECKING:
     from torch import nn

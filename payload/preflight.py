@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from payload.checks import Expect, Facts, judge, verdict
-from payload.events import EventLog
-from payload.facts_capture import capture, faults
-from payload.job import Job
-from payload.thresholds import resolve
+from .checks import Expect, Facts, judge, verdict
+from .events import EventLog
+from .facts_capture import capture, faults
+from .job import Job
+from .thresholds import resolve
 
 if TYPE_CHECKING:
-    from payload.distributed import Ranks
+    from .distributed import Ranks
 
 NCCL_DEBUG_FILE = "nccl-debug.%h.%p.log"
 """One NCCL log per rank: NCCL expands %h to the host name and %p to the process id (ranks writing
@@ -39,8 +39,8 @@ def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float,
     """Live measurements; returns (probes, names of probes that ran out of time). The per-GPU
     probes run in a child process that exits (``payload.child``), freeing their CUDA contexts
     and cached memory; the all_reduce runs on the attempt's ``ranks`` (on ranks of its own without)."""
-    from payload import probes as live
-    from payload.child import run_in_child
+    from . import probes as live
+    from .child import run_in_child
 
     injected = faults()
     probes: dict[str, Any] = {}
@@ -69,7 +69,7 @@ def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probe
                ranks: Ranks | None = None) -> list[str]:
     import os
 
-    from payload.distributed import RanksFailed, launch
+    from .distributed import RanksFailed, launch
 
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(facts_dir / NCCL_DEBUG_FILE)}
     previous = {k: os.environ.get(k) for k in env}

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from payload.events import EventLog
-from payload.job import Job
+from .events import EventLog
+from .job import Job
 
 GEMM_N = 8192
 HBM_BYTES = 1024**3
@@ -44,7 +44,7 @@ def cuda_timed(fn: Any, iters: int, devices: Sequence[int]) -> float:
     synchronizes of every device in ``devices``. Name every device ``fn`` touches: a cross-device
     copy runs on the source device's stream, so synchronizing only the current device times the
     enqueue, not the copy."""
-    from payload.distributed import synchronize
+    from .distributed import synchronize
 
     fn()
     synchronize(devices)
@@ -104,8 +104,8 @@ def allreduce_rank(job: Job, rank: int, world_size: int, events: EventLog | None
     import torch
     import torch.distributed as dist
 
-    from payload.collective_math import bandwidths
-    from payload.distributed import group_device, synchronize
+    from .collective_math import bandwidths
+    from .distributed import group_device, synchronize
 
     device = group_device()
     buf = torch.empty(ALLREDUCE_BYTES // 4, device=device)

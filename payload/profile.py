@@ -40,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from payload.events import EventLog, read_samples
-from payload.job import Job, ProfileConfig
-from payload.spot_notice import notice_file
-from payload.stats import median, percentile
+from .events import EventLog, read_samples
+from .job import Job, ProfileConfig
+from .spot_notice import notice_file
+from .stats import median, percentile
 
 PHASES = ("fwd_bwd_s", "opt_phase1_s", "opt_phase2_s", "opt_phase3_s")
 
@@ -111,11 +111,11 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     import torch
     import torch.distributed as dist
 
-    from payload.gpu_models import bf16_peak
-    from payload.memory_estimate import estimate
-    from payload.model import build_model
-    from payload.optim import ZeroMuonAdamW
-    from payload.presets import model_dims
+    from .gpu_models import bf16_peak
+    from .memory_estimate import estimate
+    from .model import build_model
+    from .optim import ZeroMuonAdamW
+    from .presets import model_dims
 
     cfg = job.profile
     if cfg is None:

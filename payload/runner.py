@@ -22,16 +22,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from payload.collectives import run_collectives
-from payload.command import run_command
-from payload.deadman import start_deadman
-from payload.distributed import Ranks, launch
-from payload.events import EventLog
-from payload.job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
-from payload.p2p import run_p2p
-from payload.preflight import BadNode, run_preflight
-from payload.profile import summarize
-from payload.spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed, wait_for_reclaim
+from .collectives import run_collectives
+from .command import run_command
+from .deadman import start_deadman
+from .distributed import Ranks, launch
+from .events import EventLog
+from .job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
+from .p2p import run_p2p
+from .preflight import BadNode, run_preflight
+from .profile import summarize
+from .spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed, wait_for_reclaim
 
 PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
-from provisioners.base import ProviderError, Unavailable
+from benchctl.provisioners.base import ProviderError, Unavailable
 
 T = TypeVar("T")
 ErrorTable = Sequence[tuple[type[BaseException] | tuple[type[BaseException], ...], type[ProviderError]]]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from provisioners.transfer_deadline import Deadline
+    from benchctl.provisioners.transfer_deadline import Deadline
 
 
 class NodeState(str, enum.Enum):

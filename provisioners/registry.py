@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provisioners.aws import AWSProvider, AWSSettings
-from provisioners.base import Provider, ProviderSettings
-from provisioners.local import LocalProvider
-from provisioners.runpod import RunPodProvider, RunPodSettings
-from provisioners.skypilot import SkyPilotProvider, SkyPilotSettings
-from provisioners.ssh import SSHProvider, SSHSettings
-from provisioners.vastai import VastProvider, VastSettings
+from benchctl.provisioners.aws.provider import AWSProvider, AWSSettings
+from benchctl.provisioners.base import Provider, ProviderSettings
+from benchctl.provisioners.local.provider import LocalProvider
+from benchctl.provisioners.runpod.provider import RunPodProvider, RunPodSettings
+from benchctl.provisioners.skypilot.provider import SkyPilotProvider, SkyPilotSettings
+from benchctl.provisioners.ssh import SSHProvider, SSHSettings
+from benchctl.provisioners.vastai import VastProvider, VastSettings
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from provisioners.base import ProviderError
+from benchctl.provisioners.base import ProviderError
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
 MAX_MEMBERS = 10_000

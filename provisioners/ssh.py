@@ -19,9 +19,9 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError, ProviderSettings
-from provisioners.node_records import write_private
-from provisioners.ssh_transport import SSHEndpoint, SSHTransport
+from benchctl.provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError, ProviderSettings
+from benchctl.provisioners.node_records import write_private
+from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
 
 class SSHNode(ProviderSettings):

@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from provisioners.base import ProviderError
+from benchctl.provisioners.base import ProviderError
 
 
 def campaign_key(root: Path, campaign_tag: str) -> tuple[Path, str]:

@@ -33,9 +33,9 @@ from typing import IO
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
-from provisioners.base import CommandResult, ProviderError, Transport
-from provisioners.safe_tar import extract_stream
-from provisioners.transfer_deadline import Deadline, killed_at
+from benchctl.provisioners.base import CommandResult, ProviderError, Transport
+from benchctl.provisioners.safe_tar import extract_stream
+from benchctl.provisioners.transfer_deadline import Deadline, killed_at
 
 SSH_FAILED = 255
 EXIT_GRACE_S = 10.0

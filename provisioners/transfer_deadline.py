@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from provisioners.base import ProviderError
+from benchctl.provisioners.base import ProviderError
 
 CHECK_EVERY_S = 0.1
 """How often a watched process is checked against its deadline."""

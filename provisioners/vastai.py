@@ -52,8 +52,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
-from provisioners.api_retry import Wording, call_api
-from provisioners.base import (
+from benchctl.provisioners.api_retry import Wording, call_api
+from benchctl.provisioners.base import (
     AuthError,
     NoCapacity,
     Node,
@@ -66,8 +66,8 @@ from provisioners.base import (
     ProviderSettings,
     Unavailable,
 )
-from provisioners.ssh_keys import campaign_key
-from provisioners.ssh_transport import SSHEndpoint, SSHTransport
+from benchctl.provisioners.ssh_keys import campaign_key
+from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
 GPU_NAMES = {"H100_SXM": "H100 SXM", "H100_PCIE": "H100 PCIE", "H100_NVL": "H100 NVL", "A100_SXM": "A100 SXM4",
              "A100_PCIE": "A100 PCIE"}

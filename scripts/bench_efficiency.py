@@ -51,8 +51,8 @@ def run_cell(repo: Path, steps: int, count: int) -> dict[str, float]:
         subprocess.run([sys.executable, "-m", "benchctl", "run", str(campaign), "--yes"], cwd=repo, env=env,
                        check=True, capture_output=True)
         run_s = time.perf_counter() - started
-        from store import queries as q
-        from store.database import open_store
+        from benchctl.store import queries as q
+        from benchctl.store.database import open_store
 
         engine = open_store(f"sqlite:///{home / 'benchctl.db'}")
         (campaign_row,) = q.campaigns(engine)

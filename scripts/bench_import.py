@@ -25,9 +25,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_leaderboard import fill  # noqa: E402
 
-from benchctl.result_records import read_records  # noqa: E402
-from store.database import open_store  # noqa: E402
-from store.imports import save_import  # noqa: E402
+from benchctl.results.records import read_records  # noqa: E402
+from benchctl.store.database import open_store  # noqa: E402
+from benchctl.store.imports import save_import  # noqa: E402
 
 
 def main() -> None:

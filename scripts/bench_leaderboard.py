@@ -23,10 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchctl.leaderboard import TABLE_COLUMNS, display_row, leaderboard_rows  # noqa: E402
-from benchctl.render import render  # noqa: E402
-from store.database import open_store  # noqa: E402
-from store.imports import CellResult, save_import  # noqa: E402
+from benchctl.report.render import render  # noqa: E402
+from benchctl.results.leaderboard import TABLE_COLUMNS, display_row, leaderboard_rows  # noqa: E402
+from benchctl.store.database import open_store  # noqa: E402
+from benchctl.store.imports import CellResult, save_import  # noqa: E402
 
 
 def fill(url: str, rows: int) -> None:

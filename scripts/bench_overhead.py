@@ -52,8 +52,8 @@ def run_controller(work: Path, campaign: Path) -> float:
 def run_direct(work: Path, campaign: Path) -> float:
     """The job the controller would send, run by hand: same payload, same job.json fields."""
     sys.path.insert(0, str(REPO))
-    from benchctl.spec import load_campaign
-    from payload.job import Job
+    from benchctl.campaign.spec import load_campaign
+    from benchctl.payload.job import Job
 
     loaded = load_campaign(campaign)
     (cell,) = loaded.cells

@@ -42,8 +42,8 @@ def main() -> None:
     parser.add_argument("--status-interval", type=float, default=5.0)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from store import queries as q
-    from store.database import open_store
+    from benchctl.store import queries as q
+    from benchctl.store.database import open_store
 
     home = Path(tempfile.mkdtemp(prefix="benchctl-preempt-"))
     campaign = home / "campaign.yaml"

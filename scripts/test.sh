@@ -23,6 +23,7 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 # Two workers: most tests wait on subprocesses and polls, so this machine's 2 cores fit two of them.
 # The whole suite runs here; `scripts/test.sh -m "not slow"` is the fast tier (no end-to-end runs).
 .venv/bin/python -m pytest -q -n 2 --durations=15 "$@"

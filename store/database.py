@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from store.migrations import upgrade
+from benchctl.store.migrations import upgrade
 
 
 class StoreError(Exception):

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from store.models import Attempt, Campaign, Cell, Event, Result
+from benchctl.store.models import Attempt, Campaign, Cell, Event, Result
 
 IMPORTED = "imported"
 

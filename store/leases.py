@@ -15,7 +15,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from store.models import Cell
+from benchctl.store.models import Cell
 
 _cell = Cell.__table__  # type: ignore[attr-defined]
 

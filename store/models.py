@@ -1,6 +1,6 @@
 """Tables. Times are unix seconds (float); JSON blobs are text.
 
-The schema these classes describe must equal what ``store.migrations`` builds (a test compares
+The schema these classes describe must equal what ``benchctl.store.migrations`` builds (a test compares
 them); change both together, with a new migration.
 """
 

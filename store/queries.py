@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
-from store.models import Artifact, Attempt, Campaign, Cell, Event, Result
+from benchctl.store.models import Artifact, Attempt, Campaign, Cell, Event, Result
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ TWO_LOCAL_CELLS = """\
 
 @pytest.fixture(autouse=True)
 def _private_local_machine_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test's local nodes take a lock of their own (``provisioners.local_machine_lock``), so
+    """Each test's local nodes take a lock of their own (``benchctl.provisioners.local.machine_lock``), so
     tests running side by side (xdist workers) do not wait for each other's nodes."""
     monkeypatch.setenv("BENCHCTL_LOCAL_LOCK", str(tmp_path / "local-machine.lock"))
 

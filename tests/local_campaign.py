@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from provisioners.base import Node, NodeState
-from provisioners.local import LocalProvider
-from provisioners.local_processes import node_processes
-from store import queries as q
-from store.database import open_store
+from benchctl.provisioners.base import Node, NodeState
+from benchctl.provisioners.local.processes import node_processes
+from benchctl.provisioners.local.provider import LocalProvider
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
 from tests.conftest import REPO
 
 REPORT_CAMPAIGN = """\

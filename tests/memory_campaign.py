@@ -8,16 +8,16 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from benchctl.budget import Budget, attempt_worst_case_s
-from benchctl.cli.campaign_commands import register_campaign
-from benchctl.lease import Leases
-from benchctl.providers import Providers
-from benchctl.run_context import RunContext
-from benchctl.spec import load_campaign
-from provisioners.base import Offer, Provider
-from store import queries as q
-from store.database import open_store
-from store.models import Attempt, Cell
+from benchctl.campaign.spec import load_campaign
+from benchctl.cli.run import register_campaign
+from benchctl.engine.budget import Budget, attempt_worst_case_s
+from benchctl.engine.lease import Leases
+from benchctl.engine.providers import Providers
+from benchctl.engine.run_context import RunContext
+from benchctl.provisioners.base import Offer, Provider
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
+from benchctl.store.models import Attempt, Cell
 from tests.conftest import TINY_CAMPAIGN
 from tests.fakes.memory_provider import MemoryProvider
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from payload.spot_notice import ENDPOINT_ENV
-from store import queries as q
+from benchctl.payload.spot_notice import ENDPOINT_ENV
+from benchctl.store import queries as q
 from tests.cloud_checks import CANARY, assert_canary_nowhere, measuring
 from tests.conftest import REPO
 from tests.fakes.aws_fake import FakeAWS, FakeIMDS, running_fake_aws, running_fake_imds

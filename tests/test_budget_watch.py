@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from provisioners.base import Node, NodeState
-from provisioners.ssh import SSHProvider
-from store import queries as q
-from store.models import Attempt
+from benchctl.provisioners.base import Node, NodeState
+from benchctl.provisioners.ssh import SSHProvider
+from benchctl.store import queries as q
+from benchctl.store.models import Attempt
 from tests.fakes.sshd import SSHServer
 from tests.fakes.stalling_node import STALL_S, stall_campaign, stalling_sshd
 from tests.local_campaign import home_store, only_cell, start, wait_for

@@ -10,19 +10,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchctl.budget import Budget
-from benchctl.capacity import CapacityPolicy, CapacityWait
-from benchctl.cell_runner import CellRunner
-from benchctl.cell_states import CellState
-from benchctl.cli.campaign_commands import register_campaign
-from benchctl.lease import Leases
-from benchctl.providers import Providers
-from benchctl.run_context import RunContext
-from benchctl.spec import parse_campaign
-from provisioners.base import NoCapacity, Node, Offer, Unavailable
-from provisioners.local import LocalProvider
-from store import queries as q
-from store.database import open_store
+from benchctl.campaign.spec import parse_campaign
+from benchctl.cli.run import register_campaign
+from benchctl.engine.budget import Budget
+from benchctl.engine.capacity import CapacityPolicy, CapacityWait
+from benchctl.engine.cell_runner import CellRunner
+from benchctl.engine.cell_states import CellState
+from benchctl.engine.lease import Leases
+from benchctl.engine.providers import Providers
+from benchctl.engine.run_context import RunContext
+from benchctl.provisioners.base import NoCapacity, Node, Offer, Unavailable
+from benchctl.provisioners.local.provider import LocalProvider
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
 
 CAMPAIGN = """\
 name: full

@@ -1,4 +1,4 @@
-"""Cell keys are built and read in one place (``benchctl.cell_key``): a campaign's cells, imported
+"""Cell keys are built and read in one place (``benchctl.campaign.cell_key``): a campaign's cells, imported
 records and the leaderboard's spot/on-demand pairing all go through it."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from benchctl import leaderboard
-from benchctl.cell_key import CellKey
-from benchctl.result_records import Record
-from benchctl.spec import CellSpec
+from benchctl.campaign.cell_key import CellKey
+from benchctl.campaign.spec import CellSpec
+from benchctl.results import leaderboard
+from benchctl.results.records import Record
 
 
 def test_a_campaign_cell_key_is_built_by_cell_key() -> None:

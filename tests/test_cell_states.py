@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from benchctl.cell_states import ALLOWED, FINISHED, CellState, IllegalTransition, check_transition
+from benchctl.engine.cell_states import ALLOWED, FINISHED, CellState, IllegalTransition, check_transition
 
 HAPPY_PATH = ["pending", "provisioning", "preflight", "running", "collecting", "done"]
 

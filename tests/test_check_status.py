@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from benchctl.check_status import CheckStatus
-from payload.checks import STATUS_ORDER, verdict
+from benchctl.payload.checks import STATUS_ORDER, verdict
+from benchctl.results.check_status import CheckStatus
 
 
 def test_the_controller_knows_exactly_the_statuses_the_payload_writes() -> None:

@@ -153,8 +153,8 @@ def test_leaderboard_of_an_unknown_campaign(home: Path, finished: Path) -> None:
 
 @pytest.mark.slow
 def test_the_quick_start_campaign_runs_end_to_end(home: Path) -> None:
-    from store import queries as q
-    from store.database import open_store
+    from benchctl.store import queries as q
+    from benchctl.store.database import open_store
 
     result = run_cli("run", str(REPO / "campaigns" / "local-smoke.yaml"), home=home)
     assert result.returncode == 0, result.stderr
@@ -184,7 +184,7 @@ def test_the_quick_start_campaign_runs_end_to_end(home: Path) -> None:
 def q_artifacts(engine, cell_id: int):  # type: ignore[no-untyped-def]
     from sqlmodel import Session, select
 
-    from store.models import Artifact
+    from benchctl.store.models import Artifact
 
     with Session(engine) as s:
         return list(s.exec(select(Artifact).where(Artifact.cell_id == cell_id)))

@@ -1,6 +1,6 @@
 """The commands users reach for after a run: logs, offers, check; completion, "did you mean",
 case-insensitive --format, JSON output and the --all confirmation of down (issue 18, items 10, 11, 13).
-Each test builds the store it needs with ``store.queries``: no campaign runs."""
+Each test builds the store it needs with ``benchctl.store.queries``: no campaign runs."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from store import queries as q
-from store.database import open_store
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
 from tests.conftest import cli_here
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 
@@ -180,8 +180,8 @@ def test_a_mistyped_command_gets_did_you_mean(home: Path) -> None:
 
 
 def test_an_unknown_campaign_key_gets_did_you_mean(tmp_path: Path) -> None:
+    from benchctl.campaign.spec import parse_campaign
     from benchctl.errors import SpecError
-    from benchctl.spec import parse_campaign
     from tests.conftest import TINY_CAMPAIGN, TWO_LOCAL_CELLS
 
     text = TINY_CAMPAIGN.format(name="t", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2)
@@ -222,7 +222,7 @@ def test_import_json_output(home: Path, tmp_path: Path) -> None:
 
 def _runnable_campaign(home: Path, name: str) -> int:
     """A stored local campaign benchctl could run (its spec parses), with one open attempt."""
-    from benchctl.spec import parse_campaign
+    from benchctl.campaign.spec import parse_campaign
     from tests.conftest import TINY_CAMPAIGN, TWO_LOCAL_CELLS
 
     home.mkdir(parents=True, exist_ok=True)
@@ -259,7 +259,7 @@ def test_down_all_asks_on_a_terminal(home: Path, monkeypatch: pytest.MonkeyPatch
     from benchctl.cli.main import cli
 
     _runnable_campaign(home, "alpha")
-    monkeypatch.setattr("benchctl.cli.down_commands._stdin_is_terminal", lambda: True)
+    monkeypatch.setattr("benchctl.cli.down._stdin_is_terminal", lambda: True)
     declined = CliRunner().invoke(cli, ["down", "--all"], input="n\n")
     assert declined.exit_code == 1 and "stop 1 campaign(s): alpha?" in declined.output
     assert "nothing stopped" in declined.output

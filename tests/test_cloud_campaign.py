@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from store import queries as q
+from benchctl.store import queries as q
 from tests.cloud_checks import CANARY, assert_canary_nowhere, measuring
 from tests.conftest import REPO
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.cli.campaign_commands import _not_complete, register_campaign
-from benchctl.lease import _start_ticks, holder
-from benchctl.spec import load_campaign
-from store import leases as store_leases
-from store import queries as q
+from benchctl.campaign.spec import load_campaign
+from benchctl.cli.run import _not_complete, register_campaign
+from benchctl.engine.lease import _start_ticks, holder
+from benchctl.store import leases as store_leases
+from benchctl.store import queries as q
 from tests.conftest import REPO, cli_here
 from tests.local_campaign import home_store
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchctl.cost import cost_to_train, steps_for
+from benchctl.results.cost import cost_to_train, steps_for
 
 
 def test_gpt2_grade_d26_target_steps() -> None:

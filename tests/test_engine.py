@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioners.base import Node, NodeState
-from provisioners.local import LocalProvider
-from store import queries as q
+from benchctl.provisioners.base import Node, NodeState
+from benchctl.provisioners.local.provider import LocalProvider
+from benchctl.store import queries as q
 from tests.conftest import FAST_POLLS, cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
@@ -98,7 +98,7 @@ def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campai
 
 @pytest.mark.slow
 def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, write_campaign) -> None:
-    from provisioners.base import OfferRequest
+    from benchctl.provisioners.base import OfferRequest
 
     path = write_campaign(matrix=ONE_CELL)
     assert run_cli("run", str(path), *FAST_POLLS, home=home).returncode == 0

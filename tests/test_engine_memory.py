@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
-from benchctl.capacity import CapacityWait
-from benchctl.cell_runner import CellRunner
-from benchctl.cell_states import CellState
-from benchctl.engine import run_campaign, terminate_orphans
-from benchctl.event_sync import sync_events
-from payload.job import EXIT_BAD_NODE, EXIT_ERROR
-from provisioners.base import Node, NodeState
-from store import leases as store_leases
-from store import queries as q
-from store.models import Attempt
+from benchctl.engine.capacity import CapacityWait
+from benchctl.engine.cell_runner import CellRunner
+from benchctl.engine.cell_states import CellState
+from benchctl.engine.event_sync import sync_events
+from benchctl.engine.scheduler import run_campaign, terminate_orphans
+from benchctl.payload.job import EXIT_BAD_NODE, EXIT_ERROR
+from benchctl.provisioners.base import Node, NodeState
+from benchctl.store import leases as store_leases
+from benchctl.store import queries as q
+from benchctl.store.models import Attempt
 from tests.fakes.memory_provider import MemoryProvider, Script, payload_events
 from tests.memory_campaign import KEY, MemoryRun, memory_run, offer
 

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchctl.attempt_driver import AttemptDriver
-from benchctl.event_sync import MAX_LINE_BYTES
-from benchctl.run_context import Outcome, OutcomeKind
-from provisioners.base import Node, Offer
-from store import queries as q
-from store.database import open_store
+from benchctl.engine.attempt_driver import AttemptDriver
+from benchctl.engine.event_sync import MAX_LINE_BYTES
+from benchctl.engine.run_context import Outcome, OutcomeKind
+from benchctl.provisioners.base import Node, Offer
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
 from tests.conftest import cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, start, wait_for
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.leaderboard import COLUMNS, TABLE_COLUMNS
-from benchctl.progress import LiveProgress, PlainProgress
+from benchctl.engine.progress import LiveProgress, PlainProgress
+from benchctl.results.leaderboard import COLUMNS, TABLE_COLUMNS
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
+from benchctl.store.models import Result
 from benchctl.terminal_text import clean
-from store import queries as q
-from store.database import open_store
-from store.models import Result
 from tests.conftest import FAST_POLLS, cli_here, copy_home, run_cli
 
 CLEAR, TITLE, CLIPBOARD, CSI8 = "\x1b[2J", "\x1b]0;TITLE\x07", "\x1b]52;c;Y2xpcA==\x07", "\x9b31m"
@@ -221,13 +221,13 @@ def test_leaderboard_json_has_no_infinity(hostile_store: Path) -> None:
                                   "\n=1+1", "\u3000+cmd", "\ufeff@SUM(1)"])
 def test_a_csv_cell_that_a_spreadsheet_trims_into_a_formula_is_quoted(cell: str) -> None:
     """Spreadsheets trim spaces and zero-width characters and fold full-width signs before they read a cell."""
-    from benchctl.render import _csv_value
+    from benchctl.report.render import _csv_value
 
     assert _csv_value(cell).startswith("'")
 
 
 @pytest.mark.parametrize("number", ["-1.5", " -2", "+3e5", "8"])
 def test_a_csv_number_stays_a_number(number: str) -> None:
-    from benchctl.render import _csv_value
+    from benchctl.report.render import _csv_value
 
     assert _csv_value(number) == number

@@ -233,7 +233,7 @@ def test_report_of_imported_results_draws_their_step_times(home: Path, tmp_path:
 ])
 def test_unreadable_records_files_are_spec_errors(tmp_path: Path, content: bytes, words: str) -> None:
     from benchctl.errors import SpecError
-    from benchctl.result_records import read_records
+    from benchctl.results.records import read_records
 
     path = tmp_path / "rows.yaml"
     path.write_bytes(content)
@@ -244,8 +244,8 @@ def test_unreadable_records_files_are_spec_errors(tmp_path: Path, content: bytes
 
 def test_one_cell_in_two_files_names_both_and_imports_nothing(tmp_path: Path) -> None:
     from benchctl.errors import SpecError
-    from benchctl.importer import import_files
-    from store.database import open_store
+    from benchctl.results.importer import import_files
+    from benchctl.store.database import open_store
 
     engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
@@ -255,13 +255,13 @@ def test_one_cell_in_two_files_names_both_and_imports_nothing(tmp_path: Path) ->
         import_files(engine, [first, second], "c", None)
     assert str(caught.value).startswith(f"{second}: the cell 'runpod:H100_SXMx8:spot' of campaign 'c' is also "
                                         f"in {first}")
-    from store import queries as q
+    from benchctl.store import queries as q
 
     assert q.campaigns(engine) == [], "nothing half-imported"
 
 
 def test_a_log_of_several_nccl_tests_labels_each_run(tmp_path: Path) -> None:
-    from benchctl.nccl_log import read_nccl_log
+    from benchctl.results.nccl_log import read_nccl_log
 
     text = NCCL_LOG.read_text()
     lines = text.replace("all_reduce_perf", "all_gather_perf").splitlines()
@@ -277,9 +277,9 @@ def test_a_log_of_several_nccl_tests_labels_each_run(tmp_path: Path) -> None:
 
 def test_a_log_from_another_gpu_count_is_refused(tmp_path: Path) -> None:
     from benchctl.errors import SpecError
-    from benchctl.importer import import_files
-    from store import queries as q
-    from store.database import open_store
+    from benchctl.results.importer import import_files
+    from benchctl.store import queries as q
+    from benchctl.store.database import open_store
 
     engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
     records = tmp_path / "two.yaml"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.leaderboard import NARROW_COLUMNS, TABLE_COLUMNS
+from benchctl.results.leaderboard import NARROW_COLUMNS, TABLE_COLUMNS
 from tests.conftest import REPO, cli_here
 
 D26 = "{model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}"

@@ -6,13 +6,13 @@ import socket
 import subprocess
 import sys
 
-from benchctl.lease import controller_id, holder_is_dead
+from benchctl.engine.lease import controller_id, holder_is_dead
 
 
 def test_a_live_controller_is_alive_and_a_finished_one_is_dead() -> None:
     assert not holder_is_dead(controller_id())
-    proc = subprocess.run([sys.executable, "-c", "from benchctl.lease import controller_id; print(controller_id())"],
-                          capture_output=True, text=True, check=True)
+    code = "from benchctl.engine.lease import controller_id; print(controller_id())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert holder_is_dead(proc.stdout.strip()), "a controller whose process exited holds nothing"
 
 

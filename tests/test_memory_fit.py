@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.memory_fit import cell_fit
-from benchctl.spec import parse_campaign
+from benchctl.campaign.memory_fit import cell_fit
+from benchctl.campaign.spec import parse_campaign
 from tests.test_plan import SKY_CAMPAIGN, _plan_in_process, sky_standin
 
 __all__ = ["sky_standin"]  # the fixture, shared with test_plan

@@ -106,8 +106,8 @@ def sky_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sky
     """The provider registry builds the skypilot provider on the SDK stand-in (in this process)."""
     from dataclasses import replace
 
-    from provisioners.registry import PROVIDERS
-    from provisioners.skypilot import SkyPilotProvider
+    from benchctl.provisioners.registry import PROVIDERS
+    from benchctl.provisioners.skypilot.provider import SkyPilotProvider
 
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     with running_sshd(tmp_path / "sshd") as sshd:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from store import queries as q
-from store.database import open_store
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
 from tests.conftest import FAST_POLLS, cli_here, run_cli
 
 FAULTY = """\

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from benchctl import settings
-from provisioners.base import OfferRequest
-from provisioners.local import LocalProvider
-from provisioners.ssh import SSHNode, SSHProvider
-from store.database import open_store
+from benchctl import home as settings
+from benchctl.provisioners.base import OfferRequest
+from benchctl.provisioners.local.provider import LocalProvider
+from benchctl.provisioners.ssh import SSHNode, SSHProvider
+from benchctl.store.database import open_store
 
 
 @pytest.fixture

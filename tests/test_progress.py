@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from benchctl.progress import (
+from benchctl.engine.progress import (
     CellRow,
     LiveProgress,
     Note,
@@ -31,9 +31,9 @@ from benchctl.progress import (
     pick_progress,
     render_table,
 )
-from store import queries as q
-from store.database import open_store
-from store.models import Attempt, Cell, Event
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
+from benchctl.store.models import Attempt, Cell, Event
 from tests.conftest import REPO
 from tests.local_campaign import wait_for
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchctl.nccl_log import looks_like_nccl_log, read_nccl_log
+from benchctl.results.nccl_log import looks_like_nccl_log, read_nccl_log
 
 REAL = Path(__file__).parent / "fixtures" / "nccl_logs" / "real"
 
@@ -84,7 +84,7 @@ def test_wrong_counts_are_kept() -> None:
 
 
 def test_what_a_log_was_read_as_is_one_line() -> None:
-    from benchctl.nccl_log import read_as
+    from benchctl.results.nccl_log import read_as
 
     text = (REAL / "dgx-spark-gb10-2ranks.log").read_text()
     assert read_as(read_nccl_log(Path("x.log"), text), text) == (

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from benchctl.leaderboard import COLUMNS, TABLE_COLUMNS
-from benchctl.report_data import CampaignData, CellData, Check, PreflightRun, campaign_data, spend_curve
-from benchctl.report_html import page
-from benchctl.report_plots import FIGURES, figures
-from store import queries as q
-from store.database import open_store
-from store.models import Attempt
+from benchctl.report.data import CampaignData, CellData, Check, PreflightRun, campaign_data, spend_curve
+from benchctl.report.html import page
+from benchctl.report.plots import FIGURES, figures
+from benchctl.results.leaderboard import COLUMNS, TABLE_COLUMNS
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
+from benchctl.store.models import Attempt
 from tests.conftest import run_cli, run_once
 from tests.local_campaign import REPORT_CAMPAIGN as CAMPAIGN
 from tests.local_campaign import REPORT_FAILING_CELL as FAILING_CELL

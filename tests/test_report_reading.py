@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.report_data import CampaignData, CellData
-from benchctl.report_html import page
-from benchctl.report_plots import figures
-from benchctl.step_split import StepSplit
+from benchctl.report.data import CampaignData, CellData
+from benchctl.report.html import page
+from benchctl.report.plots import figures
+from benchctl.results.step_split import StepSplit
 from tests.conftest import run_cli
 from tests.test_report import parse
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from provisioners.base import Node, NodeState
-from provisioners.local import LocalProvider
-from store import queries as q
-from store.models import Attempt
+from benchctl.provisioners.base import Node, NodeState
+from benchctl.provisioners.local.provider import LocalProvider
+from benchctl.store import queries as q
+from benchctl.store.models import Attempt
 from tests.conftest import TINY_CAMPAIGN, cli_here, run_cli
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 

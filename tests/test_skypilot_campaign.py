@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store import queries as q
+from benchctl.store import queries as q
 from tests.cloud_checks import measuring
 from tests.fakes.skypilot_standin import SkyPilotStandIn
 from tests.fakes.sshd import running_sshd
@@ -43,8 +43,8 @@ ON_DEMAND = "skypilot:cpux1:on-demand:cloud=lambda"
 def sky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SkyPilotStandIn]:
     from dataclasses import replace
 
-    from provisioners.registry import PROVIDERS
-    from provisioners.skypilot import SkyPilotProvider, SkyPilotSettings
+    from benchctl.provisioners.registry import PROVIDERS
+    from benchctl.provisioners.skypilot.provider import SkyPilotProvider, SkyPilotSettings
 
     monkeypatch.setenv("HOME", str(tmp_path / "user"))  # SkyPilot keeps a user hash under ~/.sky
     with running_sshd(tmp_path / "sshd") as sshd:

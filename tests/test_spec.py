@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from benchctl.errors import SpecError
-from benchctl.spec import (
+from benchctl.campaign.spec import (
     Campaign,
     CampaignSpec,
     CellSpec,
@@ -25,6 +24,7 @@ from benchctl.spec import (
     load_campaign,
     parse_campaign,
 )
+from benchctl.errors import SpecError
 from tests.conftest import REPO, cli_here
 
 # Line numbers below refer to this text; every edit replaces one unique piece of it.
@@ -422,9 +422,9 @@ def _fields(model: type[BaseModel]) -> set[str]:
 
 def test_reference_documents_every_key() -> None:
     doc = (REPO / "docs" / "campaign-reference.md").read_text()
-    from benchctl.spec import ProvidersSpec
-    from provisioners.registry import PROVIDERS
-    from provisioners.ssh import SSHNode
+    from benchctl.campaign.spec import ProvidersSpec
+    from benchctl.provisioners.registry import PROVIDERS
+    from benchctl.provisioners.ssh import SSHNode
 
     settings = [entry.settings for entry in PROVIDERS.values() if entry.settings is not None]
     keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec,
@@ -436,8 +436,8 @@ def test_reference_documents_every_key() -> None:
 @pytest.mark.parametrize("name", ["local-smoke.yaml", "h100-matrix.yaml", "h100-matrix-d12.yaml",
                                   "skypilot-lambda.yaml"])
 def test_shipped_campaign_files_parse(name: str) -> None:
-    from benchctl.cost import steps_for
-    from benchctl.spec import load_campaign
+    from benchctl.campaign.spec import load_campaign
+    from benchctl.results.cost import steps_for
 
     campaign = load_campaign(REPO / "campaigns" / name)
     assert campaign.cells and len({c.key for c in campaign.cells}) == len(campaign.cells)
@@ -466,7 +466,7 @@ def test_bad_collectives_settings(collectives: str, path: str, message: str) -> 
 
 
 def test_collectives_sizes_accept_units() -> None:
-    from benchctl.spec import load_campaign
+    from benchctl.campaign.spec import load_campaign
 
     campaign = load_campaign(REPO / "campaigns" / "h100-matrix.yaml")
     config = campaign.collectives_config()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store import queries as q
+from benchctl.store import queries as q
 from tests.conftest import REPO, TINY_CAMPAIGN, cli_here, run_cli
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 from tests.local_campaign import home_store
@@ -103,7 +103,7 @@ def test_plan_without_credentials_shows_every_cell_with_what_it_needs(home: Path
 
 def test_a_cell_without_a_price_makes_run_ask_for_the_whole_budget(home: Path, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from provisioners.local import LocalProvider
+    from benchctl.provisioners.local.provider import LocalProvider
 
     real = LocalProvider.offers
     monkeypatch.setattr(LocalProvider, "offers",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-from store import queries as q
-from store.models import Artifact
+from benchctl.store import queries as q
+from benchctl.store.models import Artifact
 from tests.conftest import FAST_POLLS, run_cli
 from tests.fakes.sshd import SSHServer, running_sshd
 from tests.local_campaign import home_store

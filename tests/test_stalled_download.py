@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.budget import COLLECT_ALLOWANCE_S, COLLECT_MIN_S, collect_timeout_s
-from benchctl.spec import load_campaign
-from provisioners.base import Node, NodeState
-from provisioners.ssh import SSHProvider
-from provisioners.ssh_transport import SSHEndpoint, SSHTransport
-from provisioners.transfer_deadline import Deadline, TransferTimeout
-from store import queries as q
+from benchctl.campaign.spec import load_campaign
+from benchctl.engine.budget import COLLECT_ALLOWANCE_S, COLLECT_MIN_S, collect_timeout_s
+from benchctl.provisioners.base import Node, NodeState
+from benchctl.provisioners.ssh import SSHProvider
+from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
+from benchctl.provisioners.transfer_deadline import Deadline, TransferTimeout
+from benchctl.store import queries as q
 from tests.conftest import cli_here
 from tests.fakes.sshd import SSHServer
 from tests.fakes.stalling_node import STALL_S, stall_campaign, stalling_sshd
@@ -95,7 +95,7 @@ matrix: [{{provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}}]
 def test_a_stalled_collection_ends_the_attempt_and_terminates_the_node(home: Path, tmp_path: Path, sshd: SSHServer,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # 10 s at the least for real (the bounds are checked above); not raising: code without it must fail below
-    monkeypatch.setattr("benchctl.attempt_driver.collect_timeout_s", lambda spec: 2.0, raising=False)
+    monkeypatch.setattr("benchctl.engine.attempt_driver.collect_timeout_s", lambda spec: 2.0, raising=False)
     path = stall_campaign(tmp_path / "stall.yaml", sshd, tmp_path / "machine")
     started = time.monotonic()
     result = cli_here("run", str(path), "--poll-interval", "0.1", "--status-interval", "0.3", home=home)

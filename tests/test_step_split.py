@@ -1,10 +1,10 @@
-"""The step split: medians of the profile phases, as ``benchctl.step_split`` defines them."""
+"""The step split: medians of the profile phases, as ``benchctl.results.step_split`` defines them."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchctl.step_split import step_split
+from benchctl.results.step_split import step_split
 
 
 def _step(step: float, fwd_bwd: float, p1: float, p2: float, p3: float, warmup: bool = False) -> dict[str, object]:

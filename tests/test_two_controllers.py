@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.cli.campaign_commands import register_campaign
-from benchctl.spec import load_campaign
-from store import queries as q
-from store.database import open_store
+from benchctl.campaign.spec import load_campaign
+from benchctl.cli.run import register_campaign
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
 from tests.conftest import REPO
 from tests.local_campaign import no_live_nodes, wait_for
 

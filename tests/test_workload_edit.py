@@ -65,8 +65,8 @@ def test_the_ratio_still_reprices_the_same_measurement(home: Path, finished: Pat
 
 
 def test_an_unset_vocab_size_is_the_presets() -> None:
-    from benchctl.cli.campaign_commands import _workload
-    from benchctl.spec import parse_campaign
+    from benchctl.campaign.spec import parse_campaign
+    from benchctl.cli.run import _workload
 
     text = TINY_CAMPAIGN.format(name="tiny", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2)
     unset = parse_campaign(text.replace("vocab_size: 512, ", ""), "a.yaml")

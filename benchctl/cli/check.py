@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from benchctl.cli.state import CliState, pass_state
+from benchctl.cli.options import CliState, pass_state
 
 UNPROBED = {"skypilot": "installed; its credentials are SkyPilot's own: `sky check` tests them (benchctl does "
                         "not, as asking would start SkyPilot's API server)"}
@@ -32,13 +32,13 @@ def check(state: CliState, names: tuple[str, ...], fmt: str) -> None:
     `sky check` tests). Exit 0 when every PROVIDER named is ok, or, with none named, when at least
     one provider that rents nodes (not local or ssh, which always work) is; 1 otherwise."""
     from benchctl.cli.offers import _chosen, _without
+    from benchctl.engine.providers import Providers
     from benchctl.errors import BenchctlError, ProviderUnavailable
-    from benchctl.providers import Providers
-    from benchctl.render import render
-    from benchctl.settings import home
+    from benchctl.home import home
+    from benchctl.provisioners.base import ProviderError
+    from benchctl.provisioners.registry import PROVIDERS
+    from benchctl.report.render import render
     from benchctl.terminal_text import clean
-    from provisioners.base import ProviderError
-    from provisioners.registry import PROVIDERS
 
     providers = Providers(home())
     results: list[dict[str, Any]] = []

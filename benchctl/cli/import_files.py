@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from benchctl.cli.state import CliState, pass_state
+from benchctl.cli.options import CliState, pass_state
 
 
 @click.command("import")
@@ -20,12 +20,12 @@ from benchctl.cli.state import CliState, pass_state
 def import_command(state: CliState, files: tuple[Path, ...], campaign: str | None, config: str | None,
                    fmt: str) -> None:
     """Import result records (.json/.yaml) and nccl-tests logs; all or nothing."""
-    from benchctl.importer import import_files
+    from benchctl.results.importer import import_files
     from benchctl.terminal_text import clean
 
     summary = import_files(state.engine(), list(files), campaign, config)
     if fmt == "json":
-        from benchctl.render import render
+        from benchctl.report.render import render
 
         click.echo(render([], [], "json", payload={
             "campaign": summary.campaign, "results": summary.results, "skipped": summary.skipped,

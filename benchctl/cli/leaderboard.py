@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from benchctl.cli.state import CliState, pass_state
+from benchctl.cli.options import CliState, pass_state
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from benchctl.leaderboard import Filters
+    from benchctl.results.leaderboard import Filters
 
 _FORMATS = click.Choice(["table", "json", "csv", "md"], case_sensitive=False)
 
@@ -33,7 +33,7 @@ def leaderboard(state: CliState, campaigns: tuple[str, ...], providers: tuple[st
                 models: tuple[str, ...], top: int | None, wide: bool, columns: str | None, fmt: str) -> None:
     """Cost-to-train per cell across campaigns, ranked cheapest first among the cells of the same
     model and target (filters ignore case)."""
-    from benchctl.leaderboard import Filters
+    from benchctl.results.leaderboard import Filters
 
     shown = table_columns(wide, columns, fmt.lower())
     print_leaderboard(state.engine(), Filters(campaigns=campaigns, providers=providers, markets=markets,
@@ -44,7 +44,7 @@ def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
     """The headers ``table``/``md`` show: NARROW_COLUMNS, every one (``wide``), or those ``columns``
     names (by name or header, any case). Bad input raises UsageError."""
     from benchctl.errors import UsageError
-    from benchctl.leaderboard import NARROW_COLUMNS, TABLE, TABLE_COLUMNS
+    from benchctl.results.leaderboard import NARROW_COLUMNS, TABLE, TABLE_COLUMNS
 
     if columns is not None and wide:
         raise UsageError("give --wide or --columns, not both")
@@ -69,7 +69,8 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
     headers (default NARROW_COLUMNS); ``top``: the N best ranks of each model and target.
     A filter value that matches nothing in the store raises UsageError naming the known values."""
     from benchctl.errors import UsageError
-    from benchctl.leaderboard import (
+    from benchctl.report.render import render
+    from benchctl.results.leaderboard import (
         COLUMNS,
         NARROW_COLUMNS,
         Filters,
@@ -79,7 +80,6 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         rank_group,
         unmatched_filter,
     )
-    from benchctl.render import render
 
     if not isinstance(filters, Filters):
         filters = Filters(campaigns=[filters] if filters else [])

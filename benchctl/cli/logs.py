@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from benchctl.cli.state import CliState, pass_state
+from benchctl.cli.options import CliState, pass_state
 
 if TYPE_CHECKING:
-    from store.models import Attempt, Event
+    from benchctl.store.models import Attempt, Event
 
 POLL_S = 1.0
 """How often ``-f`` reads the store for new events."""
@@ -32,8 +32,8 @@ def logs(state: CliState, cell: str, campaign: str | None, number: int | None, f
     then the events the chosen attempt's node reported (stored by the controller as the run goes)
     and the end of its payload.log when the controller brought it home."""
     from benchctl.errors import UsageError
+    from benchctl.store import queries as q
     from benchctl.terminal_text import clean
-    from store import queries as q
 
     engine = state.engine()
     found = q.cells_by_key(engine, cell, campaign)
@@ -78,8 +78,8 @@ def _print_log_tail(campaign: str, key: str, number: int, lines: int) -> None:
     """The last ``lines`` lines of the attempt's payload.log under the home's artifacts, if there."""
     from collections import deque
 
-    from benchctl.attempt_driver import cell_dir_name
-    from benchctl.settings import home
+    from benchctl.engine.attempt_driver import cell_dir_name
+    from benchctl.home import home
     from benchctl.terminal_text import clean
 
     path = home() / "artifacts" / campaign / cell_dir_name(key) / str(number) / "payload.log"

@@ -9,18 +9,18 @@ import traceback
 import click
 
 from benchctl import __version__
-from benchctl.cli.campaign_commands import resume, run
 from benchctl.cli.check import check
-from benchctl.cli.down_commands import down
+from benchctl.cli.comm_volume import comm_volume_command
+from benchctl.cli.down import down
 from benchctl.cli.import_files import import_command
 from benchctl.cli.leaderboard import leaderboard
 from benchctl.cli.logs import logs
 from benchctl.cli.offers import offers
-from benchctl.cli.payload_commands import comm_volume_command
-from benchctl.cli.plan_commands import plan
-from benchctl.cli.preflight_commands import preflight_command
-from benchctl.cli.report_page_commands import report_command
-from benchctl.cli.state import CliState
+from benchctl.cli.options import CliState
+from benchctl.cli.plan import plan
+from benchctl.cli.preflight import preflight_command
+from benchctl.cli.report import report_command
+from benchctl.cli.run import resume, run
 from benchctl.cli.status import status
 
 
@@ -74,8 +74,8 @@ for command in (run, plan, resume, down, status, leaderboard, import_command, re
 
 def main(argv: list[str] | None = None) -> None:
     from benchctl.errors import BenchctlError
+    from benchctl.provisioners.base import ProviderError
     from benchctl.terminal_text import clean
-    from provisioners.base import ProviderError
 
     debug = os.environ.get("BENCHCTL_DEBUG", "") not in ("", "0") or "--debug" in (argv or sys.argv[1:])
     try:

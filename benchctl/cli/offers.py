@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from benchctl.cli.state import CliState, pass_state
+from benchctl.cli.options import CliState, pass_state
 
 COLUMNS = ["provider", "gpu", "count", "market", "region", "vcpus", "hourly_usd", "host"]
 
@@ -29,13 +29,13 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
     \b
     A provider without its SDK or credentials is listed as skipped, with what it needs; a provider
     that fails answers with one line. Exit 0 when at least one provider answered, 1 otherwise."""
+    from benchctl.engine.providers import Providers
     from benchctl.errors import BenchctlError, ProviderUnavailable
-    from benchctl.providers import Providers
-    from benchctl.render import render
-    from benchctl.settings import home
+    from benchctl.home import home
+    from benchctl.provisioners.base import AuthError, OfferRequest, ProviderError, Unavailable
+    from benchctl.provisioners.registry import PROVIDERS
+    from benchctl.report.render import render
     from benchctl.terminal_text import clean
-    from provisioners.base import AuthError, OfferRequest, ProviderError, Unavailable
-    from provisioners.registry import PROVIDERS
 
     names = _chosen(only, PROVIDERS)
     providers = Providers(home())

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from benchctl.cli.state import CliState, pass_state
+from benchctl.cli.options import CliState, pass_state
 
 
 @click.command()
@@ -41,9 +41,9 @@ def _status_once(state: CliState, name: str | None, fmt: str) -> None:
     import time
 
     from benchctl.errors import CampaignNotFound
-    from benchctl.render import render
+    from benchctl.report.render import render
+    from benchctl.store import queries as q
     from benchctl.terminal_text import clean
-    from store import queries as q
 
     engine = state.engine()
     campaigns = q.campaigns(engine, name)
@@ -88,7 +88,7 @@ def _failure(tries: list[Any]) -> str | None:
 
 def _controller(owner: str | None) -> dict[str, Any]:
     """The cell's controller: its id, whether its process is alive (None: another host), since when."""
-    from benchctl.lease import holder
+    from benchctl.engine.lease import holder
 
     if owner is None:
         return {"controller": None, "controller_alive": None, "controller_since": None, "controller_text": None}

@@ -89,9 +89,9 @@ def chaos(home: Path, kills: int, seed: int, steps: int, max_gap_s: float) -> di
 
 
 def audit(home: Path, steps: int) -> dict[str, Any]:
-    from provisioners.local_processes import node_processes
-    from store import queries as q
-    from store.database import open_store
+    from benchctl.provisioners.local.processes import node_processes
+    from benchctl.store import queries as q
+    from benchctl.store.database import open_store
 
     engine = open_store(f"sqlite:///{home / 'benchctl.db'}")
     (campaign,) = q.campaigns(engine, "chaos")

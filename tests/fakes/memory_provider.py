@@ -1,7 +1,7 @@
 """An in-memory provider and transport: the engine (cell runner, attempt driver, budget, leases)
 driven in-process, in milliseconds, against scripted nodes.
 
-Contract, as ``provisioners.base`` states it: ``offers`` cheapest first; ``launch`` returns at once;
+Contract, as ``benchctl.provisioners.base`` states it: ``offers`` cheapest first; ``launch`` returns at once;
 ``status`` from the provider's own record (scripted here); ``terminate`` idempotent, and the node's
 end time is what ``ended_at`` says; ``owned`` lists live tagged nodes. The transport keeps each node's
 files in memory: ``put`` reads the job the controller ships, ``start`` starts the scripted payload,
@@ -20,8 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from payload.job import EXIT_OK
-from provisioners.base import CommandResult, Node, NodeState, Offer, OfferRequest, Provider, ProviderError, Transport
+from benchctl.payload.job import EXIT_OK
+from benchctl.provisioners.base import (
+    CommandResult,
+    Node,
+    NodeState,
+    Offer,
+    OfferRequest,
+    Provider,
+    ProviderError,
+    Transport,
+)
 
 Events = list[list[dict[str, Any]]]
 """Batches of events: the i-th read of ``events.jsonl`` after the start appends batch i."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioners.skypilot_sdk import Access, CatalogPrice, Cluster, Launched
+from benchctl.provisioners.skypilot.sdk import Access, CatalogPrice, Cluster, Launched
 from tests.fakes.eviction import kill_container
 from tests.fakes.sshd import SSHServer
 

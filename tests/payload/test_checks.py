@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from payload import node_facts as nf
-from payload.checks import Expect, Facts, judge, verdict
-from payload.thresholds import resolve
+from benchctl.payload import node_facts as nf
+from benchctl.payload.checks import Expect, Facts, judge, verdict
+from benchctl.payload.thresholds import resolve
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "preflight"
@@ -155,8 +155,8 @@ def test_each_preflight_rank_gets_its_own_nccl_log(tmp_path: Path, monkeypatch: 
     import os
     import time
 
-    from payload import distributed, preflight
-    from payload.job import Job
+    from benchctl.payload import distributed, preflight
+    from benchctl.payload.job import Job
 
     seen: dict[str, str | None] = {}
     monkeypatch.setattr(distributed, "launch", lambda *a, **k: seen.update(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from payload.deadman import descendants, heartbeat_age
+from benchctl.payload.deadman import descendants, heartbeat_age
 from tests.conftest import REPO
 
 

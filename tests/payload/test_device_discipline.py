@@ -20,10 +20,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from payload import probes
-from payload.collectives import collectives_rank
-from payload.distributed import group_device, group_options, launch, run_worker
-from payload.job import CollectivesConfig, Job
+from benchctl.payload import probes
+from benchctl.payload.collectives import collectives_rank
+from benchctl.payload.distributed import group_device, group_options, launch, run_worker
+from benchctl.payload.job import CollectivesConfig, Job
 
 COLLECTIVES = tuple(name for name in ("all_reduce", "all_gather_into_tensor", "all_gather_single",
                                       "reduce_scatter_tensor", "reduce_scatter_single", "broadcast",

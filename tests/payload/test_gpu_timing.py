@@ -23,11 +23,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from payload import collectives, p2p, preflight, probes
-from payload.child import run_in_child
-from payload.events import EventLog
-from payload.job import CollectivesConfig, Job
-from payload.profile import PHASES, PhaseClock
+from benchctl.payload import collectives, p2p, preflight, probes
+from benchctl.payload.child import run_in_child
+from benchctl.payload.events import EventLog
+from benchctl.payload.job import CollectivesConfig, Job
+from benchctl.payload.profile import PHASES, PhaseClock
 
 
 @pytest.fixture

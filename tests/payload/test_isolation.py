@@ -7,7 +7,7 @@ import sys
 
 from tests.conftest import REPO
 
-ALLOWED = set(sys.stdlib_module_names) | {"torch", "payload", "__future__"}
+ALLOWED = set(sys.stdlib_module_names) | {"torch", "__future__"}
 
 
 def _imports(path: str) -> set[str]:
@@ -31,6 +31,6 @@ def test_payload_imports_only_stdlib_torch_and_itself() -> None:
 def test_the_check_catches_a_forbidden_import(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     bad = tmp_path / "payload" / "bad.py"
     bad.parent.mkdir()
-    bad.write_text("import yaml\nfrom benchctl.spec import load_campaign\nfrom store import queries\n")
+    bad.write_text("import yaml\nfrom benchctl.campaign.spec import load_campaign\nfrom store import queries\n")
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     assert _imports("payload/bad.py") - ALLOWED == {"yaml", "benchctl", "store"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from payload.gpu_memory import card_memory_gib
-from payload.memory_estimate import estimate
+from benchctl.payload.gpu_memory import card_memory_gib
+from benchctl.payload.memory_estimate import estimate
 
 H100 = 81_559 / 1024  # nvidia-smi's memory.total of an 80 GB H100, in GiB
 

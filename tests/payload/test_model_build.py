@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from payload.model import GPT, build_model
-from payload.param_groups import module_params
-from payload.presets import model_dims
+from benchctl.payload.model import GPT, build_model
+from benchctl.payload.param_groups import module_params
+from benchctl.payload.presets import model_dims
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,8 +63,8 @@ def test_nothing_is_allocated_before_the_model_reaches_its_device(monkeypatch: p
 _RSS_PROBE = """
 import json, resource, sys
 import torch
-from payload.model import build_model
-from payload.presets import model_dims
+from benchctl.payload.model import build_model
+from benchctl.payload.presets import model_dims
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 model = build_model(model_dims("nanochat-d20"), 2048, "meta")
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

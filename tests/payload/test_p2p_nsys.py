@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from payload.job import Job
-from payload.p2p import skip_reason
+from benchctl.payload.job import Job
+from benchctl.payload.p2p import skip_reason
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow

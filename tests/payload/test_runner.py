@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from payload.job import Job
+from benchctl.payload.job import Job
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from payload.spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed
+from benchctl.payload.spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed
 from tests.conftest import REPO
 from tests.fakes.aws_fake import FakeIMDS, running_fake_imds
 from tests.local_campaign import wait_for

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from benchctl.engine.providers import Providers
 from benchctl.errors import ProviderUnavailable
-from benchctl.providers import Providers
-from provisioners import aws_setup
-from provisioners.aws import AWSProvider, AWSSettings, instance_state
-from provisioners.base import NoCapacity, Node, NodeState, OfferRequest, ProviderError
+from benchctl.provisioners.aws import resources as aws_setup
+from benchctl.provisioners.aws.provider import AWSProvider, AWSSettings, instance_state
+from benchctl.provisioners.base import NoCapacity, Node, NodeState, OfferRequest, ProviderError
 from tests.fakes.aws_fake import FakeAWS, running_fake_aws
 
 CIDR = "10.1.2.3/32"
@@ -166,7 +166,7 @@ def test_a_quota_is_not_capacity_and_names_the_quota_to_raise(aws: AWS, market: 
 
 
 def test_gpu_quotas_are_named_by_their_class() -> None:
-    from provisioners.aws_instances import vcpu_quota
+    from benchctl.provisioners.aws.instances import vcpu_quota
 
     assert vcpu_quota("p5.48xlarge", "on-demand") == "Running On-Demand P instances"
     assert vcpu_quota("p4d.24xlarge", "spot") == "All P Spot Instance Requests"
@@ -243,7 +243,7 @@ def test_owned_finds_a_node_in_a_region_no_setting_names(aws: AWS) -> None:
 def test_api_errors_say_what_to_do(code: str, wording: str) -> None:
     from botocore.exceptions import ClientError
 
-    from provisioners.aws_api import _client_error
+    from benchctl.provisioners.aws.api import _client_error
 
     error = _client_error("launch an instance", "us-east-1",
                           ClientError({"Error": {"Code": code, "Message": "no"}}, "RunInstances"))

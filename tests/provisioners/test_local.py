@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from provisioners import local
-from provisioners.base import Node, NodeState, Offer, OfferRequest, ProviderError
-from provisioners.local import LocalProvider
-from provisioners.local_processes import node_processes
+from benchctl.provisioners.base import Node, NodeState, Offer, OfferRequest, ProviderError
+from benchctl.provisioners.local import provider as local
+from benchctl.provisioners.local.processes import node_processes
+from benchctl.provisioners.local.provider import LocalProvider
 from tests.conftest import FAST_POLLS, run_cli
 
 
@@ -214,7 +214,7 @@ def test_a_launch_cut_short_leaves_nothing_running(provider: LocalProvider) -> N
     import json
     import subprocess
 
-    from provisioners.local_processes import node_env
+    from benchctl.provisioners.local.processes import node_env
 
     node_dir = provider.root / "tok-cut"
     node_dir.mkdir(parents=True)

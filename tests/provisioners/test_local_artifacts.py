@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioners.base import ProviderError
-from provisioners.local_transport import LocalTransport
-from provisioners.transfer_deadline import Deadline, TransferTimeout
+from benchctl.provisioners.base import ProviderError
+from benchctl.provisioners.local.transport import LocalTransport
+from benchctl.provisioners.transfer_deadline import Deadline, TransferTimeout
 
 
 @pytest.fixture

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from provisioners.base import NoCapacity, OfferRequest
-from provisioners.local import LocalProvider
+from benchctl.provisioners.base import NoCapacity, OfferRequest
+from benchctl.provisioners.local.provider import LocalProvider
 from tests.conftest import REPO
 
 OTHER_CONTROLLER = """
 import sys
 from pathlib import Path
-from provisioners.base import OfferRequest
-from provisioners.local import LocalProvider
+from benchctl.provisioners.base import OfferRequest
+from benchctl.provisioners.local.provider import LocalProvider
 
 provider = LocalProvider(Path(sys.argv[1]))
 offer = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))[0]
@@ -62,8 +62,8 @@ def test_a_local_node_of_another_process_makes_this_one_wait(tmp_path: Path) -> 
 
 
 def other_sees_busy(tmp_path: Path) -> bool:
-    probe = ("from pathlib import Path; from provisioners.base import OfferRequest; "
-             "from provisioners.local import LocalProvider; import sys; "
+    probe = ("from pathlib import Path; from benchctl.provisioners.base import OfferRequest; "
+             "from benchctl.provisioners.local.provider import LocalProvider; import sys; "
              "print(LocalProvider(Path(sys.argv[1])).all_busy(OfferRequest(gpu='cpu', count=1, market='on-demand')))")
     out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "third")], cwd=REPO, capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
@@ -74,7 +74,7 @@ def other_sees_busy(tmp_path: Path) -> bool:
 def test_the_lock_is_per_user_in_the_temp_dir_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     import tempfile
 
-    from provisioners.local_machine_lock import lock_path
+    from benchctl.provisioners.local.machine_lock import lock_path
 
     monkeypatch.delenv("BENCHCTL_LOCAL_LOCK")
     monkeypatch.setenv("BENCHCTL_HOME", "/somewhere/else")

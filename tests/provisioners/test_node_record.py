@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from provisioners.base import Node, Offer
+from benchctl.provisioners.base import Node, Offer
 
 OFFER = {"provider": "vastai", "offer_id": "42", "gpu": "H100_SXM", "count": 8, "vcpus": 128, "region": "US",
          "hourly_usd": 19.5, "market": "spot", "host": "602"}

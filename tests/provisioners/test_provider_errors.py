@@ -9,9 +9,9 @@ import pytest
 import requests
 from runpod import error as runpod_error
 
-from provisioners.base import AuthError, NoCapacity, Node, NodeGone, OfferRequest, ProviderError, Unavailable
-from provisioners.runpod import RunPodProvider, RunPodSettings, error_table
-from provisioners.vastai import classify as vast_classify
+from benchctl.provisioners.base import AuthError, NoCapacity, Node, NodeGone, OfferRequest, ProviderError, Unavailable
+from benchctl.provisioners.runpod.provider import RunPodProvider, RunPodSettings, error_table
+from benchctl.provisioners.vastai import classify as vast_classify
 from tests.fakes.runpod_fake import FakeRunPod
 
 
@@ -31,7 +31,7 @@ def _http_error(status: int) -> requests.exceptions.HTTPError:
     (KeyError("our bug"), None),
 ])
 def test_runpod_table(exc: BaseException, typed: type[ProviderError] | None) -> None:
-    from provisioners.api_retry import by_type
+    from benchctl.provisioners.api_retry import by_type
 
     assert by_type(error_table())(exc) is typed
 
@@ -82,7 +82,7 @@ def test_transient_faults_are_retried_with_the_injected_sleep(fake: FakeRunPod, 
 
 def test_terminating_a_node_already_gone_is_success_but_a_refused_key_is_not(fake: FakeRunPod,
                                                                             tmp_path: Path) -> None:
-    from provisioners.base import Offer
+    from benchctl.provisioners.base import Offer
 
     provider = _provider(tmp_path, [])
     offer = Offer(provider="runpod", offer_id="x", gpu="cpu", count=1, vcpus=1, region="", hourly_usd=0.0, market="")
@@ -111,12 +111,12 @@ def test_a_provider_error_at_run_start_is_one_line_and_exit_1(fake: FakeRunPod, 
                                                                capsys: pytest.CaptureFixture[str],
                                                                monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
     from benchctl.cli.main import main
-    from provisioners import runpod
+    from benchctl.provisioners.runpod import provider as runpod
 
     monkeypatch.setattr(runpod, "call_api", _no_wait(runpod.call_api))
     path = tmp_path / "refused.yaml"
     path.write_text(CAMPAIGN)
-    fake.faults = [fault] * 10  # the API fails from the first call of `run` (offers for the spend estimate)
+    fake.faults = [fault] * 100  # the API fails on every call of `run` (from the offers for the spend estimate)
     with pytest.raises(SystemExit) as exit_:
         main(["run", str(path), "--yes"])
     err = capsys.readouterr().err
@@ -150,7 +150,7 @@ def _client_error(code: str) -> Exception:
     (lambda: TypeError("our bug"), None),
 ])
 def test_aws_table(make, typed: type[ProviderError] | None) -> None:  # type: ignore[no-untyped-def]
-    from provisioners.aws_api import _translated
+    from benchctl.provisioners.aws.api import _translated
 
     exc = make()
     translated = _translated("read an instance", "us-east-1", exc)
@@ -184,6 +184,6 @@ def _raised_in_sky() -> ValueError:
     (lambda: TypeError("ours"), None),
 ])
 def test_skypilot_table(make, typed: type[ProviderError] | None) -> None:  # type: ignore[no-untyped-def]
-    from provisioners.skypilot import classify
+    from benchctl.provisioners.skypilot.provider import classify
 
     assert classify(make()) is typed

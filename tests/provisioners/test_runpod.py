@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioners.base import NodeState, OfferRequest, ProviderError
-from provisioners.runpod import RunPodProvider, RunPodSettings, pod_state
+from benchctl.provisioners.base import NodeState, OfferRequest, ProviderError
+from benchctl.provisioners.runpod.provider import RunPodProvider, RunPodSettings, pod_state
 from tests.fakes.runpod_fake import FakeRunPod
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioners import runpod_graphql
-from provisioners.base import OfferRequest
-from provisioners.runpod import RunPodProvider, RunPodSettings, UnknownGpuType
+from benchctl.provisioners.base import OfferRequest
+from benchctl.provisioners.runpod import queries as runpod_graphql
+from benchctl.provisioners.runpod.provider import RunPodProvider, RunPodSettings, UnknownGpuType
 from tests.fakes.runpod_fake import FakeRunPod
 
 EVIL = 'img:1" }) { id } podTerminate(input: {podId: "victim"}) }\n#'

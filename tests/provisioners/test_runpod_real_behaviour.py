@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioners import runpod_graphql
-from provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError, Unavailable
-from provisioners.runpod import RunPodProvider, RunPodSettings, UnknownGpuType
+from benchctl.provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError, Unavailable
+from benchctl.provisioners.runpod import queries as runpod_graphql
+from benchctl.provisioners.runpod.provider import RunPodProvider, RunPodSettings, UnknownGpuType
 from tests.conftest import run_cli
 from tests.fakes.runpod_fake import FakeRunPod
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioners.safe_tar import MAX_MEMBERS, ArchiveRefused, extract_stream
+from benchctl.provisioners.safe_tar import MAX_MEMBERS, ArchiveRefused, extract_stream
 
 
 def _member(tar: tarfile.TarFile, name: str, data: bytes = b"x", **kind: object) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import requests
 
-from provisioners.base import NoCapacity, Node, NodeState, OfferRequest, ProviderError
-from provisioners.skypilot import SkyPilotProvider, SkyPilotSettings, cluster_state
-from provisioners.skypilot_task import task_config, validate
+from benchctl.provisioners.base import NoCapacity, Node, NodeState, OfferRequest, ProviderError
+from benchctl.provisioners.skypilot.provider import SkyPilotProvider, SkyPilotSettings, cluster_state
+from benchctl.provisioners.skypilot.task import task_config, validate
 from tests.fakes.skypilot_standin import SkyPilotStandIn
 from tests.fakes.sshd import running_sshd
 
@@ -197,8 +197,8 @@ def test_access_needs_every_cells_cloud_enabled(standin: SkyPilotStandIn, tmp_pa
 
 
 def test_the_example_campaigns_tasks_validate_offline() -> None:
-    from benchctl.providers import offer_request
-    from benchctl.spec import load_campaign
+    from benchctl.campaign.spec import load_campaign
+    from benchctl.engine.providers import offer_request
     from tests.conftest import REPO
 
     campaign = load_campaign(REPO / "campaigns" / "skypilot-lambda.yaml")
@@ -295,7 +295,7 @@ def test_sdk_down_keeps_skypilots_output_off_the_terminal(capfd: pytest.CaptureF
     None (sky/client/sdk.py ``stream_response``): it must not land on benchctl's progress table."""
     import types
 
-    from provisioners.skypilot_sdk import SkySDK
+    from benchctl.provisioners.skypilot.sdk import SkySDK
 
     def stream_and_get(request_id: str, output_stream: Any = None) -> None:
         print(f"Terminating cluster ... {request_id}", file=output_stream)  # None: the terminal, as SkyPilot's
@@ -314,7 +314,7 @@ def test_sdk_reads_access_and_price_from_the_handle() -> None:
     (sky/backends/backend_utils.py ``_update_records_with_credentials``)."""
     import types
 
-    from provisioners.skypilot_sdk import Access, Launched, _cluster
+    from benchctl.provisioners.skypilot.sdk import Access, Launched, _cluster
 
     resources = types.SimpleNamespace(region="us-east-2", instance_type="gpu_8x_h100_sxm5", use_spot=False)
     handle = types.SimpleNamespace(cached_external_ips=["203.0.113.7"], cached_external_ssh_ports=[2222],
@@ -342,7 +342,7 @@ def test_plan_refuses_a_gpu_form_the_cloud_cannot_tell_apart(home: Path, tmp_pat
     from dataclasses import replace
 
     from benchctl.cli.main import main
-    from provisioners.registry import PROVIDERS
+    from benchctl.provisioners.registry import PROVIDERS
 
     monkeypatch.setitem(PROVIDERS, "skypilot", replace(PROVIDERS["skypilot"],
                                                        make=lambda home, settings: _provider(tmp_path, standin)))
@@ -368,7 +368,7 @@ def test_sdk_launch_keeps_skypilots_echo_off_the_terminal_and_not_other_threads(
 
     import click
 
-    from provisioners.skypilot_sdk import SkySDK
+    from benchctl.provisioners.skypilot.sdk import SkySDK
 
     def launch(task: Any, **kw: Any) -> str:
         click.secho("Running on cluster: ", fg="cyan", nl=False)

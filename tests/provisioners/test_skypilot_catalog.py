@@ -17,7 +17,7 @@ PROBE = """\
 import json
 from pathlib import Path
 from sky.catalog import common
-from provisioners.skypilot_sdk import SkySDK
+from benchctl.provisioners.skypilot.sdk import SkySDK
 
 path = Path(common.get_catalog_path("lambda/vms.csv"))
 path.parent.mkdir(parents=True, exist_ok=True)

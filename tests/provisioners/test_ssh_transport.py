@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioners.base import ProviderError
-from provisioners.ssh_transport import SSHEndpoint, SSHTransport
+from benchctl.provisioners.base import ProviderError
+from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 from tests.fakes.sshd import SSHServer, running_sshd
 
 pytestmark = pytest.mark.slow
@@ -116,7 +116,7 @@ def _closed_port() -> int:
 
 
 def test_control_sockets_live_in_a_short_private_dir() -> None:
-    from provisioners.ssh_transport import control_dir
+    from benchctl.provisioners.ssh_transport import control_dir
 
     path = control_dir()
     assert len(str(path)) < 40 and oct(path.stat().st_mode & 0o777) == "0o700" and path.stat().st_uid == os.getuid()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioners import vastai
-from provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError
-from provisioners.vastai import Limiter, VastProvider, VastSettings, instance_state
+from benchctl.provisioners import vastai
+from benchctl.provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError
+from benchctl.provisioners.vastai import Limiter, VastProvider, VastSettings, instance_state
 from tests.fakes.vastai_fake import RATE_LIMITS, FakeVast, running_fake_vast, ssh_banner
 
 SCALE = 0.05

@@ -7,9 +7,9 @@ import time
 import pytest
 from sqlalchemy.engine import Engine
 
-from store import leases
-from store import queries as q
-from store.database import open_store
+from benchctl.store import leases
+from benchctl.store import queries as q
+from benchctl.store.database import open_store
 
 
 @pytest.fixture

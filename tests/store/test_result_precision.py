@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from benchctl.leaderboard import COLUMNS, TABLE_COLUMNS, display_row, leaderboard_rows
-from benchctl.render import render
-from benchctl.result_records import read_records
-from benchctl.results import compute_result
-from benchctl.spec import parse_campaign
-from store import queries as q
-from store.database import create_db_engine, open_store
-from store.migrations import upgrade
+from benchctl.campaign.spec import parse_campaign
+from benchctl.report.render import render
+from benchctl.results.cell_result import compute_result
+from benchctl.results.leaderboard import COLUMNS, TABLE_COLUMNS, display_row, leaderboard_rows
+from benchctl.results.records import read_records
+from benchctl.store import queries as q
+from benchctl.store.database import create_db_engine, open_store
+from benchctl.store.migrations import upgrade
 
 CAMPAIGN = """\
 name: prec

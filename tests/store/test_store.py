@@ -14,10 +14,10 @@ from alembic.migration import MigrationContext
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel
 
-from store import queries as q
-from store.database import StoreError, create_db_engine, open_store
-from store.migrations import HEAD, VERSION_TABLE, SchemaTooNew, current_version, upgrade
-from store.models import Artifact, Result
+from benchctl.store import queries as q
+from benchctl.store.database import StoreError, create_db_engine, open_store
+from benchctl.store.migrations import HEAD, VERSION_TABLE, SchemaTooNew, current_version, upgrade
+from benchctl.store.models import Artifact, Result
 
 
 @pytest.fixture
@@ -299,7 +299,7 @@ def test_new_campaigns_get_distinct_uids(engine: Engine) -> None:
 
 
 def test_attach_node_takes_the_nodes_billed_price_and_host(engine: Engine) -> None:
-    from provisioners.base import Node, Offer
+    from benchctl.provisioners.base import Node, Offer
 
     _, cell_id = _campaign_with_cell(engine)
     billed, unknown = _attempt(engine, cell_id, "tok-b", hourly=2.0), _attempt(engine, cell_id, "tok-u", hourly=2.0)

@@ -1,0 +1,1 @@
+"""Campaign files: YAML, validation, the matrix of cells, the plan."""

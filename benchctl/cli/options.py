@@ -1,0 +1,68 @@
+"""Options shared by every command (``--db``, ``--debug``) and the store they open."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+@dataclass
+class CliState:
+    db: str | None = None
+    debug: bool = False
+    _engine: Engine | None = field(default=None, repr=False)
+
+    def engine(self) -> Engine:
+        """The store, migrated to the newest schema (opened once per command)."""
+        if self._engine is None:
+            from sqlalchemy.exc import DBAPIError
+
+            from benchctl.errors import StoreFailure, UsageError
+            from benchctl.home import database_url
+            from benchctl.store.database import BadDatabaseURL, StoreError, open_store
+            from benchctl.store.migrations import SchemaTooNew
+
+            url = database_url(self.db)
+            try:
+                self._engine = open_store(url)
+            except BadDatabaseURL as exc:
+                raise UsageError(str(exc)) from exc
+            except (StoreError, SchemaTooNew) as exc:
+                raise StoreFailure(str(exc)) from exc
+            except (ValueError, TypeError, DBAPIError) as exc:  # a URL that parses but cannot be used
+                raise UsageError(unusable_database(url, exc)) from exc
+        return self._engine
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/]*):(?P<password>[^@/]*)@")
+
+
+def unusable_database(url: str, exc: BaseException) -> str:
+    """One line for a database URL (or the file it names) that the driver refused, its password
+    redacted: a bad port or query parameter, an unclosed ``[``, a file that is not a database."""
+    reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    shown = url
+    if (userinfo := _USERINFO.search(url)) is not None and userinfo["password"]:
+        shown = _USERINFO.sub(r"\g<scheme>\g<user>:***@", url, count=1)
+        reason = reason.replace(userinfo["password"], "***")
+    if "file is not a database" in reason:
+        return (f"the database {shown} is not an SQLite database ({reason}); move that file away, or point --db "
+                "(or BENCHCTL_DB) at another")
+    return (f"cannot use database URL {shown}: {reason}. Fix the URL (--db / BENCHCTL_DB), e.g. "
+            "sqlite:///path/benchctl.db or postgresql://user@host:5432/db")
+
+
+pass_state = click.make_pass_decorator(CliState, ensure=True)
+
+
+def progress(line: str) -> None:
+    """A progress line on stderr (stdout carries results)."""
+    from benchctl.engine.progress import print_line
+
+    print_line(line)

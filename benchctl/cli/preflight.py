@@ -1,0 +1,104 @@
+"""``benchctl preflight``: judge this machine, or a saved facts snapshot (``--replay DIR``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def _expectation(text: str | None, replay: str | None) -> tuple[str, int]:
+    """``gpu=H100_SXM,count=8`` → (gpu, count); without it, what the snapshot shows (or cpu × 1)."""
+    from benchctl.errors import UsageError
+    from benchctl.payload.checks import Facts, detected_model
+
+    if text is None:
+        if replay is None:
+            return "cpu", 1
+        facts = Facts(Path(replay))
+        from benchctl.payload.node_facts import parse_query_csv
+
+        rows = parse_query_csv(facts.text("nvidia-smi-query.csv") or "")
+        return (detected_model(facts) or "cpu", len(rows)) if rows else ("cpu", 1)
+    fields = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        fields[name.strip()] = value.strip()
+    if set(fields) - {"gpu", "count"} or not fields.get("gpu"):
+        raise UsageError(f"--expect {text!r}: write gpu=NAME[,count=N], e.g. gpu=H100_SXM,count=8")
+    count = fields.get("count", "1")
+    if not count.isdigit() or int(count) < 1:
+        raise UsageError(f"--expect {text!r}: count must be a whole number >= 1")
+    return _known_gpu(fields["gpu"], text), int(count)
+
+
+def _known_gpu(name: str, text: str) -> str:
+    """The model name ``name`` means (case, ``-`` and spaces forgiven: ``h100-sxm`` is ``H100_SXM``);
+    UsageError listing the known names when it means none."""
+    from benchctl.errors import UsageError
+    from benchctl.payload.gpu_models import BF16_PEAK_FLOPS
+
+    known = ["cpu", *BF16_PEAK_FLOPS]
+    wanted = name.upper().replace("-", "_").replace(" ", "_")
+    for model in known:
+        if model.upper() == wanted:
+            return model
+    raise UsageError(f"--expect {text!r}: unknown GPU model {name!r}; known: {', '.join(known)}")
+
+
+@click.command("preflight")
+@click.option("--replay", type=click.Path(exists=True, file_okay=False), help="Judge a saved facts snapshot.")
+@click.option("--expect", "expect_text", metavar="gpu=NAME,count=N", help="What the node should be.")
+@click.option("--out", type=click.Path(file_okay=False), help="Keep this machine's snapshot in DIR.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def preflight_command(replay: str | None, expect_text: str | None, out: str | None, fmt: str) -> None:
+    """Prove a node healthy: exit 0 on pass or warn, 3 on fail."""
+    import json
+    import sys
+    import tempfile
+    import time
+
+    from benchctl.payload.checks import Expect, Facts, judge, verdict
+    from benchctl.payload.thresholds import resolve
+    from benchctl.report.render import render
+    from benchctl.results.check_status import CheckStatus
+
+    gpu, count = _expectation(expect_text, replay)
+    started = time.monotonic()
+    if replay is not None:
+        directory = Path(replay)
+    else:
+        directory = Path(out) if out else Path(tempfile.mkdtemp(prefix="benchctl-preflight-"))
+        _capture_here(directory, gpu, count, started + resolve()["budget_s"])
+    checks = judge(Facts(directory), Expect(gpu, count), resolve())
+    result = {"verdict": verdict(checks), "checks": checks, "elapsed_s": round(time.monotonic() - started, 3),
+              "expect": {"gpu": gpu, "count": count}, "facts": str(directory)}
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2, default=str))
+    else:
+        rows = [{**c, "observed": json.dumps(c["observed"], default=str)[:60]} for c in checks]
+        click.echo(render(rows, ["name", "status", "observed", "hint"], "table"))
+        click.echo(f"verdict: {result['verdict']} ({count}× {gpu}, {result['elapsed_s']:.1f} s; facts in {directory})")
+    if result["verdict"] == CheckStatus.FAIL:
+        sys.exit(3)
+
+
+def _capture_here(directory: Path, gpu: str, count: int, deadline: float) -> None:
+    import tempfile
+
+    from benchctl.errors import UsageError
+    from benchctl.payload.facts_capture import capture
+    from benchctl.payload.job import Job
+    from benchctl.payload.preflight import run_probes
+
+    try:
+        capture(directory, deadline)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"judging this machine needs torch ({exc}): pip install 'benchctl[local]'") from None
+    with tempfile.TemporaryDirectory(prefix="benchctl-preflight-job-") as work:
+        job = Job(campaign="preflight", cell="here", attempt=1, token="preflight", gpu=gpu, count=count,
+                  phases=["preflight"])
+        job_path = Path(work) / "job.json"
+        job_path.write_text(job.to_json())
+        (Path(work) / "artifacts" / "logs").mkdir(parents=True)
+        run_probes(job, job_path, directory, deadline)

@@ -1,0 +1,1 @@
+"""The engine: the cell state machine, attempts on nodes, budget, leases, scheduling."""

@@ -1,0 +1,310 @@
+"""One attempt on one node: ship the payload, watch it, collect, and always terminate and close.
+
+``drive`` ends in ``finally`` with a last read of the node's events, ``terminate`` and the
+attempt closed at the time the provider says the node stopped billing (else now), whatever
+happened: no exit path leaves a billing node the store thinks is closed. Each of the three runs
+whatever the one before raised (what failed is logged and added to the attempt's detail). The
+one exception to closing: a cell whose lease this controller lost (``abandoned``): its node is
+terminated, and the attempt is left to the cell's new owner (``benchctl down``, or the controller
+that took it over, which reconciles it).
+The node is not trusted: a malformed event line is stored as an error event (``event_sync``), an
+``exit_code`` file that holds no exit status is an attempt error (the cell retries), and an
+OSError of the node's files or of the attempt's local directory ends the attempt as an error.
+Collecting the attempt's files has a deadline (``collect_timeout_s``) and the budget is watched
+meanwhile: at the budget the transfer stops and the attempt ends ``budget``.
+While the payload runs, every ``status_interval_s`` the driver asks the provider for the node's
+state (a preempted node ends the attempt) and checks the campaign's spend against its budget; it
+touches the payload's heartbeat (its dead-man switch) as often, or four times per
+``max_idle_minutes`` if that is more often.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchctl import payload
+from benchctl.campaign.spec import CellSpec
+from benchctl.engine.budget import collect_timeout_s
+from benchctl.engine.cell_states import CellState
+from benchctl.engine.event_sync import sync_events
+from benchctl.engine.run_context import Outcome, OutcomeKind, RunContext
+from benchctl.payload.deadman import HEARTBEAT
+from benchctl.payload.job import EXIT_BAD_NODE, EXIT_OK, Job
+from benchctl.provisioners.base import NoCapacity, Node, NodeState, Provider, ProviderError, Transport
+from benchctl.provisioners.transfer_deadline import Deadline, TransferTimeout
+from benchctl.results.cell_result import timed_samples
+from benchctl.store import queries as q
+from benchctl.store.models import Artifact, Attempt
+
+MAX_DIR_NAME_BYTES = 120
+"""Longer cell keys get a shortened directory name (a file name holds at most 255 bytes)."""
+EXIT_CODE_BYTES = 64
+"""The most read of the node's ``exit_code`` file."""
+LOG_READ_BYTES = 1024 * 1024
+"""The most read of ``payload.log`` for the reason of a failed payload."""
+_EXIT_CODE = re.compile(rb"[0-9]{1,3}")
+
+
+def cell_dir_name(key: str) -> str:
+    """The directory of a cell's attempts on nodes and under artifacts/: the key itself when it is
+    short, else its start and a hash of all of it (keys with long env values)."""
+    if len(key.encode()) <= MAX_DIR_NAME_BYTES:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return f"{key.encode()[:MAX_DIR_NAME_BYTES - 17].decode(errors='ignore')}-{digest}"
+
+
+@dataclass
+class AttemptDriver:
+    ctx: RunContext
+    cell_id: int
+    key: str
+    spec: CellSpec
+    provider: Provider
+    transition: Callable[[CellState], None]
+    halted: Callable[[], Outcome | None]
+    """Why the attempt must stop now (Ctrl-C, lost lease), or None."""
+
+    def drive(self, attempt: Attempt, node: Node, reattach: bool) -> Outcome:
+        outcome = Outcome(OutcomeKind.ERROR, "controller error")
+        try:
+            if not reattach:
+                not_ready = self._wait_ready(node)
+                if not_ready is not None:
+                    outcome = not_ready
+                    return outcome
+                q.attach_node(self.ctx.engine, attempt.id or 0, node.to_dict())  # a price known once it runs
+            transport = self.provider.transport(node)  # some providers know the address only once ready
+            if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:
+                reattach = False  # the controller stopped before the payload was started
+            if not reattach:
+                self._start_payload(attempt, node, transport)
+            outcome = self._watch(attempt, node, transport)
+            if outcome.kind is OutcomeKind.DONE:
+                self.transition(CellState.COLLECTING)
+            if outcome.kind in (OutcomeKind.DONE, OutcomeKind.BAD_NODE):  # a bad node's verdict and facts: evidence
+                outcome = self._collect_in_time(attempt, transport) or outcome
+            return outcome
+        except NoCapacity as exc:  # found while waiting for the node (SkyPilot fails over, then gives up)
+            outcome = Outcome(OutcomeKind.LAUNCH_FAILED, f"no capacity: {exc}")
+            return outcome
+        except ProviderError as exc:
+            outcome = Outcome(OutcomeKind.ERROR, str(exc))
+            return outcome
+        except OSError as exc:  # the node's files, or the attempt's local directory
+            outcome = Outcome(OutcomeKind.ERROR, f"{type(exc).__name__}: {exc}")
+            return outcome
+        finally:
+            self.end(attempt, node, outcome)
+
+    def end(self, attempt: Attempt, node: Node, outcome: Outcome) -> None:
+        """The last sync, ``terminate`` and the attempt closed (unless ``abandoned``): each runs
+        whatever the one before raised; what failed is logged and added to the attempt's detail."""
+        failed = []
+        for step, call in (("the last read of its events", lambda: self.last_sync(attempt, node)),
+                           ("terminating its node", lambda: self.terminate(node))):
+            try:
+                call()
+            except Exception as exc:  # whatever it was, the node must still be terminated and the attempt closed
+                failed.append(f"{step} failed: {type(exc).__name__}: {exc}")
+        for problem in failed:  # logged only once the node is terminated: a failing log cannot skip that
+            self.ctx.log(f"{self.key}: attempt {attempt.number}: {problem}")
+        if outcome.kind is OutcomeKind.ABANDONED:  # the cell's new owner (or `down`) closes it
+            return
+        try:
+            ended = self.provider.ended_at(node)
+        except Exception as exc:  # then it ended now
+            ended = None
+            self.ctx.log(f"{self.key}: when node {node.node_id} stopped billing is unknown ({exc}); closing it now")
+        detail = "; ".join([outcome.detail, *failed] if outcome.detail else failed)
+        q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind.value, detail or None, terminated_at=ended)
+
+    def last_sync(self, attempt: Attempt, node: Node) -> None:
+        """Read what the node still has before it goes: nothing measured is lost. A node that
+        cannot be read is logged (its events are lost), never raised."""
+        try:
+            sync_events(self.ctx.engine, attempt, self.provider.transport(node))
+        except ProviderError as exc:
+            self.ctx.log(f"{self.key}: could not read attempt {attempt.number}'s last events: {exc}")
+
+    def terminate(self, node: Node) -> None:
+        """One ``terminate``: the provider's API call already retries what may pass on retry
+        (``Unavailable``), and a node already gone is success there."""
+        try:
+            self.provider.terminate(node)
+        except ProviderError as exc:
+            self.ctx.log(f"{self.key}: could not terminate {node.node_id} ({exc}): run `benchctl down` or "
+                         "terminate it at the provider")
+
+    def _wait_ready(self, node: Node) -> Outcome | None:
+        """None once the node runs; else why it never will."""
+        deadline = time.monotonic() + self.ctx.ready_timeout_s
+        while time.monotonic() < deadline:
+            if (halt := self.halted()) is not None:
+                return halt
+            state = self.provider.status(node)
+            if state is NodeState.RUNNING:
+                return None
+            if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+                if not self.ctx.leases.verify(self.cell_id):
+                    return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
+                return Outcome(OutcomeKind.PREEMPTED,
+                               f"the provider reports the node {state.value} before it was ready")
+            if self.ctx.budget.exceeded():
+                return Outcome(OutcomeKind.BUDGET, "the campaign's spend reached budget_usd")
+            self.ctx.stop.wait(self.ctx.poll_interval_s)
+        return Outcome(OutcomeKind.ERROR, f"the node was not ready after {self.ctx.ready_timeout_s:.0f} s")
+
+    def _job(self, attempt: Attempt, node: Node) -> Job:
+        campaign = self.ctx.campaign
+        done = self._done_phases()
+        return Job(campaign=campaign.spec.name, cell=self.key, attempt=attempt.number, token=attempt.token,
+                   gpu=self.spec.gpu or node.offer.gpu, count=self.spec.world_size,
+                   phases=list(campaign.spec.payload.phases),
+                   done_phases=done, profile=campaign.profile_config(self.spec),
+                   collectives=campaign.collectives_config(), command=campaign.command_config(),
+                   preflight_thresholds=dict(campaign.spec.payload.preflight.thresholds), env=dict(self.spec.env),
+                   profile_steps_done=0 if "profile" in done else len(timed_samples(self.ctx.engine, self.cell_id)),
+                   max_idle_minutes=campaign.spec.max_idle_minutes,
+                   idle_shutdown=self.provider.idle_shutdown_command(node), spot_notice=self.provider.spot_notice(node))
+
+    def _done_phases(self) -> list[str]:
+        """Workload phases finished by earlier attempts. Preflight is never carried over: it judges
+        the node, and every new node must prove itself healthy."""
+        ended = {e.phase for e in q.events(self.ctx.engine, self.cell_id, kind="phase_end") if e.phase}
+        return sorted(ended - {"preflight"})
+
+    def _start_payload(self, attempt: Attempt, node: Node, transport: Transport) -> None:
+        job = self._job(attempt, node)
+        with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
+            shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload", symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            (Path(stage) / "job.json").write_text(job.to_json())
+            (Path(stage) / HEARTBEAT).touch()
+            upload = self.ctx.campaign.command_upload()
+            if upload is not None and "command" in job.pending_phases():
+                shutil.copytree(upload, Path(stage) / "work", symlinks=True,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+            transport.put(stage, attempt.remote_dir)
+        if job.profile_steps_done:
+            self.ctx.log(f"{self.key}: attempt {attempt.number} measures the profile's remaining "
+                         f"{max(0, job.profile.steps - job.profile_steps_done) if job.profile else 0} timed steps")
+        self.transition(CellState.PREFLIGHT if "preflight" in job.pending_phases() else CellState.RUNNING)
+        transport.start(f"{transport.python} -m payload run job.json > payload.log 2>&1; echo $? > exit_code",
+                        cwd=attempt.remote_dir)
+
+    def _watch(self, attempt: Attempt, node: Node, transport: Transport) -> Outcome:
+        last_status = last_beat = float("-inf")
+        beat_every = min(self.ctx.status_interval_s, self.ctx.campaign.spec.max_idle_minutes * 60 / 4)
+        timeout = time.monotonic() + self.ctx.campaign.spec.payload.timeout_minutes * 60
+        while True:
+            for event in sync_events(self.ctx.engine, attempt, transport):
+                if event.get("kind") == "phase_start" and event.get("phase") != "preflight" \
+                        and q.cell(self.ctx.engine, self.cell_id).state == CellState.PREFLIGHT.value:
+                    self.transition(CellState.RUNNING)
+            exit_code = transport.read_from(f"{attempt.remote_dir}/exit_code", 0, limit=EXIT_CODE_BYTES).strip()
+            if exit_code:
+                sync_events(self.ctx.engine, attempt, transport)
+                if not _EXIT_CODE.fullmatch(exit_code):
+                    return Outcome(OutcomeKind.ERROR,
+                                   f"the node's exit_code file holds {exit_code[:20]!r}, not an exit status")
+                return self._exit_outcome(int(exit_code), attempt, transport)
+            if (halt := self.halted()) is not None:
+                return halt
+            if time.monotonic() - last_status >= self.ctx.status_interval_s:
+                last_status = time.monotonic()
+                state = self.provider.status(node)
+                if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+                    if not self.ctx.leases.verify(self.cell_id):  # `benchctl down` (or a takeover) ended it
+                        return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
+                    return Outcome(OutcomeKind.PREEMPTED, f"the provider reports the node {state.value}")
+                if self.ctx.budget.exceeded():
+                    return Outcome(OutcomeKind.BUDGET, "the campaign's spend reached budget_usd while this attempt ran")
+            if time.monotonic() - last_beat >= beat_every:
+                last_beat = time.monotonic()
+                with contextlib.suppress(ProviderError):
+                    transport.run(f"touch {shlex.quote(attempt.remote_dir)}/{HEARTBEAT}", timeout=30)
+            if time.monotonic() > timeout:
+                return Outcome(OutcomeKind.ERROR, f"payload ran past payload.timeout_minutes "
+                               f"({self.ctx.campaign.spec.payload.timeout_minutes})")
+            self.ctx.stop.wait(self.ctx.poll_interval_s)
+
+    def _exit_outcome(self, code: int, attempt: Attempt, transport: Transport) -> Outcome:
+        if code == EXIT_OK:
+            return Outcome(OutcomeKind.DONE)
+        errors = [json.loads(e.data_json).get("message", "") for e in q.events(self.ctx.engine, self.cell_id, "error")
+                  if e.attempt_id == attempt.id]
+        detail = errors[-1] if errors else _tail(transport.read_from(f"{attempt.remote_dir}/payload.log", 0,
+                                                                       limit=LOG_READ_BYTES))
+        return Outcome(OutcomeKind.BAD_NODE if code == EXIT_BAD_NODE else OutcomeKind.ERROR,
+                       f"payload exit {code}: {detail}")
+
+    def _collect_in_time(self, attempt: Attempt, transport: Transport) -> Outcome | None:
+        """Collect within ``collect_timeout_s`` while the budget is watched; None when it ended in
+        time, else how the attempt ends (``budget`` when the spend reached the budget meanwhile)."""
+        deadline = Deadline(collect_timeout_s(self.ctx.campaign.spec))
+        with self.ctx.budget.watch(lambda: deadline.cancel("the campaign's spend reached budget_usd"),
+                                   self.ctx.status_interval_s):
+            try:
+                self._collect(attempt, transport, deadline)
+            except TransferTimeout as exc:
+                return Outcome(OutcomeKind.BUDGET if deadline.cancelled else OutcomeKind.ERROR,
+                               f"collecting artifacts: {exc}")
+        return None
+
+    def _collect(self, attempt: Attempt, transport: Transport, deadline: Deadline) -> None:
+        cell_dir = self.ctx.artifacts_dir / cell_dir_name(self.key)
+        local = cell_dir / str(attempt.number)
+        for path in (self.ctx.artifacts_dir, cell_dir, local):
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        transport.max_artifact_bytes = int(self.ctx.campaign.spec.max_artifact_gb * 1024**3)
+        for name in ("artifacts", "events.jsonl", "payload.log"):
+            transport.get(f"{attempt.remote_dir}/{name}", str(local), timeout=deadline)
+        for event in q.events(self.ctx.engine, self.cell_id, "artifact"):
+            if event.attempt_id != attempt.id:
+                continue
+            data = json.loads(event.data_json)
+            path = local / data["path"]
+            here = _inside(path, local)
+            q.add_artifact(self.ctx.engine, Artifact(attempt_id=_id(attempt), cell_id=self.cell_id, name=data["name"],
+                                                     remote_path=f"{attempt.remote_dir}/{data['path']}",
+                                                     local_path=str(path) if here else None,
+                                                     bytes=path.stat().st_size if here else None,
+                                                     sha256=_sha256(path) if here else None))
+        for refused in transport.refused_members():
+            self.ctx.log(f"{self.key}: refused from the node's artifacts: {refused}")
+
+
+def _id(attempt: Attempt) -> int:
+    assert attempt.id is not None
+    return attempt.id
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    """``path`` is a regular file inside ``directory`` (never an error: the name is the node's)."""
+    try:
+        return path.is_file() and path.resolve().is_relative_to(directory.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _tail(data: bytes, lines: int = 3) -> str:
+    return " | ".join(data.decode(errors="replace").strip().splitlines()[-lines:])

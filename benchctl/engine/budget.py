@@ -1,0 +1,131 @@
+"""The campaign's budget: no launch may make its worst case exceed ``budget_usd``.
+
+An attempt's worst case is its hourly price × the longest it can live: the wait for the node to
+be ready, the payload's timeout, and the collection of artifacts. Before a launch, the money
+already spent by closed attempts + what every open attempt may still cost at worst + the new
+attempt's worst case must fit in the budget: otherwise the cell waits while other attempts run
+(their worst case is released when they end) or, with nothing running, ends with reason
+``budget``. While attempts run, the actual spend is checked every status poll; a campaign over
+budget stops its nodes, so it exceeds the budget by at most one poll's spend. While an
+attempt's files are collected, ``Budget.watch`` checks the spend as often in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from benchctl.campaign.spec import Campaign, CampaignSpec, CellSpec
+from benchctl.store import queries as q
+
+COLLECT_ALLOWANCE_S = 600.0
+"""Time allowed after the payload for syncing, collecting artifacts and terminating."""
+COLLECT_MIN_S = 10.0
+"""The shortest deadline a collection gets, however short the payload's timeout."""
+READY_TIMEOUT_S = 900.0
+"""How long a launched node may take to be ready before the attempt gives up on it."""
+
+
+def attempt_worst_case_s(spec: CampaignSpec) -> float:
+    """The longest one attempt can bill: node start-up, the payload's timeout, collection."""
+    return READY_TIMEOUT_S + spec.payload.timeout_minutes * 60.0 + COLLECT_ALLOWANCE_S
+
+
+def collect_timeout_s(spec: CampaignSpec) -> float:
+    """The deadline of collecting one attempt's files: ``payload.timeout_minutes``, clamped to
+    ``COLLECT_MIN_S`` .. ``COLLECT_ALLOWANCE_S`` (so the worst case above still holds)."""
+    return min(max(spec.payload.timeout_minutes * 60.0, COLLECT_MIN_S), COLLECT_ALLOWANCE_S)
+
+
+def worst_case_spend(campaign: Campaign, cells: list[CellSpec], providers: Any, spent_usd: float) -> float:
+    """What running ``cells`` could cost at most: every attempt of every cell at its best offer's price
+    for its worst-case duration, plus what was spent, capped by the budget (no launch exceeds it)."""
+    from benchctl.engine.providers import offer_request
+
+    per_attempt_h = attempt_worst_case_s(campaign.spec) / 3600.0
+    worst = spent_usd
+    for cell in cells:
+        offers = providers.get(cell.provider).offers(offer_request(cell, label=cell.key,
+                                                                   image=campaign.spec.defaults.image))
+        if offers:
+            worst += cell.max_attempts * offers[0].hourly_usd * per_attempt_h
+    return min(worst, campaign.spec.budget_usd)
+
+
+class Admission(str, enum.Enum):
+    LAUNCH = "launch"
+    WAIT = "wait"
+    OVER = "over"
+
+
+@dataclass
+class Budget:
+    engine: Engine
+    campaign_id: int
+    budget_usd: float
+    attempt_worst_case_s: float
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def worst_case_usd(self, hourly_usd: float) -> float:
+        return hourly_usd * self.attempt_worst_case_s / 3600.0
+
+    def committed_usd(self, now: float | None = None) -> tuple[float, int]:
+        """(spent by closed attempts + the worst case still possible for open ones, open attempts)."""
+        now = time.time() if now is None else now
+        total, running = 0.0, 0
+        for a in q.campaign_attempts(self.engine, self.campaign_id):
+            if not a.open:
+                total += a.cost_usd or 0.0
+                continue
+            running += 1
+            hourly = a.hourly_usd or 0.0
+            started = a.launched_at or now
+            total += max(now - started, self.attempt_worst_case_s) * hourly / 3600.0
+        return total, running
+
+    def exceeded(self) -> bool:
+        return q.spent_usd(self.engine, self.campaign_id) >= self.budget_usd
+
+    @contextmanager
+    def watch(self, on_exceeded: Callable[[], None], every_s: float) -> Iterator[None]:
+        """While the block runs, check the spend every ``every_s`` in a thread; once it reaches the
+        budget, call ``on_exceeded`` (once) so that the block stops what it is doing."""
+        done = threading.Event()
+
+        def check() -> None:
+            while not done.wait(every_s):
+                if self.exceeded():
+                    on_exceeded()
+                    return
+
+        watcher = threading.Thread(target=check, name="budget-watch", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
+
+    @contextmanager
+    def admit(self, hourly_usd: float) -> Iterator[tuple[Admission, str]]:
+        """Decide whether an attempt at ``hourly_usd`` may launch. Held while the caller writes its
+        Attempt row, so this controller's cells never both take the last dollars."""
+        with self._lock:
+            committed, running = self.committed_usd()
+            worst = self.worst_case_usd(hourly_usd)
+            why = (f"spent and committed ${committed:.2f} + this attempt's worst case ${worst:.2f} "
+                   f"(${hourly_usd:.2f}/h × {self.attempt_worst_case_s / 3600:.2f} h) > budget_usd "
+                   f"${self.budget_usd:.2f}")
+            if committed + worst <= self.budget_usd + 1e-9:
+                yield Admission.LAUNCH, ""
+            elif running:
+                yield Admission.WAIT, why
+            else:
+                yield Admission.OVER, why

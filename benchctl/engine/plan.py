@@ -1,0 +1,164 @@
+"""``benchctl plan`` and ``run``'s spend confirmation: what each cell would rent now and what it
+could cost, without launching.
+
+Per cell: the offer the engine would take (the provider's cheapest that fits), its $/hr and
+market, the expected spend (one attempt that succeeds, billed up to the attempt's time limit) and
+the worst-case spend (max_attempts × price × the attempt's worst-case duration); the profile's
+memory estimate per GPU and the card's memory (``benchctl.campaign.memory_fit``). A cell without a price
+(no offer now, its provider unusable or unreachable) has an unknown worst case (None), never 0,
+and so has the matrix then. A provider that cannot be used (no SDK, no credentials) is asked
+nothing: its cells say what it needs (``unavailable``). A provider whose offers fail is asked
+once (``failed``): one line per provider. When no provider answered at all there is no plan:
+``NoProviderAnswered``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchctl.campaign.memory_fit import cell_fit
+from benchctl.campaign.spec import Campaign, CellSpec
+from benchctl.engine.budget import attempt_worst_case_s
+from benchctl.engine.providers import Providers, offer_request
+from benchctl.errors import BenchctlError, ProviderUnavailable
+from benchctl.provisioners.base import ProviderError
+
+COLUMNS = ("cell", "provider", "market", "offer", "host", "vcpus", "hourly_usd", "expected_usd", "worst_case_usd",
+           "mem_est_gib", "gpu_mem_gib", "warning")
+
+
+class NoProviderAnswered(BenchctlError):
+    """Every provider's offers failed: nothing could be priced (exit 1: try again later)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    rows: list[dict[str, Any]]
+    worst_case_usd: float | None
+    """None when a cell has no price (its spend is unknown)."""
+    priced_usd: float
+    """The worst case of the cells that have a price."""
+    budget_usd: float
+    warnings: list[str]
+    spent_usd: float = 0.0
+    """Already spent by this campaign (``run`` continuing it); part of the worst case."""
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Provider → why it cannot be used here (what it needs)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Provider → why its offers failed."""
+
+    @property
+    def unpriced(self) -> int:
+        return sum(row["worst_case_usd"] is None for row in self.rows)
+
+    @property
+    def capped_usd(self) -> float:
+        """The most that can be spent: the worst case capped by the budget (the budget itself while
+        a cell's price is unknown)."""
+        if self.unpriced:
+            return self.budget_usd
+        return min(self.spent_usd + self.priced_usd, self.budget_usd)
+
+    def spend_line(self) -> str:
+        """One line both ``plan`` and ``run`` print: the same figures."""
+        worst = self.spent_usd + self.priced_usd
+        spent = f" (${self.spent_usd:.2f} already spent)" if self.spent_usd else ""
+        if self.unpriced:
+            return (f"worst case ${worst:.2f}{spent} for the priced cells, unknown for the {self.unpriced} cell(s) "
+                    f"without an offer; budget_usd ${self.budget_usd:.2f} caps the spend")
+        if worst > self.budget_usd:
+            return (f"worst case ${worst:.2f}{spent}; over budget_usd ${self.budget_usd:.2f}, which caps the spend "
+                    f"at ${self.capped_usd:.2f}")
+        return f"worst case ${worst:.2f}{spent} of budget_usd ${self.budget_usd:.2f}"
+
+    def problems(self) -> list[str]:
+        """One line per provider that could not be asked or did not answer."""
+        return ([message for _, message in sorted(self.unavailable.items())]
+                + [f"{name}: offers failed: {problem}" for name, problem in sorted(self.failed.items())])
+
+    def raise_problems(self) -> None:
+        """Exit 2 when a provider needs set-up, 1 when one did not answer; nothing when all answered."""
+        if self.unavailable:
+            raise ProviderUnavailable("\n".join(self.problems()))
+        if self.failed:
+            raise BenchctlError("\n".join(self.problems()))
+
+
+def _usable(providers: Providers, cells: list[CellSpec], image: str | None) -> dict[str, str]:
+    """Provider → what it needs, for those that cannot be built; the others' cells are checked
+    (a refused shape or access stops here: ``Providers.check_cells``)."""
+    unavailable: dict[str, str] = {}
+    for name in sorted({cell.provider for cell in cells}):
+        try:
+            providers.get(name)
+        except ProviderUnavailable as exc:
+            unavailable[name] = str(exc)
+    providers.check_cells([c for c in cells if c.provider not in unavailable], image)
+    return unavailable
+
+
+def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec] | None = None,
+                  spent_usd: float = 0.0) -> Plan:
+    """Plan ``cells`` (default: all the campaign's); ``spent_usd`` counts toward the worst case."""
+    cells = campaign.cells if cells is None else cells
+    hours = attempt_worst_case_s(campaign.spec) / 3600.0
+    image = campaign.spec.defaults.image
+    unavailable = _usable(providers, cells, image)
+    rows, warnings = [], []
+    failed: dict[str, str] = {}
+    answered: set[str] = set()
+    for cell in cells:
+        row: dict[str, Any] = {"cell": cell.key, "provider": cell.provider, "market": cell.market, "offer": None,
+                               "host": None, "vcpus": None, "hourly_usd": None, "expected_usd": None,
+                               "worst_case_usd": None, "warning": None}
+        fit = cell_fit(campaign, cell)
+        row.update(mem_est_gib=fit.mem_est_gib, gpu_mem_gib=fit.gpu_mem_gib)
+        offers = []
+        request = offer_request(cell, cell.key, image=image)
+        if cell.provider in unavailable:
+            row["warning"] = "needs " + unavailable[cell.provider].removeprefix(f"{cell.provider}: ")
+        elif cell.provider in failed:  # asked once: an unreachable API is not asked again per cell
+            row["warning"] = "offers failed (below)"
+        else:
+            try:
+                offers = providers.get(cell.provider).offers(request)
+                answered.add(cell.provider)
+                if not offers and providers.get(cell.provider).all_busy(request):
+                    row["warning"] = "busy now: every matching node is in use (a run would wait for one)"
+            except ProviderError as exc:
+                failed[cell.provider] = str(exc)
+                row["warning"] = "offers failed (below)"
+        if offers:
+            best = offers[0]
+            row.update(offer=best.offer_id, host=best.host or None, vcpus=best.vcpus or None,
+                       hourly_usd=best.hourly_usd, expected_usd=round(best.hourly_usd * hours, 4),
+                       worst_case_usd=round(cell.max_attempts * best.hourly_usd * hours, 4))
+        elif row["warning"] is None:
+            row["warning"] = "no offer now"
+            warnings.append(f"{cell.key}: no offer now")
+        rows.append(row)
+    if failed and not answered and not unavailable:
+        raise NoProviderAnswered("no provider answered for offers, so nothing could be planned: " + "; ".join(
+            f"{name}: {problem}" for name, problem in sorted(failed.items())) + ". Fix that (or wait) and plan again")
+    warnings += [f"{name}: {note}" for name in sorted(answered) for note in providers.get(name).plan_notes()]
+    priced = round(sum(r["worst_case_usd"] for r in rows if r["worst_case_usd"] is not None), 4)
+    if spent_usd + priced > campaign.spec.budget_usd:
+        warnings.append(f"the worst case ${spent_usd + priced:.2f} is over budget_usd "
+                        f"${campaign.spec.budget_usd:.2f}: cells will wait for budget, or end with reason budget")
+    unknown = any(r["worst_case_usd"] is None for r in rows)
+    return Plan(rows, None if unknown else priced, priced, campaign.spec.budget_usd, warnings, spent_usd,
+                unavailable, failed)
+
+
+def compact_table(plan: Plan) -> list[str]:
+    """The per-cell plan in a few columns (cell, $/hr, expected, worst case), as the confirmation
+    prompt shows it; unknown prices read ``?``."""
+    def usd(value: float | None) -> str:
+        return "?" if value is None else f"${value:.2f}"
+
+    width = max([len("cell")] + [len(r["cell"]) for r in plan.rows])
+    lines = [f"{'cell':<{width}}  {'$/hr':>8}  {'expected':>9}  {'worst':>9}"]
+    lines += [f"{r['cell']:<{width}}  {usd(r['hourly_usd']):>8}  {usd(r['expected_usd']):>9}  "
+              f"{usd(r['worst_case_usd']):>9}" + (f"  {r['warning']}" if r["warning"] else "") for r in plan.rows]
+    return [*lines, "expected: one attempt, billed up to its time limit; worst: all max_attempts attempts"]

@@ -1,0 +1,139 @@
+"""The scheduler: run every unfinished cell of a campaign concurrently, then report.
+
+``terminate_orphans`` (called before anything else by run and resume, complete campaigns too)
+terminates and reports nodes that carry the campaign's tag but belong to no open attempt: they
+would bill with nobody watching. A cell runs only under this controller's lease on it: a cell
+another live controller holds is skipped and reported. A provider's ``max_parallel_nodes`` caps
+how many of its cells run at once. Ctrl-C sets the shared stop flag: cells stop launching,
+terminate their nodes and record ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from benchctl.engine.cell_runner import CellRunner
+from benchctl.engine.cell_states import CellState
+from benchctl.engine.run_context import RunContext
+from benchctl.store import queries as q
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    ran: int
+    states: dict[str, str]
+    held_elsewhere: dict[str, str]
+    """Cells skipped because another controller holds their lease: key → holder."""
+
+    @property
+    def complete(self) -> bool:
+        return all(state == CellState.DONE.value for state in self.states.values())
+
+
+def pending_cells(ctx: RunContext) -> list[int]:
+    """Unfinished cells of the campaign file as it is now; cells removed from the file keep their
+    history in the store but do not run."""
+    in_file = {cell.key for cell in ctx.campaign.cells}
+    return [c.id for c in q.cells(ctx.engine, ctx.campaign_id)
+            if c.state != CellState.DONE.value and c.id and c.key in in_file]
+
+
+def terminate_orphans(ctx: RunContext) -> list[str]:
+    """Terminate the campaign's nodes that no open attempt knows about; return their ids.
+
+    The nodes are listed before the open attempts are read: an attempt row is committed before its
+    launch, so a node another controller is launching right now always finds its attempt."""
+    gone = []
+    for name in sorted({cell.provider for cell in ctx.campaign.cells}):
+        provider = ctx.providers.get(name)
+        nodes = provider.owned(ctx.campaign_tag)
+        if not nodes:
+            continue
+        open_tokens = {a.token for a in q.campaign_attempts(ctx.engine, ctx.campaign_id) if a.open}
+        for node in nodes:
+            if node.token not in open_tokens:
+                provider.terminate(node)
+                ctx.log(f"terminated {name} node {node.node_id}: it carried this campaign's tag but no "
+                        "open attempt knew it")
+                gone.append(node.node_id)
+    return gone
+
+
+def run_campaign(ctx: RunContext, concurrency: int) -> RunSummary:
+    todo = pending_cells(ctx)
+    held: dict[str, str] = {}
+    if todo:
+        limits: dict[str, threading.BoundedSemaphore] = {
+            name: threading.BoundedSemaphore(limit)
+            for name in {str(c.provider) for c in ctx.campaign.cells}
+            if (limit := ctx.providers.get(name).max_parallel_nodes) is not None}
+        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cell") as pool:
+            futures = [pool.submit(_run_one, ctx, cell_id, limits, held) for cell_id in todo]
+            _wait(ctx, futures)
+    in_file = {cell.key for cell in ctx.campaign.cells}
+    states = {c.key: c.state for c in q.cells(ctx.engine, ctx.campaign_id) if c.key in in_file}
+    return RunSummary(ran=len(todo) - len(held), states=states, held_elsewhere=held)
+
+
+def _run_one(ctx: RunContext, cell_id: int, limits: dict[str, threading.BoundedSemaphore],
+             held: dict[str, str]) -> None:
+    key = str(cell_id)
+    try:
+        runner = CellRunner(ctx, cell_id)
+        key = runner.key
+        holder = ctx.leases.take(cell_id)
+        if holder is not None:
+            held[key] = holder
+            ctx.log(f"{key}: skipped: controller {holder} is running it (its lease is renewed while it runs)")
+            return
+        try:
+            limit = limits.get(runner.spec.provider)
+            if limit is not None:
+                while not limit.acquire(timeout=0.2):
+                    if ctx.stop.is_set():
+                        return
+            try:
+                runner.run()
+            finally:
+                if limit is not None:
+                    limit.release()
+        finally:
+            ctx.leases.give_back(cell_id)
+    except Exception as exc:
+        # A bug or a store failure: the attempt's own ``finally`` already terminated its node.
+        ctx.log(f"{key}: controller error: {type(exc).__name__}: {exc}")
+        if not ctx.leases.lost(cell_id):
+            q.set_cell_state(ctx.engine, cell_id, CellState.FAILED.value, f"controller error: {exc}")
+
+
+def _wait(ctx: RunContext, futures: list[Future[None]]) -> None:
+    """Wait for the cells; on the first Ctrl-C ask them to stop and keep waiting for their cleanup."""
+    done = threading.Event()
+    remaining = len(futures)
+    lock = threading.Lock()
+
+    def finished(_: Future[None]) -> None:
+        nonlocal remaining
+        with lock:
+            remaining -= 1
+            if remaining == 0:
+                done.set()
+
+    for future in futures:
+        future.add_done_callback(finished)
+    try:
+        while not done.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        ctx.stop.set()
+        ctx.log("interrupted: terminating this campaign's nodes (Ctrl-C again to exit at once)")
+        try:
+            done.wait()
+        except KeyboardInterrupt:
+            ctx.log("exiting now; `benchctl resume` terminates what still runs")
+            ctx.hard_exit()
+            os._exit(130)
+        raise

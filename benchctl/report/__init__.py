@@ -1,0 +1,1 @@
+"""Rendering: tables for the terminal and files, the HTML report page."""

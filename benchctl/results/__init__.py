@@ -1,0 +1,1 @@
+"""Numbers from events: step times, cost-to-train, rankings, imported results."""

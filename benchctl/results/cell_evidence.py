@@ -1,0 +1,93 @@
+"""What a cell's stored events say beside its step times: flags, the node's facts, bus bandwidth.
+
+All of it comes from the node that produced the cell's numbers: the last attempt that ran
+preflight (for flags and facts) and the last attempt that ran collectives (for busbw).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from benchctl.outcomes import OutcomeKind
+from benchctl.payload.stats import median
+from benchctl.results.check_status import CheckStatus
+from benchctl.store import queries as q
+
+FLAG_OF_CHECK = {"numa": "numa_split", "cpu": "few_cpus", "nccl_env": "nccl_env", "shm": "small_shm",
+                 "gemm": "slow_gemm", "hbm": "slow_hbm", "nccl_allreduce": "slow_allreduce"}
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    interconnect: str | None = None
+    vcpus: int | None = None
+    numa: str | None = None
+
+
+def _last_attempt_rows(engine: Engine, cell_id: int, phase: str) -> list[dict[str, Any]]:
+    """The ``sample`` events of ``phase`` from the last attempt that recorded any."""
+    events = q.events(engine, cell_id, kind="sample", phase=phase)
+    if not events:
+        return []
+    last = events[-1].attempt_id
+    return [json.loads(e.data_json) for e in events if e.attempt_id == last]
+
+
+def cell_flags(engine: Engine, cell_id: int) -> list[str]:
+    """Preflight warnings on the node that produced the cell's numbers, nodes replaced after a
+    failed preflight (``bad_nodes×N``), and preemptions survived (``preempted×N``)."""
+    flags = {FLAG_OF_CHECK.get(str(c.get("name")), str(c.get("name")))
+             for c in _last_attempt_rows(engine, cell_id, "preflight") if c.get("status") == CheckStatus.WARN}
+    attempts = q.attempts(engine, cell_id)
+    for outcome, label in ((OutcomeKind.BAD_NODE, "bad_nodes"), (OutcomeKind.PREEMPTED, "preempted")):
+        times = sum(a.outcome == outcome for a in attempts)
+        if times:
+            flags.add(f"{label}×{times}")
+    return sorted(flags)
+
+
+def node_facts(engine: Engine, cell_id: int) -> NodeFacts:
+    """Interconnect class (with the NVLink width), vCPUs and NUMA layout from preflight's checks."""
+    observed = {str(c.get("name")): c.get("observed") for c in _last_attempt_rows(engine, cell_id, "preflight")}
+    topo, cpu, numa = (_mapping(observed.get(n)) for n in ("topology", "cpu", "numa"))
+    interconnect = topo.get("class")
+    if interconnect and topo.get("nvlink_width"):
+        interconnect = f"{interconnect} NV{topo['nvlink_width']}"
+    return NodeFacts(interconnect=interconnect, vcpus=cpu.get("vcpus"), numa=numa_layout(numa))
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def numa_layout(observed: dict[str, Any]) -> str | None:
+    """``2 nodes, GPUs on 0+1`` from the numa check's observation (``1 node`` when all in one)."""
+    nodes = observed.get("numa_nodes")
+    used = sorted({v for v in (observed.get("gpu_numa") or {}).values() if v is not None})
+    if nodes is None and not used:
+        return None
+    text = f"{nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else "? nodes"
+    if len(used) > 1:
+        text += ", GPUs on " + "+".join(map(str, used))
+    return text
+
+
+def allreduce_busbw(engine: Engine, cell_id: int) -> tuple[float, int] | None:
+    """(busbw GB/s, bytes) of the cell's last collectives run: ``largest_allreduce``."""
+    return largest_allreduce(_last_attempt_rows(engine, cell_id, "collectives"))
+
+
+def largest_allreduce(rows: list[dict[str, Any]]) -> tuple[float, int] | None:
+    """(busbw GB/s, bytes): the median all_reduce busbw at the largest size among ``rows``
+    (collectives samples; nccl-tests' out-of-place and in-place rows both count). None without
+    all_reduce rows, or when they ran on one rank: busbw is 0 there by definition, no measurement."""
+    rows = [r for r in rows if r.get("op") == "all_reduce" and r.get("busbw_gbps") is not None
+            and r.get("ranks") != 1]
+    if not rows:
+        return None
+    size = max(int(r["bytes"]) for r in rows)
+    return median([float(r["busbw_gbps"]) for r in rows if int(r["bytes"]) == size]), size

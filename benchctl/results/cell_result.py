@@ -1,0 +1,93 @@
+"""A cell's Result from its stored events: median and p10–p90 of the timed profile steps, and
+cost-to-train at the billed price of the attempts that measured them.
+
+A preempted cell's timed steps come from several nodes of the same configuration: each sample
+carries ``timed_index`` (unique across the cell's attempts), the first recorded copy of an index
+counts, and the price is the attempts' billed prices weighted by the samples each measured.
+The result also says how those steps computed (``precision``, ``compiled``, ``attention``, as the
+samples recorded them; several values, e.g. from nodes with different images, are joined with ``+``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from benchctl.campaign.spec import CampaignSpec
+from benchctl.payload.stats import median, percentile
+from benchctl.results.cell_evidence import allreduce_busbw, cell_flags, node_facts
+from benchctl.results.cost import cost_to_train, steps_for
+from benchctl.results.step_split import step_split
+from benchctl.store import queries as q
+from benchctl.store.models import Result
+
+
+@dataclass(frozen=True)
+class TimedSample:
+    attempt_id: int
+    timed_index: int
+    step_time_s: float
+
+
+def timed_profile_events(engine: Engine, cell_id: int) -> list[tuple[int, dict[str, Any]]]:
+    """(attempt id, sample data) of the cell's timed profile steps, one per ``timed_index`` (its first
+    recorded copy), in index order."""
+    seen: dict[int, tuple[int, dict[str, Any]]] = {}
+    for event in q.events(engine, cell_id, kind="sample", phase="profile"):
+        data = json.loads(event.data_json)
+        if data.get("warmup") or data.get("timed_index") is None:
+            continue
+        seen.setdefault(int(data["timed_index"]), (event.attempt_id, data))
+    return [seen[i] for i in sorted(seen)]
+
+
+def timed_samples(engine: Engine, cell_id: int) -> list[TimedSample]:
+    """The cell's timed profile steps, one per ``timed_index``, in index order."""
+    return [TimedSample(attempt_id, int(data["timed_index"]), float(data["step_time_s"]))
+            for attempt_id, data in timed_profile_events(engine, cell_id)]
+
+
+def _how_computed(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """precision, compiled and attention of the timed samples (None where none recorded it)."""
+    how: dict[str, Any] = {}
+    for name in ("precision", "attention"):
+        values = sorted({str(s[name]) for s in samples if s.get(name) is not None})
+        how[name] = "+".join(values) if values else None
+    compiled = [bool(s["compiled"]) for s in samples if s.get("compiled") is not None]
+    how["compiled"] = all(compiled) if compiled else None
+    return how
+
+
+def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result | None:
+    """None until some attempt completed the profile phase (its ``phase_end``) with timed steps."""
+    if not q.events(engine, cell_id, kind="phase_end", phase="profile"):
+        return None
+    samples = timed_samples(engine, cell_id)
+    if not samples:
+        return None
+    prices = {a.id: a.hourly_usd or 0.0 for a in q.attempts(engine, cell_id)}
+    hourly = sum(prices[s.attempt_id] for s in samples) / len(samples)
+    times = [s.step_time_s for s in samples]
+    cell = q.cell(engine, cell_id)
+    target = spec.target
+    cost = cost_to_train(median(times), steps_for(target.model, target.target_param_data_ratio,
+                                                  target.total_batch_size, target.vocab_size), hourly)
+    # the same timed steps as the step time (one per timed index, as the report draws them)
+    timed = [data for _, data in timed_profile_events(engine, cell_id)]
+    split = step_split(timed)
+    facts = node_facts(engine, cell_id)
+    busbw = allreduce_busbw(engine, cell_id)
+    return Result(cell_id=cell_id, step_time_ms=cost.step_time_s * 1000, step_time_p10_ms=percentile(times, 10) * 1000,
+                  step_time_p90_ms=percentile(times, 90) * 1000, timed_steps=len(times), hourly_usd=cost.hourly_usd,
+                  market=cell.market, target_steps=cost.target_steps, train_hours=cost.train_hours,
+                  cost_to_train_usd=cost.cost_usd, computed_at=time.time(), model=target.model,
+                  interconnect=facts.interconnect, vcpus=facts.vcpus, numa=facts.numa,
+                  optimizer_ms=split.optimizer_s * 1000 if split else None,
+                  optimizer_share=split.optimizer_share if split else None,
+                  comm_share=split.comm_share if split else None,
+                  busbw_gbps=busbw[0] if busbw else None, busbw_bytes=busbw[1] if busbw else None,
+                  flags_json=json.dumps(cell_flags(engine, cell_id)), **_how_computed(timed))

@@ -1,0 +1,123 @@
+"""``benchctl import FILE...``: result records and nccl-tests logs join the store.
+
+Every file is read and checked before anything is written; then one transaction stores it all
+(``benchctl.store.imports``). Records go to ``--campaign`` when given, else to the campaign they name
+(``leaderboard --format json`` rows do: an export of several campaigns imports back into them),
+else to ``imported``. A ``.json``/``.yaml``/``.yml`` file holds result records
+(``benchctl.results.records``); any other file must be an nccl-tests log (``benchctl.results.nccl_log``),
+whose rows belong to the cell named by ``config`` (a cell of the import campaign, existing or
+imported in the same command; optional when the campaign has one cell).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from benchctl.campaign.spec import check_campaign_name
+from benchctl.errors import SpecError, UsageError
+from benchctl.results.cell_evidence import largest_allreduce
+from benchctl.results.nccl_log import NcclLogError, looks_like_nccl_log, read_as, read_log_text, read_nccl_log
+from benchctl.results.records import read_records
+from benchctl.store import queries as q
+from benchctl.store.imports import CellCollectives, CellResult, NotAnImportCampaign, UnknownCell, save_import
+
+RECORD_SUFFIXES = (".json", ".yaml", ".yml")
+DEFAULT_CAMPAIGN = "imported"
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    campaign: str
+    """The campaigns written, comma-separated."""
+    results: int
+    skipped: int
+    collectives: int
+    logs_read_as: tuple[str, ...] = ()
+    """Per nccl-tests log: ``path: what it was read as`` (``nccl_log.read_as``), so a misread shows."""
+
+
+def import_files(engine: Engine, files: list[Path], campaign: str | None, config: str | None) -> ImportSummary:
+    results: list[CellResult] = []
+    logs: list[tuple[Path, list[dict], str]] = []
+    skipped = 0
+    came_from: dict[tuple[str, str], Path] = {}
+    name = campaign or DEFAULT_CAMPAIGN
+    try:
+        check_campaign_name(name)
+    except ValueError as exc:
+        raise UsageError(f"--campaign: {exc}") from None
+    for path in files:
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file")
+        try:
+            if path.suffix.lower() not in RECORD_SUFFIXES:
+                logs.append((path, *_nccl_rows(path)))
+                continue
+            found, dropped = read_records(path)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
+        if campaign:
+            found = [replace(item, campaign=None) for item in found]
+        for item in found:
+            where = (item.campaign or name, item.key)
+            if where in came_from:
+                raise SpecError(str(path), None, "", f"the cell {item.key!r} of campaign {where[0]!r} is also "
+                                f"in {came_from[where]}; import the files one at a time (--campaign each) or "
+                                "tell the records apart with `cell`")
+            came_from[where] = path
+        skipped += dropped
+        results += found
+    counts = _gpu_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
+    collectives = []
+    for path, rows, _ in logs:
+        key = _config_for(list(counts), name, config, path)
+        ranks = max((int(r["ranks"]) for r in rows if r.get("ranks")), default=None)
+        if ranks is not None and key in counts and ranks != counts[key]:
+            raise SpecError(str(path), None, "", f"this log ran on {ranks} ranks but the cell {key!r} has "
+                            f"{counts[key]} GPUs; name the cell it measured with --config")
+        collectives.append(CellCollectives(key=key, source=str(path), rows=rows, busbw=largest_allreduce(rows)))
+    try:
+        save_import(engine, name, [str(f) for f in files], results, collectives)
+    except NotAnImportCampaign as exc:
+        raise UsageError(f"campaign {exc.args[0]!r} was run by benchctl; import into a campaign of its own "
+                         "(--campaign NAME)") from None
+    except UnknownCell as exc:
+        raise UsageError(f"campaign {name!r} has no cell {exc.args[0]!r}: import its result record first (or in "
+                         "the same command), or name an existing cell with --config") from None
+    into = sorted({r.campaign or name for r in results} | ({name} if collectives else set())) or [name]
+    return ImportSummary(", ".join(into), len(results), skipped, len(collectives),
+                         tuple(f"{path}: {description}" for path, _, description in logs))
+
+
+def _nccl_rows(path: Path) -> tuple[list[dict], str]:
+    """The log's rows and what they were read as."""
+    try:
+        text = read_log_text(path)
+        if not looks_like_nccl_log(text):
+            raise SpecError(str(path), None, "", "neither a result-record file (.json, .yaml) nor an nccl-tests log "
+                            "(no '#  size  count  type' header line)")
+        rows = read_nccl_log(path, text)
+        return rows, read_as(rows, text)
+    except NcclLogError as exc:
+        raise SpecError(str(path), exc.line, "", exc.problem) from None
+
+
+def _gpu_counts(engine: Engine, campaign: str) -> dict[str, int]:
+    """Cell key → GPU count of the cells ``campaign`` already has in the store."""
+    existing = q.campaigns(engine, campaign)
+    return {c.key: c.count for c in q.cells(engine, existing[0].id or 0)} if existing else {}
+
+
+def _config_for(cells: list[str], campaign: str, config: str | None, path: Path) -> str:
+    """The cell an nccl-tests log belongs to: ``config``, else the campaign's only cell (``cells``:
+    the campaign's cells, stored or being imported)."""
+    if config:
+        return config
+    if len(cells) == 1:
+        return cells[0]
+    raise UsageError(f"{path}: which configuration did this nccl-tests log measure? name its cell with --config "
+                     f"KEY (campaign {campaign!r} has {len(cells)} cells; `benchctl leaderboard --campaign "
+                     f"{campaign}` lists them)")

@@ -1,0 +1,223 @@
+"""Leaderboard rows: one per cell across campaigns, ranked cheapest cost-to-train first within each
+rank group (the target model and its target steps: a ranking only compares like with like);
+groups in model order, cells without a result last.
+
+One query reads every cell with its result (the evidence columns are computed once, with the
+result: ``benchctl.results.cell_result``), so ranking stays fast on large stores. Where a configuration (the
+cell key without its market) has both a spot and an on-demand price somewhere in the store, each
+of its rows also carries both costs: ``train_hours × spot_usd_per_hour`` and
+``train_hours × on_demand_usd_per_hour`` (each price the median of that market's rows).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from benchctl.campaign.cell_key import CellKey
+from benchctl.payload.collective_math import format_bytes
+from benchctl.payload.stats import median
+from benchctl.results.cell_evidence import cell_flags
+from benchctl.store.models import Campaign, Cell, Result
+
+COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market", "env",
+           "model", "precision", "compiled", "attention", "hourly_usd", "step_time_ms", "step_time_p10_ms",
+           "step_time_p90_ms", "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes",
+           "target_steps", "train_hours", "cost_to_train_usd", "spot_usd_per_hour", "on_demand_usd_per_hour",
+           "cost_spot_usd", "cost_on_demand_usd", "flags", "status")
+"""Every row's keys, in order (JSON and CSV)."""
+
+TABLE = (("rank", "rank"), ("model", "model"), ("campaign", "campaign"), ("provider", "provider"), ("cell", "cell"),
+         ("configuration", "configuration"), ("node", "node"), ("precision", "precision"), ("market", "market"),
+         ("price", "$/hr"), ("step", "step ms"), ("spread", "p10-p90 ms"), ("optimizer", "optimizer ms"),
+         ("comm", "comm"), ("busbw", "busbw GB/s @size"), ("steps", "target steps"), ("hours", "train h"),
+         ("cost", "cost-to-train $"), ("both", "spot / on-demand $"), ("flags", "flags"), ("status", "status"))
+"""The columns ``table`` and ``md`` can show, (name for ``--columns``, header): the same numbers as
+COLUMNS, composed for reading (``display_row``)."""
+TABLE_COLUMNS = tuple(header for _, header in TABLE)
+"""Every header, in order (``--wide``, the report)."""
+NARROW_COLUMNS = ("rank", "model", "configuration", "provider", "market", "step ms", "cost-to-train $", "flags")
+"""The default table: fits 100 columns."""
+
+_RESULT_COLUMNS = ("step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "hourly_usd", "target_steps",
+                   "train_hours", "cost_to_train_usd", "model", "interconnect", "vcpus", "numa", "optimizer_ms",
+                   "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "precision", "compiled",
+                   "attention", "flags_json")
+
+
+@dataclass(frozen=True)
+class Filters:
+    campaigns: Sequence[str] = ()
+    providers: Sequence[str] = ()
+    markets: Sequence[str] = ()
+    models: Sequence[str] = ()
+
+
+def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filters | None = None,
+                     ) -> list[dict[str, Any]]:
+    """Rows with the keys of COLUMNS, ranked; ``campaign`` is a shorthand for ``filters.campaigns``."""
+    filters = filters or Filters(campaigns=[campaign] if campaign else [])
+    camp, cell, result = (_table(m) for m in (Campaign, Cell, Result))
+    query = (sa.select(camp.c.name, cell.c.id, cell.c.key, cell.c.provider, cell.c.gpu, cell.c.count, cell.c.market,
+                       cell.c.state, cell.c.config_json, *(result.c[c] for c in _RESULT_COLUMNS))
+             .select_from(cell).join(camp, camp.c.id == cell.c.campaign_id)
+             .outerjoin(result, result.c.cell_id == cell.c.id))
+    for column, wanted in _filtered_columns(filters):
+        if wanted:
+            query = query.where(sa.func.lower(column).in_([w.lower() for w in wanted]))
+    prices = (sa.select(cell.c.key, cell.c.market, result.c.hourly_usd)
+              .select_from(cell).join(result, result.c.cell_id == cell.c.id))
+    with engine.connect() as conn:
+        records = conn.execute(query).all()
+        listed = conn.execute(prices).all()
+    rows = [_row(engine, record) for record in records]
+    _add_both_markets(rows, listed)
+    rows.sort(key=_rank_order)
+    rank, group = 0, None
+    for row in rows:
+        if row["cost_to_train_usd"] is None:
+            continue
+        rank = rank + 1 if rank_group(row) == group else 1
+        row["rank"], group = rank, rank_group(row)
+    return rows
+
+
+def rank_group(row: dict[str, Any]) -> tuple[str | None, int | None]:
+    """What a row is ranked among: rows pricing the same model over the same target steps."""
+    return row["model"], row["target_steps"]
+
+
+def _natural(text: str | None) -> tuple[Any, ...]:
+    """``nanochat-d2`` before ``nanochat-d12``; no model last."""
+    if text is None:
+        return (1,)
+    return (0, *(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text.lower())))
+
+
+def _rank_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    cost = row["cost_to_train_usd"]
+    return (cost is None, _natural(row["model"]) if cost is not None else (), row["target_steps"] or 0,
+            cost or 0.0, row["campaign"], row["cell"])
+
+
+_FILTER_FLAGS = ("--campaign", "--provider", "--market", "--model")
+
+
+def _filtered_columns(filters: Filters) -> list[tuple[Any, Sequence[str]]]:
+    camp, cell, result = (_table(m) for m in (Campaign, Cell, Result))
+    return [(camp.c.name, filters.campaigns), (cell.c.provider, filters.providers), (cell.c.market, filters.markets),
+            (result.c.model, filters.models)]
+
+
+def unmatched_filter(engine: Engine, filters: Filters) -> str | None:
+    """The first filter value (case-insensitive) that matches nothing in the store, said with the
+    values known: ``no results match --provider X; known: a, b``. None when each value matches."""
+    for flag, (column, wanted) in zip(_FILTER_FLAGS, _filtered_columns(filters), strict=True):
+        if not wanted:
+            continue
+        with engine.connect() as conn:
+            known = sorted({v for (v,) in conn.execute(sa.select(column).distinct()) if v is not None})
+        folded = {k.lower() for k in known}
+        for value in wanted:
+            if value.lower() not in folded:
+                shown = ", ".join(known[:12]) + (f", … ({len(known)} in all)" if len(known) > 12 else "")
+                return f"no results match {flag} {value}; known: {shown or 'none'}"
+    return None
+
+
+def filters_text(filters: Filters) -> str:
+    """The filters as the command line gave them (``--provider runpod --market spot``)."""
+    given = zip(_FILTER_FLAGS, (filters.campaigns, filters.providers, filters.markets, filters.models), strict=True)
+    return " ".join(f"{flag} {value}" for flag, values in given for value in values)
+
+
+def _table(model: type) -> sa.Table:
+    table = model.__table__  # type: ignore[attr-defined]
+    assert isinstance(table, sa.Table)
+    return table
+
+
+def _row(engine: Engine, record: Any) -> dict[str, Any]:
+    (campaign, cell_id, key, provider, gpu, count, market, state, config_json, *result) = record
+    values = dict(zip(_RESULT_COLUMNS, result, strict=True))
+    flags_json = values.pop("flags_json")
+    row: dict[str, Any] = {name: None for name in COLUMNS}
+    row.update(values)
+    row.update(campaign=campaign, cell=key, provider=provider, gpu=gpu, count=count, market=market, status=state,
+               env=json.loads(config_json).get("env", {}),
+               flags=list(_flags(flags_json)) if flags_json is not None else cell_flags(engine, cell_id))
+    return row
+
+
+@functools.lru_cache(maxsize=1024)
+def _flags(flags_json: str) -> tuple[str, ...]:
+    return tuple(json.loads(flags_json))  # most cells share a few flag sets
+
+
+def configuration_key(cell_key: str) -> str:
+    """The cell key without its market (``provider:shape:market:...``): what spot and on-demand share."""
+    return CellKey.parse(cell_key).without_market()
+
+
+def _add_both_markets(rows: list[dict[str, Any]], listed: Sequence[Any]) -> None:
+    """Both costs on ``rows`` from ``listed`` (cell key, market, $/hr of every result in the store:
+    a filter on market or campaign must not hide the other market's price)."""
+    by_market: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for key, market, hourly in listed:
+        if hourly is not None:
+            by_market[(configuration_key(key), market)].append(float(hourly))
+    prices = {config: (median(values), median(by_market[(config, "on-demand")]))
+              for (config, market), values in by_market.items()
+              if market == "spot" and (config, "on-demand") in by_market}
+    if not prices:
+        return
+    for row in rows:
+        both = prices.get(configuration_key(row["cell"]))
+        if both is None:
+            continue
+        spot, on_demand = both
+        row["spot_usd_per_hour"], row["on_demand_usd_per_hour"] = spot, on_demand
+        if row["train_hours"] is not None:
+            row["cost_spot_usd"] = row["train_hours"] * spot
+            row["cost_on_demand_usd"] = row["train_hours"] * on_demand
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]:
+    """The row composed for a person (TABLE_COLUMNS): configuration = gpu×count and env; node =
+    interconnect, vCPUs and NUMA layout; step time as median, p10-p90 beside it. ``with_steps``:
+    the model also says its target steps (when one model is ranked over several targets)."""
+    node = [row["interconnect"], f"{row['vcpus']} vCPU" if row["vcpus"] else None,
+            f"NUMA {row['numa']}" if row["numa"] else None]
+    config = [f"{row['gpu']}×{row['count']}", ",".join(f"{k}={v}" for k, v in sorted(row["env"].items())) or None]
+    spread = ("-" if row["step_time_ms"] is None or row["step_time_p10_ms"] == row["step_time_p90_ms"]
+              else f"{_num(row['step_time_p10_ms'], 1)}-{_num(row['step_time_p90_ms'], 1)}")
+    both = ("-" if row["cost_spot_usd"] is None
+            else f"{_num(row['cost_spot_usd'], 2)} / {_num(row['cost_on_demand_usd'], 2)}")
+    model = row["model"] or "-"
+    if with_steps and row["model"] and row["target_steps"] is not None:
+        model += f" ({row['target_steps']:,} steps)"
+    return {"rank": row["rank"], "model": model, "campaign": row["campaign"], "provider": row["provider"],
+            "cell": row["cell"], "configuration": ", ".join(c for c in config if c),
+            "node": ", ".join(n for n in node if n) or "-", "precision": row["precision"] or "-",
+            "market": row["market"], "$/hr": _num(row["hourly_usd"], 2), "step ms": _num(row["step_time_ms"], 1),
+            "p10-p90 ms": spread, "optimizer ms": _num(row["optimizer_ms"], 1),
+            "comm": "-" if row["comm_share"] is None else f"{row['comm_share']:.0%}",
+            "busbw GB/s @size": "-" if row["busbw_gbps"] is None else
+            f"{_num(row['busbw_gbps'], 1)} @{format_bytes(row['busbw_bytes'] or 0)}",
+            "target steps": _num(row["target_steps"]),
+            "train h": _num(row["train_hours"], 2), "cost-to-train $": _num(row["cost_to_train_usd"], 2)
+            if row["cost_to_train_usd"] is not None or row["step_time_ms"] is not None
+            else f"no result ({row['status']})",
+            "spot / on-demand $": both, "flags": ", ".join(row["flags"]) or "-", "status": row["status"]}

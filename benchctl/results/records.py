@@ -1,0 +1,257 @@
+"""Result records taken elsewhere: read, checked and priced for ``benchctl import``.
+
+A records file is JSON or YAML: a list of records (``leaderboard --format json`` emits one) or a
+single record. A record needs ``provider, gpu, count, market, hourly_usd, step_time_ms`` and a
+``target: {model, target_param_data_ratio, total_batch_size[, vocab_size]}`` or ``target_steps``.
+It may carry the leaderboard's evidence columns (interconnect, vcpus, numa, optimizer_ms,
+optimizer_share, comm_share, busbw_gbps, busbw_bytes, flags, env, model, precision, compiled,
+attention) and its cell key
+(``cell``) and campaign (``campaign``: where the record goes unless ``import --campaign`` says).
+What the leaderboard derives (rank, train hours, costs, status) is accepted and recomputed:
+train_hours = step_time × target_steps / 3600, cost = train_hours × hourly_usd.
+Leaderboard rows without a result (no step time) are skipped. Problems raise SpecError with the
+file and line. The file is untrusted: at most 4 MiB and 10,000 records, numbers finite and within
+bounds (no negative times or bandwidths), campaign names as in campaign files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from benchctl.campaign.cell_key import CellKey
+from benchctl.campaign.spec import MAX_TARGET_STEPS, Target, check_campaign_name
+from benchctl.campaign.yaml_source import INT_MAX, Limits, Path_, format_path, line_of, load_yaml, read_capped
+from benchctl.errors import SpecError
+from benchctl.results.cost import cost_to_train, steps_for
+from benchctl.store.imports import CellResult
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_HOW = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+"""precision / attention: a name, or names joined with ``+`` (a cell measured on differing nodes)."""
+MAX_RECORDS = 10_000
+LIMITS = Limits(max_bytes=4 * 1024**2, max_values=1_000_000)
+_MS = 1e9
+"""The longest step (or optimizer) time a record may state, in milliseconds (11.6 days)."""
+DERIVED = ("rank", "campaign", "train_hours", "cost_to_train_usd", "status", "spot_usd_per_hour",
+           "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd")
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    provider: str = Field(pattern=_NAME, max_length=100)
+    gpu: str = Field(pattern=_NAME, max_length=100)
+    count: int = Field(ge=1, le=1_000_000)
+    market: Literal["spot", "on-demand"]
+    hourly_usd: float = Field(ge=0, le=1e6)
+    step_time_ms: float = Field(gt=0, le=_MS)
+    step_time_p10_ms: float | None = Field(default=None, gt=0, le=_MS)
+    step_time_p90_ms: float | None = Field(default=None, gt=0, le=_MS)
+    target: Target | None = None
+    target_steps: int | None = Field(default=None, ge=1, le=MAX_TARGET_STEPS)
+    model: str | None = None
+    cell: str | None = Field(default=None, min_length=1, max_length=1000)
+    region: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    interconnect: str | None = None
+    vcpus: int | None = Field(default=None, ge=1, le=1_000_000)
+    numa: str | None = None
+    optimizer_ms: float | None = Field(default=None, ge=0, le=_MS)
+    optimizer_share: float | None = Field(default=None, ge=0, le=1)
+    comm_share: float | None = Field(default=None, ge=0, le=1)
+    busbw_gbps: float | None = Field(default=None, ge=0, le=1e6)
+    busbw_bytes: int | None = Field(default=None, ge=1)
+    flags: list[str] = Field(default_factory=list)
+    timed_steps: int | None = Field(default=None, ge=1)
+    precision: str | None = Field(default=None, pattern=_HOW, max_length=64)
+    compiled: bool | None = None
+    attention: str | None = Field(default=None, pattern=_HOW, max_length=64)
+    # what the leaderboard derives: accepted, then recomputed
+    rank: int | None = None
+    campaign: str | None = None
+    train_hours: float | None = None
+    cost_to_train_usd: float | None = None
+    status: str | None = None
+    spot_usd_per_hour: float | None = None
+    on_demand_usd_per_hour: float | None = None
+    cost_spot_usd: float | None = None
+    cost_on_demand_usd: float | None = None
+
+    @field_validator("campaign")
+    @classmethod
+    def _campaign_name(cls, name: str | None) -> str | None:
+        return name if name is None else check_campaign_name(name)
+
+    @model_validator(mode="after")
+    def _target(self) -> Record:
+        if self.target is None and self.target_steps is None:
+            raise ValueError("give target: {model, target_param_data_ratio, total_batch_size} or target_steps")
+        if self.target is not None:
+            steps = steps_for(self.target.model, self.target.target_param_data_ratio, self.target.total_batch_size,
+                              self.target.vocab_size)
+            if self.target_steps is not None and self.target_steps != steps:
+                raise ValueError(f"target_steps {self.target_steps} disagrees with target, which gives {steps}; "
+                                 "keep one of them")
+            if not 1 <= steps <= MAX_TARGET_STEPS:
+                raise ValueError(f"target gives {steps:,} steps; a target trains for 1 to {MAX_TARGET_STEPS:,} steps")
+            self.target_steps = steps
+            if self.model is not None and self.model != self.target.model:
+                raise ValueError(f"model {self.model!r} disagrees with target.model {self.target.model!r}")
+            self.model = self.target.model
+        return self
+
+    def key(self) -> str:
+        """``cell`` when given, else ``provider:GPUxN:market[:region=…][:env=…]`` like a campaign's cells."""
+        if self.cell:
+            return self.cell
+        return str(CellKey.build(self.provider, f"{self.gpu}x{self.count}", self.market,
+                                 [("region", self.region)] if self.region else [], self.env))
+
+
+def read_records(path: Path) -> tuple[list[CellResult], int]:
+    """The file's records, priced, and how many result-less leaderboard rows were skipped."""
+    file = str(path)
+    try:
+        text = read_capped(path, file, LIMITS.max_bytes, "a records file")
+    except UnicodeDecodeError as exc:
+        raise SpecError(file, None, "", f"not UTF-8 text (byte {exc.start}); a records file is JSON or YAML") from None
+    data, lines = _load(text, file)
+    items = data if isinstance(data, list) else [data]
+    if len(items) > MAX_RECORDS:
+        raise SpecError(file, None, "", f"{len(items):,} records, over the {MAX_RECORDS:,} one file may hold; "
+                        "split it into several files")
+    found: list[tuple[CellResult, Path_]] = []
+    skipped = 0
+    for index, raw in enumerate(items):
+        at: Path_ = (index,) if isinstance(data, list) else ()
+        if not isinstance(raw, dict):
+            raise SpecError(file, line_of(lines, at), format_path(at), "a record is a mapping with provider, gpu, "
+                            "count, market, hourly_usd, step_time_ms and target (see docs/leaderboard.md)")
+        if raw.get("step_time_ms") is None and raw.get("status") is not None:
+            skipped += 1  # a leaderboard row of a cell that has no result
+            continue
+        try:
+            record = Record.model_validate(raw)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            sub = (*at, *error["loc"])
+            raise SpecError(file, line_of(lines, sub), format_path(sub), str(error["msg"]).removeprefix(
+                "Value error, ")) from None
+        found.append((_priced(record), at))
+    keys = Counter((item.campaign, item.key) for item, _ in found)
+    for item, at in found:
+        if keys[(item.campaign, item.key)] > 1:
+            raise SpecError(file, line_of(lines, at), "", f"two records for the cell {item.key!r}; keep one, or tell "
+                            "them apart with `cell`")
+    return [item for item, _ in found], skipped
+
+
+_NEEDS = "a records file holds a list of result records (see docs/leaderboard.md)"
+_PLAIN_SCALARS = (str, bool, type(None))
+"""JSON scalars load_yaml reads as the same value whatever they hold."""
+
+
+def _load(text: str, file: str) -> tuple[Any, Mapping[Path_, int]]:
+    """``load_yaml``'s answer, faster for an export: a text that is plain JSON within ``LIMITS``
+    (no duplicate key, NaN/Infinity, out-of-range integer or non-finite float) is read by the json
+    module, and ``load_yaml`` runs only if a line is asked for (to name an error). Anything else,
+    including every file load_yaml would refuse, goes through load_yaml, which says what is wrong."""
+    data = _plain_json(text)
+    if data is _NOT_PLAIN:
+        return load_yaml(text, file, needs=_NEEDS, limits=LIMITS)
+    return data, _LinesOnDemand(lambda: load_yaml(text, file, needs=_NEEDS, limits=LIMITS)[1])
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_json(text: str) -> Any:
+    if not text.lstrip().startswith(("[", "{")):
+        return _NOT_PLAIN
+    try:
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError):
+        return _NOT_PLAIN
+    values, stack = 0, [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        values += 1
+        if values > LIMITS.max_values or depth > LIMITS.max_depth:
+            return _NOT_PLAIN
+        if isinstance(value, dict):
+            values += len(value)  # keys count too: never fewer than load_yaml counts
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+        elif not _plain_scalar(value):
+            return _NOT_PLAIN
+    return data
+
+
+def _plain_scalar(value: Any) -> bool:
+    """A JSON scalar that load_yaml reads as the same value: text, true/false/null, an integer
+    within 64 bits, a finite float."""
+    if isinstance(value, _PLAIN_SCALARS):
+        return True
+    if isinstance(value, int):
+        return -INT_MAX - 1 <= value <= INT_MAX
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN, Infinity: load_yaml names the line
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate key")  # load_yaml names both lines
+    return result
+
+
+class _LinesOnDemand(Mapping[Path_, int]):
+    """``load_yaml``'s line map, computed the first time it is read."""
+
+    def __init__(self, compute: Callable[[], dict[Path_, int]]) -> None:
+        self._compute: Callable[[], dict[Path_, int]] | None = compute
+        self._lines: dict[Path_, int] = {}
+
+    def _get(self) -> dict[Path_, int]:
+        if self._compute is not None:
+            self._lines, self._compute = self._compute(), None
+        return self._lines
+
+    def __getitem__(self, path: Path_) -> int:
+        return self._get()[path]
+
+    def __iter__(self) -> Iterator[Path_]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+def _priced(record: Record) -> CellResult:
+    assert record.target_steps is not None
+    cost = cost_to_train(record.step_time_ms / 1000, record.target_steps, record.hourly_usd)
+    config = record.model_dump(mode="json", exclude_none=True, exclude=set(DERIVED))
+    result = {"step_time_ms": record.step_time_ms,
+              "step_time_p10_ms": record.step_time_p10_ms or record.step_time_ms,
+              "step_time_p90_ms": record.step_time_p90_ms or record.step_time_ms,
+              "timed_steps": record.timed_steps or 0, "hourly_usd": record.hourly_usd, "market": record.market,
+              "target_steps": cost.target_steps, "train_hours": cost.train_hours,
+              "cost_to_train_usd": cost.cost_usd, "model": record.model, "interconnect": record.interconnect,
+              "vcpus": record.vcpus, "numa": record.numa, "optimizer_ms": record.optimizer_ms,
+              "optimizer_share": record.optimizer_share, "comm_share": record.comm_share,
+              "busbw_gbps": record.busbw_gbps, "busbw_bytes": record.busbw_bytes,
+              "flags_json": json.dumps(sorted(record.flags)), "precision": record.precision,
+              "compiled": record.compiled, "attention": record.attention}
+    return CellResult(key=record.key(), provider=record.provider, gpu=record.gpu, count=record.count,
+                      market=record.market, config=config, result=result, campaign=record.campaign)

@@ -1,0 +1,1 @@
+"""AWS EC2: offers, instances, key pair/security group/AMI."""

@@ -1,0 +1,317 @@
+"""The ``aws`` provider: EC2 instances through boto3 (extra ``benchctl[aws]``).
+
+- Offers: the cell's instance type from ``aws_instances`` (by name, or by gpu + count), in the
+  cell's region (else ``providers.aws.region``), one offer per availability zone (its own
+  ``offer_id``, so a zone refused for capacity is skipped while the cell tries the next one).
+  On-demand: the zones ``describe_instance_type_offerings`` lists for the type, at the table's list
+  price. Spot: the zones with a ``describe_spot_price_history`` price (Linux/UNIX), at the latest
+  one, cheapest first. A zone that refused a launch for capacity in the last ``SHORT_ZONE_S`` is
+  listed last, so the next try goes to another zone whoever picks the offer. ``min_vcpus`` above
+  the type's vCPUs: no offer.
+- Launch: ``run_instances`` with ``ClientToken`` = the attempt token (a retried launch after a
+  crash gets the same instance, not a second one), the AMI, the campaign's key pair, the SSH
+  security group (``aws_setup``), tags ``benchctl:campaign`` / ``benchctl:token`` / ``Name``,
+  ``InstanceInitiatedShutdownBehavior=terminate`` (a node that powers itself off stops billing),
+  a gp3 root volume of ``disk_gb``, placed in the offer's zone, and for spot ``InstanceMarketOptions``
+  (one-time, terminate on interruption). Billed price: the zone's spot price read right after
+  the launch (the offer's if that read fails), or the table price on-demand.
+- Launch errors: the request is sent once per try (botocore would re-send a capacity refusal, an
+  HTTP 500, to the same zone); a throttled, 5xx or unreachable API is tried again with the same
+  ``ClientToken`` up to ``api_attempts`` tries. No capacity in the zone (``aws_api.CAPACITY_CODES``)
+  → ``NoCapacity``: the cell moves to the next zone's offer and backs off. A quota
+  (``VcpuLimitExceeded``…) → a ``ProviderError`` naming the Service Quotas entry to raise (no zone
+  or wait helps).
+- Status from ``describe_instances``: pending → starting; running → running; shutting-down,
+  terminated, stopping or stopped → preempted when the state reason is a spot interruption
+  (``Server.SpotInstanceTermination``, ``Server.SpotInstanceShutdown``), else terminated; no such
+  instance → terminated, except in the first two minutes after launch (EC2's reads are
+  eventually consistent: a new id can be unknown for a moment) → starting; anything else → unknown.
+- SSH: ``ssh_user`` (default ``ubuntu``) at the public IP, port ``ssh_port``, the campaign key.
+- Owned: instances tagged with the campaign in a live state (pending, running, stopping,
+  stopped), in every region the account has enabled (a node launched just before a crash is found
+  whatever region its cell named).
+- Terminate: ``terminate_instances``; an instance that does not exist is success.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from benchctl.provisioners.aws import resources as aws_setup
+from benchctl.provisioners.aws.api import AUTH_CODES, EC2, AWSError, AWSQuotaExceeded, AWSUnavailable, session
+from benchctl.provisioners.aws.instances import UnknownInstance, resolve, vcpu_quota
+from benchctl.provisioners.base import (
+    NoCapacity,
+    Node,
+    NodeGone,
+    NodeState,
+    Offer,
+    OfferRequest,
+    Provider,
+    ProviderError,
+    ProviderSettings,
+)
+from benchctl.provisioners.ssh_keys import campaign_key
+from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
+
+CAMPAIGN_TAG = "benchctl:campaign"
+TOKEN_TAG = "benchctl:token"
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+SPOT_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
+UNKNOWN_GRACE_S = 120.0
+SHORT_ZONE_S = 600.0
+"""How long a zone that refused a launch for capacity is offered last (the next try goes elsewhere)."""
+
+
+SECURITY_GROUP = "benchctl-ssh"
+"""The security group our instances share: SSH in from ``ssh_cidr``."""
+
+
+class AWSSettings(ProviderSettings):
+    """The campaign's ``providers.aws``."""
+
+    region: str = Field(default="us-east-1", min_length=1, description="for cells that name no region")
+    ami: str | None = Field(default=None, description="an image id; default: the newest AMI matching ami_name")
+    ami_name: str = Field(default="Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu *) *", min_length=1)
+    ami_owner: str = Field(default="amazon", min_length=1)
+    ssh_user: str = Field(default="ubuntu", min_length=1)
+    ssh_port: int = Field(default=22, ge=1, le=65535)
+    ssh_cidr: str | None = Field(default=None, description="who may SSH in; default: this machine's public IP")
+    disk_gb: int = Field(default=200, ge=8)
+    python: str = Field(default="/opt/pytorch/bin/python", description="the instance's interpreter with PyTorch "
+                        "(the Deep Learning AMI's; the campaign's `image` does not apply to aws)")
+    workdir: str = Field(default="benchctl", min_length=1)
+
+    @field_validator("ssh_cidr")
+    @classmethod
+    def _cidr(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an address range; give one like 203.0.113.7/32") from None
+        return value
+
+
+class AWSProvider(Provider):
+    name = "aws"
+
+    def __init__(self, root: Path, settings: AWSSettings | None = None, read_timeout_s: float = 30.0,
+                 api_attempts: int = 5) -> None:
+        self.session = session()
+        self.root = root
+        self.settings = settings or AWSSettings()
+        self.read_timeout_s, self.api_attempts = read_timeout_s, api_attempts
+        self._clients: dict[str, EC2] = {}
+        self._lock = threading.Lock()
+        self._endpoints: dict[str, SSHEndpoint] = {}
+        self._short: dict[tuple[str, str, str], float] = {}
+        """(region, instance type, zone) → until when that zone is listed last (it had no capacity)."""
+
+    def ec2(self, region: str) -> EC2:
+        with self._lock:  # a boto3 session is not thread-safe; the clients it makes are
+            if region not in self._clients:
+                self._clients[region] = EC2(self.session, region, self.read_timeout_s, self.api_attempts)
+            return self._clients[region]
+
+    def spot_prices(self, region: str, instance_type: str) -> dict[str, float]:
+        """Availability zone → the latest Linux/UNIX spot price of ``instance_type`` there."""
+        rows = self.ec2(region).call("read spot prices", "describe_spot_price_history", InstanceTypes=[instance_type],
+                                     ProductDescriptions=["Linux/UNIX"], StartTime=datetime.now(timezone.utc))
+        latest: dict[str, tuple[datetime, float]] = {}
+        for row in rows.get("SpotPriceHistory") or []:
+            zone, stamp = str(row["AvailabilityZone"]), row["Timestamp"]
+            if zone not in latest or stamp > latest[zone][0]:
+                latest[zone] = (stamp, float(row["SpotPrice"]))
+        return {zone: price for zone, (_, price) in latest.items()}
+
+    def zones(self, region: str, instance_type: str) -> list[str]:
+        """The availability zones of ``region`` that offer ``instance_type``, by name."""
+        rows = self.ec2(region).call("list the zones offering the instance type", "describe_instance_type_offerings",
+                                     LocationType="availability-zone",
+                                     Filters=[{"Name": "instance-type", "Values": [instance_type]}])
+        return sorted({str(row["Location"]) for row in rows.get("InstanceTypeOfferings") or []})
+
+    # -- Provider ---------------------------------------------------------------------------------
+    def validate(self, request: OfferRequest) -> None:
+        """Offline: the instance type is in the table and the region is one botocore knows."""
+        try:
+            resolve(request.instance_type, request.gpu or None, request.count)
+        except UnknownInstance as exc:
+            raise ProviderError(f"{request.label}: {exc}") from None
+        region = request.region or self.settings.region
+        known = {r for partition in self.session.get_available_partitions()
+                 for r in self.session.get_available_regions("ec2", partition_name=partition)}
+        if known and region not in known:
+            raise ProviderError(f"{request.label}: aws has no region {region!r} (e.g. us-east-1, us-west-2, "
+                                "eu-west-1); fix `region`")
+
+    def offers(self, request: OfferRequest) -> list[Offer]:
+        try:
+            kind = resolve(request.instance_type, request.gpu or None, request.count)
+        except UnknownInstance as exc:
+            raise ProviderError(str(exc)) from None
+        if request.min_vcpus and request.min_vcpus > kind.vcpus:
+            return []
+        region = request.region or self.settings.region
+        if request.market == "spot":
+            prices = list(self.spot_prices(region, kind.instance_type).items())
+        else:
+            prices = [(zone, kind.on_demand_usd) for zone in self.zones(region, kind.instance_type)]
+        now = time.monotonic()
+        prices.sort(key=lambda z: (self._short.get((region, kind.instance_type, z[0]), 0.0) > now, z[1], z[0]))
+        return [Offer(provider=self.name, offer_id=f"{kind.instance_type}|{zone}", gpu=kind.gpu,
+                      count=kind.count, vcpus=kind.vcpus, region=region, hourly_usd=price, market=request.market,
+                      details={"instance_type": kind.instance_type, "zone": zone})
+                for zone, price in prices]
+
+    def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
+        s, region = self.settings, offer.region
+        ec2 = self.ec2(region)
+        _, public = campaign_key(self.root / "keys", campaign_tag)
+        key_name = aws_setup.key_pair(ec2, campaign_tag, public)
+        group_id = aws_setup.ssh_group(ec2, SECURITY_GROUP, s.ssh_port, s.ssh_cidr or aws_setup.caller_cidr())
+        image_id, root_device = aws_setup.image(ec2, s.ami, s.ami_name, s.ami_owner)
+        tags = [{"Key": CAMPAIGN_TAG, "Value": campaign_tag}, {"Key": TOKEN_TAG, "Value": token},
+                {"Key": "Name", "Value": f"{campaign_tag}--{token}"}]
+        params: dict[str, Any] = {
+            "ImageId": image_id, "InstanceType": offer.details["instance_type"], "MinCount": 1, "MaxCount": 1,
+            "ClientToken": token, "KeyName": key_name, "SecurityGroupIds": [group_id],
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+            "BlockDeviceMappings": [{"DeviceName": root_device, "Ebs": {"VolumeSize": s.disk_gb, "VolumeType": "gp3",
+                                                                         "DeleteOnTermination": True}}]}
+        if offer.details.get("zone"):
+            params["Placement"] = {"AvailabilityZone": offer.details["zone"]}
+        if offer.market == "spot":
+            params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
+                "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+        try:
+            (instance,) = self._run_instances(ec2, params, offer.market)["Instances"]
+        except NoCapacity:
+            with self._lock:
+                self._short[(region, offer.details["instance_type"], str(offer.details.get("zone") or ""))] = (
+                    time.monotonic() + SHORT_ZONE_S)
+            raise
+        instance_id = str(instance["InstanceId"])
+        zone = str((instance.get("Placement") or {}).get("AvailabilityZone") or offer.details.get("zone") or "")
+        price = offer.hourly_usd
+        if offer.market == "spot":
+            with contextlib.suppress(ProviderError):  # the node runs: keep the offer's price, never lose the node
+                price = self.spot_prices(region, offer.details["instance_type"]).get(zone, price)
+        return Node(provider=self.name, node_id=instance_id, token=token, campaign_tag=campaign_tag, offer=offer,
+                    details={"instance_id": instance_id, "region": region, "zone": zone, "launched_at": time.time()},
+                    hourly_usd=price, host=instance_id)
+
+    def _run_instances(self, ec2: EC2, params: dict[str, Any], market: str) -> dict[str, Any]:
+        """``run_instances`` (see the module doc: launch errors)."""
+        where = f"launch a {market} {params['InstanceType']} in {params.get('Placement', {}).get('AvailabilityZone')}"
+        for attempt in range(1, self.api_attempts + 1):
+            try:
+                return ec2.call_once(where, "run_instances", **params)
+            except AWSUnavailable:
+                if attempt == self.api_attempts:
+                    raise
+                time.sleep(min(20.0, 2.0 ** (attempt - 1)))  # same ClientToken: never a second instance
+            except AWSQuotaExceeded as exc:
+                raise AWSQuotaExceeded(f"aws refused to {where} ({exc.code}): the account's quota "
+                                       f"\"{vcpu_quota(params['InstanceType'], market)}\" in {ec2.region} is used "
+                                       "up; raise it in Service Quotas (service ec2) or end other instances",
+                                       exc.code) from None
+        raise AssertionError("unreachable")
+
+    def _instance(self, node: Node) -> dict[str, Any] | None:
+        try:
+            answer = self.ec2(_region(node, self.settings)).call("read an instance", "describe_instances",
+                                                                 InstanceIds=[node.node_id])
+        except NodeGone:
+            return None
+        found = [i for r in answer.get("Reservations") or [] for i in r.get("Instances") or []]
+        return found[0] if found else None
+
+    def status(self, node: Node) -> NodeState:
+        instance = self._instance(node)
+        if instance is None and time.time() - float(node.details.get("launched_at") or 0) < UNKNOWN_GRACE_S:
+            return NodeState.STARTING
+        return instance_state(instance)
+
+    def transport(self, node: Node) -> SSHTransport:
+        endpoint = self._endpoints.get(node.node_id)
+        if endpoint is None:
+            address = (self._instance(node) or {}).get("PublicIpAddress")
+            if not address:
+                raise ProviderError(f"aws instance {node.node_id} has no public IP yet")
+            private, _ = campaign_key(self.root / "keys", node.campaign_tag)
+            s = self.settings
+            endpoint = SSHEndpoint(host=str(address), port=s.ssh_port, user=s.ssh_user, key=str(private),
+                                   workdir=s.workdir, python=s.python)
+            self._endpoints[node.node_id] = endpoint
+        return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
+
+    def terminate(self, node: Node) -> None:
+        with contextlib.suppress(NodeGone):
+            self.ec2(_region(node, self.settings)).call("terminate an instance", "terminate_instances",
+                                                        InstanceIds=[node.node_id])
+        self._endpoints.pop(node.node_id, None)
+
+    def owned(self, campaign_tag: str) -> list[Node]:
+        home = self.settings.region
+        regions = [str(r["RegionName"]) for r in self.ec2(home).call("list regions", "describe_regions")["Regions"]]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            found = pool.map(lambda region: self._owned_in(region, campaign_tag, region == home), regions)
+            return [node for nodes in found for node in nodes]
+
+    def _owned_in(self, region: str, campaign_tag: str, home: bool) -> list[Node]:
+        try:
+            pages = self.ec2(region).pages("list instances", "describe_instances", Filters=[
+                {"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign_tag]},
+                {"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+        except AWSError as exc:
+            if home or exc.code not in AUTH_CODES:
+                raise
+            return []  # a region these credentials may not use holds none of our nodes
+        nodes = []
+        for instance in (i for page in pages for r in page.get("Reservations") or [] for i in r.get("Instances") or []):
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+            offer = Offer(provider=self.name, offer_id=str(instance.get("InstanceType") or ""), gpu="", count=0,
+                          vcpus=0, region=region, hourly_usd=0.0, market=str(instance.get("InstanceLifecycle") or ""))
+            nodes.append(Node(provider=self.name, node_id=str(instance["InstanceId"]), token=tags.get(TOKEN_TAG, ""),
+                              campaign_tag=campaign_tag, offer=offer,
+                              details={"instance_id": instance["InstanceId"], "region": region}))
+        return nodes
+
+    def spot_notice(self, node: Node) -> bool:
+        # EC2 posts spot/instance-action in the instance metadata ~2 minutes before it reclaims a spot node.
+        return node.offer.market == "spot"
+
+    def idle_shutdown_command(self, node: Node) -> str | None:
+        # Launched with InstanceInitiatedShutdownBehavior=terminate: powering off ends the instance and its bill.
+        return "sudo shutdown -h now"
+
+
+def _region(node: Node, settings: AWSSettings) -> str:
+    return str(node.details.get("region") or node.offer.region or settings.region)
+
+
+def instance_state(instance: dict[str, Any] | None) -> NodeState:
+    """An instance's state (see the module doc; the grace after launch is the caller's)."""
+    if instance is None:
+        return NodeState.TERMINATED
+    state = (instance.get("State") or {}).get("Name")
+    if state == "pending":
+        return NodeState.STARTING
+    if state == "running":
+        return NodeState.RUNNING
+    if state in ("shutting-down", "terminated", "stopping", "stopped"):
+        reason = str((instance.get("StateReason") or {}).get("Code") or "")
+        return NodeState.PREEMPTED if reason in SPOT_REASONS else NodeState.TERMINATED
+    return NodeState.UNKNOWN

@@ -1,0 +1,1 @@
+"""This machine as a provider: nodes of local processes."""

@@ -1,0 +1,1 @@
+"""RunPod: the GraphQL API through runpod-python."""

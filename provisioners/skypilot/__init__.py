@@ -1,0 +1,1 @@
+"""Any cloud through SkyPilot's client SDK."""
