@@ -173,6 +173,10 @@ class Provider(ABC):
     max_parallel_nodes: ClassVar[int | None] = None
     """How many of this provider's nodes a campaign may run at once (None: no limit). Nodes that
     share hardware (``local``) must not run side by side, or they skew each other's timings."""
+    multi_node_refusal: ClassVar[str | None] = "it has no way to rent several nodes as one unit"
+    """Why a cell with ``nodes`` > 1 cannot be planned on this provider (``plan`` and ``run`` refuse
+    it with this reason), or None where the provider can rent several nodes as one unit: ``plan``
+    prices such a cell at price × nodes, and ``run`` refuses it until multi-node runs exist (issue 19)."""
 
     @abstractmethod
     def offers(self, request: OfferRequest) -> list[Offer]:

@@ -63,6 +63,7 @@ class SSHSettings(ProviderSettings):
 
 class SSHProvider(Provider):
     name = "ssh"
+    multi_node_refusal = None  # a list of nodes per cell (issue 19): planned, not run yet
 
     def __init__(self, root: Path, machines: Sequence[SSHNode] = ()) -> None:
         self.root = root

@@ -214,6 +214,7 @@ def _wording(what: str) -> Wording:
 
 class VastProvider(Provider):
     name = "vastai"
+    multi_node_refusal = "Vast.ai rents single machines: its API has no way to rent several as one cluster"
 
     def __init__(self, root: Path, settings: VastSettings | None = None, request_timeout_s: float = 30.0) -> None:
         from vastai import VastAI

@@ -43,6 +43,7 @@ _CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 CAMPAIGN_NAME_MAX = 100
 MAX_CELLS = 10_000
 MAX_TARGET_STEPS = 10**12
+MAX_NODES = 16
 
 
 def check_campaign_name(name: str) -> str:
@@ -256,7 +257,9 @@ class CellSpec(_Strict):
 
     provider: ProviderName
     gpu: str | None = None
-    count: int | None = Field(default=None, ge=1)
+    count: int | None = Field(default=None, ge=1, description="GPUs per node")
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES, description="nodes rented as one unit (issue 19: priced and "
+                       "planned; run refuses more than one)")
     market: Market
     cloud: str | None = Field(default=None, min_length=1, description="skypilot only: the cloud SkyPilot rents from")
     region: str | None = None
@@ -329,6 +332,8 @@ class CellSpec(_Strict):
             else []
         named += [(name, getattr(self, name)) for name in ("cloud", "region", "min_vcpus", "image")
                   if getattr(self, name) is not None]
+        if self.nodes > 1:  # a 1-node cell keeps the key it had before cells could have nodes
+            named.append(("nodes", self.nodes))
         return str(CellKey.build(self.provider, shape, self.market, named, self.env))
 
     @property

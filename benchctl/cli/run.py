@@ -48,6 +48,7 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
     """Run (or continue) the campaign in FILE; print its leaderboard."""
     from benchctl.campaign.memory_fit import refuse_unfit
     from benchctl.campaign.spec import load_campaign
+    from benchctl.engine.plan import refuse_multi_node
     from benchctl.engine.providers import Providers
     from benchctl.errors import UsageError
     from benchctl.home import home
@@ -58,6 +59,7 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
     providers = Providers(home(), campaign.spec.providers)
     providers.check(cell.provider for cell in campaign.cells)
     providers.check_cells(campaign.cells, campaign.spec.defaults.image)
+    refuse_multi_node(providers, campaign.cells, running=True)
     engine = state.engine()
     previous = q.campaigns(engine, campaign.spec.name)
     if previous and previous[0].kind == "imported":

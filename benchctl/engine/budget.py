@@ -8,6 +8,8 @@ attempt's worst case must fit in the budget: otherwise the cell waits while othe
 ``budget``. While attempts run, the actual spend is checked every status poll; a campaign over
 budget stops its nodes, so it exceeds the budget by at most one poll's spend. While an
 attempt's files are collected, ``Budget.watch`` checks the spend as often in a thread of its own.
+A cell of ``nodes`` > 1 rents them as one attempt: its hourly price is the node's × nodes (an
+attempt's recorded ``hourly_usd`` is that of all its nodes).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def worst_case_spend(campaign: Campaign, cells: list[CellSpec], providers: Any, 
         offers = providers.get(cell.provider).offers(offer_request(cell, label=cell.key,
                                                                    image=campaign.spec.defaults.image))
         if offers:
-            worst += cell.max_attempts * offers[0].hourly_usd * per_attempt_h
+            worst += cell.max_attempts * offers[0].hourly_usd * cell.nodes * per_attempt_h
     return min(worst, campaign.spec.budget_usd)
 
 
@@ -73,8 +75,9 @@ class Budget:
     attempt_worst_case_s: float
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def worst_case_usd(self, hourly_usd: float) -> float:
-        return hourly_usd * self.attempt_worst_case_s / 3600.0
+    def worst_case_usd(self, hourly_usd: float, nodes: int = 1) -> float:
+        """An attempt's worst case at ``hourly_usd`` per node, on ``nodes`` nodes."""
+        return hourly_usd * nodes * self.attempt_worst_case_s / 3600.0
 
     def committed_usd(self, now: float | None = None) -> tuple[float, int]:
         """(spent by closed attempts + the worst case still possible for open ones, open attempts)."""
@@ -114,14 +117,15 @@ class Budget:
             watcher.join()
 
     @contextmanager
-    def admit(self, hourly_usd: float) -> Iterator[tuple[Admission, str]]:
-        """Decide whether an attempt at ``hourly_usd`` may launch. Held while the caller writes its
-        Attempt row, so this controller's cells never both take the last dollars."""
+    def admit(self, hourly_usd: float, nodes: int = 1) -> Iterator[tuple[Admission, str]]:
+        """Decide whether an attempt at ``hourly_usd`` per node on ``nodes`` nodes may launch. Held
+        while the caller writes its Attempt row, so this controller's cells never both take the last dollars."""
         with self._lock:
             committed, running = self.committed_usd()
-            worst = self.worst_case_usd(hourly_usd)
+            worst = self.worst_case_usd(hourly_usd, nodes)
+            per_node = f" × {nodes} nodes" if nodes > 1 else ""
             why = (f"spent and committed ${committed:.2f} + this attempt's worst case ${worst:.2f} "
-                   f"(${hourly_usd:.2f}/h × {self.attempt_worst_case_s / 3600:.2f} h) > budget_usd "
+                   f"(${hourly_usd:.2f}/h{per_node} × {self.attempt_worst_case_s / 3600:.2f} h) > budget_usd "
                    f"${self.budget_usd:.2f}")
             if committed + worst <= self.budget_usd + 1e-9:
                 yield Admission.LAUNCH, ""

@@ -6,10 +6,12 @@ market, the expected spend (one attempt that succeeds, billed up to the attempt'
 the worst-case spend (max_attempts × price × the attempt's worst-case duration); the profile's
 memory estimate per GPU and the card's memory (``benchctl.campaign.memory_fit``). A cell without a price
 (no offer now, its provider unusable or unreachable) has an unknown worst case (None), never 0,
-and so has the matrix then. A provider that cannot be used (no SDK, no credentials) is asked
-nothing: its cells say what it needs (``unavailable``). A provider whose offers fail is asked
-once (``failed``): one line per provider. When no provider answered at all there is no plan:
-``NoProviderAnswered``.
+and so has the matrix then. A cell of ``nodes`` > 1 is priced as its nodes together (each $/hr ×
+nodes) on a provider that can rent them as one unit; on one that cannot, ``refuse_multi_node``
+stops the plan with one line (exit 2), and ``run`` refuses every such cell (issue 19). A provider
+that cannot be used (no SDK, no credentials) is asked nothing: its cells say what it needs
+(``unavailable``). A provider whose offers fail is asked once (``failed``): one line per provider.
+When no provider answered at all there is no plan: ``NoProviderAnswered``.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from benchctl.campaign.memory_fit import cell_fit
 from benchctl.campaign.spec import Campaign, CellSpec
 from benchctl.engine.budget import attempt_worst_case_s
 from benchctl.engine.providers import Providers, offer_request
-from benchctl.errors import BenchctlError, ProviderUnavailable
+from benchctl.errors import BenchctlError, ProviderUnavailable, UsageError
 from benchctl.provisioners.base import ProviderError
 
-COLUMNS = ("cell", "provider", "market", "offer", "host", "vcpus", "hourly_usd", "expected_usd", "worst_case_usd",
-           "mem_est_gib", "gpu_mem_gib", "warning")
+COLUMNS = ("cell", "provider", "nodes", "market", "offer", "host", "vcpus", "hourly_usd", "expected_usd",
+           "worst_case_usd", "mem_est_gib", "gpu_mem_gib", "warning")
 
 
 class NoProviderAnswered(BenchctlError):
@@ -98,6 +100,27 @@ def _usable(providers: Providers, cells: list[CellSpec], image: str | None) -> d
     return unavailable
 
 
+MULTI_NODE_NOT_YET = "multi-node runs are not implemented yet (issue 19): plan shows the price, run refuses"
+
+
+def refuse_multi_node(providers: Providers, cells: list[CellSpec], running: bool = False) -> None:
+    """UsageError (one line, exit 2) when a cell asks for ``nodes`` > 1 on a provider that cannot
+    rent them as one unit (``Provider.multi_node_refusal``), or, with ``running``, on any provider:
+    a multi-node cell is planned and priced, never run, in this version."""
+    refused = []
+    for cell in (c for c in cells if c.nodes > 1):
+        why = providers.get(cell.provider).multi_node_refusal
+        if why is not None:
+            refused.append(f"{cell.key}: nodes: {cell.nodes} on {cell.provider} cannot be planned or run: {why}; "
+                           "use nodes: 1")
+        elif running:
+            refused.append(f"{cell.key}: nodes: {cell.nodes} on {cell.provider}: {MULTI_NODE_NOT_YET}; use nodes: 1 "
+                           "to run it")
+    if refused:
+        more = f" (and {len(refused) - 1} more cell(s) like it)" if len(refused) > 1 else ""
+        raise UsageError(refused[0] + more)
+
+
 def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec] | None = None,
                   spent_usd: float = 0.0) -> Plan:
     """Plan ``cells`` (default: all the campaign's); ``spent_usd`` counts toward the worst case."""
@@ -105,11 +128,13 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
     hours = attempt_worst_case_s(campaign.spec) / 3600.0
     image = campaign.spec.defaults.image
     unavailable = _usable(providers, cells, image)
+    refuse_multi_node(providers, [c for c in cells if c.provider not in unavailable])
     rows, warnings = [], []
     failed: dict[str, str] = {}
     answered: set[str] = set()
     for cell in cells:
-        row: dict[str, Any] = {"cell": cell.key, "provider": cell.provider, "market": cell.market, "offer": None,
+        row: dict[str, Any] = {"cell": cell.key, "provider": cell.provider, "nodes": cell.nodes,
+                               "market": cell.market, "offer": None,
                                "host": None, "vcpus": None, "hourly_usd": None, "expected_usd": None,
                                "worst_case_usd": None, "warning": None}
         fit = cell_fit(campaign, cell)
@@ -131,9 +156,10 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
                 row["warning"] = "offers failed (below)"
         if offers:
             best = offers[0]
+            hourly = best.hourly_usd * cell.nodes  # every node of the unit bills
             row.update(offer=best.offer_id, host=best.host or None, vcpus=best.vcpus or None,
-                       hourly_usd=best.hourly_usd, expected_usd=round(best.hourly_usd * hours, 4),
-                       worst_case_usd=round(cell.max_attempts * best.hourly_usd * hours, 4))
+                       hourly_usd=hourly, expected_usd=round(hourly * hours, 4),
+                       worst_case_usd=round(cell.max_attempts * hourly * hours, 4))
         elif row["warning"] is None:
             row["warning"] = "no offer now"
             warnings.append(f"{cell.key}: no offer now")

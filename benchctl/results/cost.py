@@ -1,4 +1,7 @@
-"""The cost model: cost_to_train = median step time × target steps / 3600 × hourly price."""
+"""The cost model: cost_to_train = median step time × target steps / 3600 × hourly price.
+
+The hourly price is that of everything the attempt rented: for a cell of ``nodes`` > 1, the
+node's price × nodes (the attempt records it so; ``plan`` and the budget multiply the offer's)."""
 
 from __future__ import annotations
 

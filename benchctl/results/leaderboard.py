@@ -28,8 +28,8 @@ from benchctl.payload.stats import median
 from benchctl.results.cell_evidence import cell_flags
 from benchctl.store.models import Campaign, Cell, Result
 
-COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "interconnect", "vcpus", "numa", "market", "env",
-           "model", "precision", "compiled", "attention", "hourly_usd", "step_time_ms", "step_time_p10_ms",
+COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "nodes", "interconnect", "vcpus", "numa", "market",
+           "env", "model", "precision", "compiled", "attention", "hourly_usd", "step_time_ms", "step_time_p10_ms",
            "step_time_p90_ms", "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes",
            "target_steps", "train_hours", "cost_to_train_usd", "spot_usd_per_hour", "on_demand_usd_per_hour",
            "cost_spot_usd", "cost_on_demand_usd", "flags", "status")
@@ -151,8 +151,9 @@ def _row(engine: Engine, record: Any) -> dict[str, Any]:
     flags_json = values.pop("flags_json")
     row: dict[str, Any] = {name: None for name in COLUMNS}
     row.update(values)
+    config = json.loads(config_json)
     row.update(campaign=campaign, cell=key, provider=provider, gpu=gpu, count=count, market=market, status=state,
-               env=json.loads(config_json).get("env", {}),
+               env=config.get("env", {}), nodes=config.get("nodes", 1),  # cells stored before nodes existed: 1
                flags=list(_flags(flags_json)) if flags_json is not None else cell_flags(engine, cell_id))
     return row
 
@@ -200,7 +201,9 @@ def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]
     the model also says its target steps (when one model is ranked over several targets)."""
     node = [row["interconnect"], f"{row['vcpus']} vCPU" if row["vcpus"] else None,
             f"NUMA {row['numa']}" if row["numa"] else None]
-    config = [f"{row['gpu']}×{row['count']}", ",".join(f"{k}={v}" for k, v in sorted(row["env"].items())) or None]
+    nodes = f"{row['nodes']} nodes × " if (row.get("nodes") or 1) > 1 else ""
+    config = [f"{nodes}{row['gpu']}×{row['count']}",
+              ",".join(f"{k}={v}" for k, v in sorted(row["env"].items())) or None]
     spread = ("-" if row["step_time_ms"] is None or row["step_time_p10_ms"] == row["step_time_p90_ms"]
               else f"{_num(row['step_time_p10_ms'], 1)}-{_num(row['step_time_p90_ms'], 1)}")
     both = ("-" if row["cost_spot_usd"] is None

@@ -104,6 +104,7 @@ class AWSSettings(ProviderSettings):
 
 class AWSProvider(Provider):
     name = "aws"
+    multi_node_refusal = None  # N instances in a cluster placement group (issue 19): planned, not run yet
 
     def __init__(self, root: Path, settings: AWSSettings | None = None, read_timeout_s: float = 30.0,
                  api_attempts: int = 5) -> None:

@@ -48,6 +48,7 @@ class LocalProvider(Provider):
     delay is drawn in ×[0.5, 1.5] of ``preempt_after_s``."""
 
     name = "local"
+    multi_node_refusal = None  # N "nodes" of processes on this machine (issue 19): planned, not run yet
     max_parallel_nodes = 1  # local nodes share this machine's CPUs and GPUs: across processes too
     # (``local_machine_lock``): while another process runs a local node, there is no offer and
     # ``all_busy`` holds, so a cell waits rather than skew both measurements.

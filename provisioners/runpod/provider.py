@@ -143,6 +143,8 @@ def classify(exc: BaseException) -> type[ProviderError] | None:
 
 class RunPodProvider(Provider):
     name = "runpod"
+    multi_node_refusal = ("its Instant Clusters (POST /v2/clusters, https://docs.runpod.io/api-reference-v2/"
+                          "clusters/create-a-cluster) are not supported by benchctl yet")
 
     def __init__(self, root: Path, settings: RunPodSettings | None = None) -> None:
         runpod = sdk()

@@ -144,6 +144,7 @@ def cluster_state(request: str | None, cluster: str | None, use_spot: bool, down
 
 class SkyPilotProvider(Provider):
     name = "skypilot"
+    multi_node_refusal = None  # SkyPilot's num_nodes (issue 19): planned, not run yet
 
     def __init__(self, root: Path, settings: SkyPilotSettings | None = None, client: SkyClient | None = None) -> None:
         self.client: SkyClient = client if client is not None else SkySDK()
