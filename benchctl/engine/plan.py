@@ -89,14 +89,17 @@ class Plan:
 
 def _usable(providers: Providers, cells: list[CellSpec], image: str | None) -> dict[str, str]:
     """Provider → what it needs, for those that cannot be built; the others' cells are checked
-    (a refused shape or access stops here: ``Providers.check_cells``)."""
+    (a multi-node cell its provider cannot rent, a refused shape or access stops here, before any
+    API is asked: ``refuse_multi_node``, ``Providers.check_cells``)."""
     unavailable: dict[str, str] = {}
     for name in sorted({cell.provider for cell in cells}):
         try:
             providers.get(name)
         except ProviderUnavailable as exc:
             unavailable[name] = str(exc)
-    providers.check_cells([c for c in cells if c.provider not in unavailable], image)
+    usable = [c for c in cells if c.provider not in unavailable]
+    refuse_multi_node(providers, usable)
+    providers.check_cells(usable, image)
     return unavailable
 
 
@@ -128,7 +131,6 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
     hours = attempt_worst_case_s(campaign.spec) / 3600.0
     image = campaign.spec.defaults.image
     unavailable = _usable(providers, cells, image)
-    refuse_multi_node(providers, [c for c in cells if c.provider not in unavailable])
     rows, warnings = [], []
     failed: dict[str, str] = {}
     answered: set[str] = set()
