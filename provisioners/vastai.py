@@ -214,7 +214,9 @@ def _wording(what: str) -> Wording:
 
 class VastProvider(Provider):
     name = "vastai"
-    multi_node_refusal = "Vast.ai rents single machines: its API has no way to rent several as one cluster"
+    multi_node_refusal = ("Vast.ai rents one machine per call, with no way to rent several as one unit (its [Beta] "
+                          "overlay networks only link instances already rented on one physical cluster); not "
+                          "supported by benchctl yet")
 
     def __init__(self, root: Path, settings: VastSettings | None = None, request_timeout_s: float = 30.0) -> None:
         from vastai import VastAI

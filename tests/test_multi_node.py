@@ -113,7 +113,7 @@ def test_run_refuses_a_multi_node_cell_in_one_line(home: Path, tmp_path: Path) -
 
 @pytest.mark.parametrize(("provider", "env", "cell", "why"), [
     ("vastai", {"VAST_API_KEY": "va", "VAST_URL": "http://127.0.0.1:9"}, "{provider: vastai, gpu: H100_SXM, count: 8, "
-     "nodes: 2}", "Vast.ai rents single machines: its API has no way to rent several as one cluster"),
+     "nodes: 2}", "Vast.ai rents one machine per call, with no way to rent several as one unit"),
     ("runpod", {"RUNPOD_API_KEY": "rp", "RUNPOD_API_BASE_URL": "http://127.0.0.1:9"}, "{provider: runpod, "
      "gpu: H100_SXM, count: 8, nodes: 4}", "its Instant Clusters (POST /v2/clusters"),
 ])
