@@ -140,6 +140,18 @@ def test_skypilot_cells_are_planned_from_skypilots_catalog(home: Path, tmp_path:
     assert not (home / "benchctl.db").exists(), "nothing was written"
 
 
+def test_a_multi_node_skypilot_cell_is_planned_at_the_price_of_every_node(  # type: ignore[no-untyped-def]
+        home: Path, tmp_path: Path, sky_standin, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sky.yaml"
+    path.write_text(SKY_CAMPAIGN.replace("cloud: lambda, gpu: H100_SXM, count: 8,",
+                                         "cloud: lambda, gpu: H100_SXM, count: 8, nodes: 2,"))
+    assert _plan_in_process(str(path), "--format", "json") == 0
+    rows = {r["cell"]: r for r in json.loads(capsys.readouterr().out)["cells"]}
+    two = rows["skypilot:H100_SXMx8:on-demand:cloud=lambda:nodes=2"]
+    assert (two["nodes"], two["offer"], two["hourly_usd"]) == (2, "lambda:gpu_8x_h100_sxm5", 2 * 23.92)
+    assert rows["skypilot:H100_SXMx8:spot:cloud=gcp"]["nodes"] == 1
+
+
 def test_resources_skypilot_refuses_stop_plan_naming_the_cell(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "sky.yaml"

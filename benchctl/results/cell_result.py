@@ -3,7 +3,8 @@ cost-to-train at the billed price of the attempts that measured them.
 
 A preempted cell's timed steps come from several nodes of the same configuration: each sample
 carries ``timed_index`` (unique across the cell's attempts), the first recorded copy of an index
-counts, and the price is the attempts' billed prices weighted by the samples each measured.
+counts, and the price is the attempts' billed prices weighted by the samples each measured. An
+attempt's price is that of everything it rented: for a cell of ``nodes`` > 1, the node's × nodes.
 The result also says how those steps computed (``precision``, ``compiled``, ``attention``, as the
 samples recorded them; several values, e.g. from nodes with different images, are joined with ``+``).
 """
