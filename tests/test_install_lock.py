@@ -4,6 +4,7 @@ package pyproject.toml names, at versions its specifiers allow, and it is the se
 from __future__ import annotations
 
 import re
+import sysconfig
 from importlib import metadata
 
 import tomllib
@@ -47,7 +48,10 @@ def test_every_declared_package_is_pinned_within_its_specifier() -> None:
 
 
 def test_the_pins_are_the_versions_this_venv_runs() -> None:
-    installed = {canonicalize_name(d.metadata["Name"]): Version(d.version) for d in metadata.distributions()}
+    # Only the venv's own site-packages: a package's vendored copies (setuptools/_vendor puts an older
+    # tomli on sys.path once setuptools is imported) are not what pip installed.
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {canonicalize_name(d.metadata["Name"]): Version(d.version) for d in metadata.distributions(path=site)}
     missing = [r.name for r in declared() if canonicalize_name(r.name) not in installed]
     assert missing == [], "the venv lacks declared packages: run scripts/setup.sh"
     # A pin of a package this venv does not hold (one a later dev tool needs) is allowed; a different version is not.
