@@ -41,7 +41,7 @@ def test_a_workload_edit_of_a_finished_campaign_is_refused(home: Path, finished:
                                                           change: str) -> None:
     before = board(home)
     finished.write_text(finished.read_text().replace(old, new))
-    refused = run_cli("run", str(finished), home=home)
+    refused = cli_here("run", str(finished), home=home)  # refused before any node or signal handler
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert change in refused.stderr and "new name" in refused.stderr and f"restore {change.split()[0]}" \
@@ -53,7 +53,7 @@ def test_a_workload_edit_of_a_finished_campaign_is_refused(home: Path, finished:
 
 def test_a_payload_edit_names_the_field(home: Path, finished: Path) -> None:
     finished.write_text(finished.read_text().replace("sequence_len: 32", "sequence_len: 16"))
-    refused = run_cli("run", str(finished), home=home)
+    refused = cli_here("run", str(finished), home=home)  # refused before any node or signal handler
     assert refused.returncode == 2
     assert "different payload section: payload.profile.sequence_len 32 → 16" in refused.stderr
 
