@@ -31,8 +31,11 @@ def standin(tmp_path: Path) -> Iterator[SkyPilotStandIn]:
         assert sky.inventory() == [], "a test left a cluster up"
 
 
-def _provider(tmp_path: Path, sky: SkyPilotStandIn) -> SkyPilotProvider:
-    return SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work")), client=sky)
+def _provider(tmp_path: Path, sky: SkyPilotStandIn, sleeps: list[float] | None = None) -> SkyPilotProvider:
+    """The provider on the stand-in; its retry back-off waits go to ``sleeps`` (none of them real)."""
+    provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work")), client=sky)
+    provider.sleep = (sleeps if sleeps is not None else []).append
+    return provider
 
 
 def _request(**kw: object) -> OfferRequest:
@@ -164,11 +167,12 @@ def test_on_demand_cluster_gone_without_our_down_is_terminated(standin: SkyPilot
 
 
 def test_an_unreachable_api_server_is_reported_plainly(standin: SkyPilotStandIn, tmp_path: Path) -> None:
-    provider = _provider(tmp_path, standin)
+    sleeps: list[float] = []
+    provider = _provider(tmp_path, standin, sleeps)
     standin.faults += [ConnectionError("refused")] * 5
     with pytest.raises(ProviderError, match=r"API server did not answer while trying to list clusters \(retried\)"):
         provider.owned("bc-camp-1")
-    assert standin.faults == []
+    assert standin.faults == [] and len(sleeps) == 4, "five tries, four back-off waits"
 
 
 def test_a_failed_launch_is_reported_with_skypilots_reason(standin: SkyPilotStandIn, tmp_path: Path) -> None:
