@@ -42,6 +42,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -185,6 +186,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
     from moto.ec2.responses.instances import InstanceResponse
     from moto.ec2.responses.spot_instances import SpotInstances
     from moto.server import ThreadedMotoServer
+    from werkzeug.serving import BaseWSGIServer
 
     original_run, original_terminate = InstanceBackend.run_instances, InstanceBackend.terminate_instances
 
@@ -223,6 +225,10 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         stack.enter_context(mock.patch.object(SpotInstances, "describe_spot_price_history",
                                               lambda response: fake.price_history(response)))
         ec2_backends.reset()  # moto's state lives in this process: each fake starts from an empty account
+        # werkzeug's serve_forever checks for shutdown every 0.5 s by default (werkzeug/serving.py,
+        # BaseWSGIServer.serve_forever): at 20 ms, server.stop() takes milliseconds, not up to 0.5 s a test.
+        stack.enter_context(mock.patch.object(BaseWSGIServer, "serve_forever", partialmethod(
+            BaseWSGIServer.serve_forever, poll_interval=0.02)))
         server.start()
         stack.callback(server.stop)
         host, port = server.get_host_and_port()
