@@ -221,7 +221,7 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     """SkyPilot counts a cluster busy only with a job or a PTY ssh session; benchctl has neither, so
     only the controller's renewals (from ``status``) keep it. Once they stop, autodown removes the
     cluster: an error saying so, not a preemption (the cluster was spot)."""
-    standin.minute_s = 0.5
+    standin.minute_s = 0.25  # autodown after 4 idle "minutes" = 1 s; the controller renews every 0.25 s
     provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work"),
                                                                         autodown_idle_minutes=4), client=standin)
     provider.minute_s = standin.minute_s
@@ -230,13 +230,14 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     _wait_running(provider, node)
     transport = provider.transport(node)
     assert transport.run("true").code == 0  # an ssh session without a PTY: not "busy" to SkyPilot
-    end = time.monotonic() + 4  # two idle periods: without renewals it would be gone
+    idle_s = 4 * standin.minute_s
+    end = time.monotonic() + 2 * idle_s  # two idle periods: without renewals it would be gone
     while time.monotonic() < end:
         assert provider.status(node) is NodeState.RUNNING, "autodown removed a cluster the controller watches"
         time.sleep(0.05)
     assert standin.autodowned == [] and len(standin.renewals) >= 4
     transport.close()
-    time.sleep(2.5)  # the controller is gone for longer than autodown_idle_minutes
+    time.sleep(1.25 * idle_s)  # the controller is gone for longer than autodown_idle_minutes
     with pytest.raises(ProviderError, match=r"autodown removed bc-camp-1--bc-tok5: .* not a preemption"):
         provider.status(node)
     assert standin.autodowned == [node.node_id]
