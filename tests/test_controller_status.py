@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -77,11 +78,18 @@ def test_a_second_resume_names_the_live_controller_and_offers_watch(live_and_dea
 
 def test_status_watch_refreshes_until_ctrl_c(home: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "benchctl", "status", "--watch", "--interval", "0.2"], cwd=REPO,
-                            env={**os.environ, "BENCHCTL_HOME": str(home)}, text=True,
+                            env={**os.environ, "BENCHCTL_HOME": str(home), "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3)
+    assert proc.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + 60
+    while seen.count(b"no campaigns yet") < 2:  # two refreshes seen: then Ctrl-C (no fixed wait)
+        assert time.monotonic() < deadline and proc.poll() is None, seen
+        if select.select([proc.stdout], [], [], 0.5)[0]:
+            seen += os.read(proc.stdout.fileno(), 65536)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    rest, err_bytes = proc.communicate(timeout=30)
+    out, err = (seen + rest).decode(), err_bytes.decode()
     assert proc.returncode == 0, err
     assert out.count("no campaigns yet") >= 2, out
     assert "Ctrl-C stops" in out and "Traceback" not in err

@@ -63,7 +63,7 @@ def test_bad_nodes_are_replaced_remembered_and_accounted(home: Path, write_campa
 
 def test_faults_are_for_the_local_provider_only(home: Path, write_campaign) -> None:
     matrix = "  - {provider: runpod, gpu: H100_SXM, count: 2, faults: {shm_mb: 64}}\n"
-    result = run_cli("run", str(write_campaign(matrix=matrix)), *FAST_POLLS, home=home)
+    result = cli_here("run", str(write_campaign(matrix=matrix)), *FAST_POLLS, home=home)  # refused before any node
     assert result.returncode == 2 and "faults are injected by the local provider only" in result.stderr
 
 

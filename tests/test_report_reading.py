@@ -16,7 +16,7 @@ from benchctl.report.data import CampaignData, CellData
 from benchctl.report.html import page
 from benchctl.report.plots import figures
 from benchctl.results.step_split import StepSplit
-from tests.conftest import run_cli
+from tests.conftest import cli_here
 from tests.test_report import parse
 
 TARGET = {"model": "nanochat-d26", "target_param_data_ratio": 8.5, "total_batch_size": 524288}
@@ -43,15 +43,28 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, records in (("h100s", RECORDS), ("small", OTHER_MODEL)):
         path = root / f"{name}.json"
         path.write_text(json.dumps(records))
-        made = run_cli("import", str(path), "--campaign", name, home=home)
+        made = cli_here("import", str(path), "--campaign", name, home=home)
         assert made.returncode == 0, made.stderr
     return home
 
 
 def _report(home: Path, out: Path, *campaign: str) -> str:
-    made = run_cli("report", *campaign, "--out", str(out), home=home)
+    """``benchctl report`` in this process (it starts no node); the page's text."""
+    made = cli_here("report", *campaign, "--out", str(out), home=home)
     assert made.returncode == 0, made.stderr
     return (out / "index.html").read_text()
+
+
+@pytest.fixture(scope="module")
+def one_page(store: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The page of campaign ``h100s`` alone, rendered once for the tests that read it."""
+    return _report(store, tmp_path_factory.mktemp("one"), "h100s")
+
+
+@pytest.fixture(scope="module")
+def all_page(store: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The page of every campaign, rendered once for the tests that read it."""
+    return _report(store, tmp_path_factory.mktemp("all"))
 
 
 def _svg_texts(text: str, svg_id: str) -> list[str]:
@@ -65,9 +78,8 @@ def _order(texts: list[str], words: list[str]) -> list[str]:
     return [w for t in texts for w in words if w in t]
 
 
-def test_charts_are_in_rank_order_with_vs_best_labels_on_an_axis_that_shows_3_percent(
-        store: Path, tmp_path: Path) -> None:
-    text = _report(store, tmp_path / "one", "h100s")
+def test_charts_are_in_rank_order_with_vs_best_labels_on_an_axis_that_shows_3_percent(one_page: str) -> None:
+    text = one_page
     rank_order = ["bravo", "charlie", "alpha"]  # cheapest cost-to-train first, not the file's order
     for figure in ("c0-step_time", "c0-cost"):
         texts = _svg_texts(text, figure)
@@ -84,8 +96,8 @@ def test_charts_are_in_rank_order_with_vs_best_labels_on_an_axis_that_shows_3_pe
     assert "cheapest" in cost and re.search(r"\+\d+\.\d % vs cheapest", cost)
 
 
-def test_no_placeholder_box_for_a_phase_the_campaign_did_not_run(store: Path, tmp_path: Path) -> None:
-    text = _report(store, tmp_path / "one", "h100s")
+def test_no_placeholder_box_for_a_phase_the_campaign_did_not_run(one_page: str) -> None:
+    text = one_page
     svg_ids = {attrs["id"] for tag, attrs in parse(text).elements if tag == "svg"}
     # imported records: no collectives sweep, no preflight, no node launched; one record states its split
     assert svg_ids == {"c0-step_time", "c0-split", "c0-cost"}
@@ -139,8 +151,8 @@ def test_busbw_caption_names_what_is_plotted_and_what_is_not() -> None:
     assert "p:gpux8:b" in legend and "p:gpux1:c" not in legend
 
 
-def test_the_page_of_every_campaign_has_contents_and_a_ranking_per_model(store: Path, tmp_path: Path) -> None:
-    text = _report(store, tmp_path / "all")
+def test_the_page_of_every_campaign_has_contents_and_a_ranking_per_model(all_page: str, one_page: str) -> None:
+    text = all_page
     parsed = parse(text)
     ids = {attrs["id"] for _, attrs in parsed.elements if attrs.get("id")}
     navs = [attrs for tag, attrs in parsed.elements if tag == "nav"]
@@ -158,12 +170,12 @@ def test_the_page_of_every_campaign_has_contents_and_a_ranking_per_model(store: 
     assert "cheapest" in d26 and "+22.4 %" in d26 and "+45.8 %" in d26
     assert "delta" in tables[0][1] and "delta" not in d26
     # a single campaign's page has neither
-    one = _report(store, tmp_path / "one", "h100s")
+    one = one_page
     assert 'id="toc"' not in one and 'id="ranking"' not in one
 
 
-def test_the_page_cites_no_file_the_reader_does_not_have(store: Path, tmp_path: Path) -> None:
-    text = _report(store, tmp_path / "all")
+def test_the_page_cites_no_file_the_reader_does_not_have(all_page: str) -> None:
+    text = all_page
     visible = re.sub(r"<[^>]+>", " ", re.sub(r"<style>.*?</style>", "", text, flags=re.S))
     for cited in (r"REFERENCE\.md", r"\b\w+\.py\b", r"\bdocs/", r"\bpayload\.\w+", r"\bbenchctl\.\w+", "``"):
         assert not re.search(cited, visible), (cited, re.search(rf".{{60}}{cited}.{{60}}", visible, re.S))

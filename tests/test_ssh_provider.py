@@ -12,7 +12,7 @@ from sqlmodel import Session, select
 
 from benchctl.store import queries as q
 from benchctl.store.models import Artifact
-from tests.conftest import FAST_POLLS, run_cli
+from tests.conftest import FAST_POLLS, cli_here, run_cli
 from tests.fakes.sshd import SSHServer, running_sshd
 from tests.local_campaign import home_store
 
@@ -82,7 +82,7 @@ def test_ssh_cells_need_nodes(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     text = CAMPAIGN.format(host="h", port=22, user="u", key="k", python="p", work="w")
     path.write_text(text[:text.index("providers:")] + text[text.index("matrix:"):])
-    result = run_cli("run", str(path), *FAST_POLLS, home=home)
+    result = cli_here("run", str(path), *FAST_POLLS, home=home)  # refused before any node
     assert result.returncode == 2
     assert "bad.yaml:9 matrix[0]: ssh cells need the machines to use: add providers.ssh.nodes" in result.stderr
 

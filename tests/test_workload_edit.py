@@ -9,19 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
+from benchctl.engine.scheduler import run_campaign
+from tests.conftest import TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, run_cli
+from tests.fakes.memory_provider import MemoryProvider
+from tests.memory_campaign import memory_run, offer
 
 
 @pytest.fixture
-def finished(home: Path, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
-    """A private copy of the finished tiny campaign; returns a campaign file the test may edit."""
-    shared_home, path, output = run_once(tmp_path_factory, "tiny", TINY_CAMPAIGN.format(
-        name="tiny", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2))
-    assert output.startswith("exit 0\n"), output
-    copy_home(shared_home, home)
-    mine = tmp_path / "tiny.yaml"
-    mine.write_text(path.read_text())
-    return mine
+def finished(home: Path, tmp_path: Path) -> Path:
+    """The tiny two-cell campaign finished in this process against ``MemoryProvider`` (the real
+    engine and store, millisecond polls; ``test_cli.py`` runs it with real payloads, marked slow), its
+    store at ``home``; returns the campaign file the test may edit."""
+    home.mkdir(parents=True)
+    provider = MemoryProvider([offer(host="one", count=1, hourly_usd=0.5), offer(host="two", count=2, hourly_usd=1.0)])
+    run = memory_run(tmp_path, provider, matrix=TWO_LOCAL_CELLS, db=f"sqlite:///{home / 'benchctl.db'}")
+    assert run_campaign(run.ctx, concurrency=2).complete
+    run.engine.dispose()
+    return tmp_path / "tiny.yaml"
 
 
 def board(home: Path) -> list[dict]:
@@ -37,7 +41,7 @@ def test_a_workload_edit_of_a_finished_campaign_is_refused(home: Path, finished:
                                                           change: str) -> None:
     before = board(home)
     finished.write_text(finished.read_text().replace(old, new))
-    refused = run_cli("run", str(finished), home=home)
+    refused = cli_here("run", str(finished), home=home)  # refused before any node or signal handler
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert change in refused.stderr and "new name" in refused.stderr and f"restore {change.split()[0]}" \
@@ -49,7 +53,7 @@ def test_a_workload_edit_of_a_finished_campaign_is_refused(home: Path, finished:
 
 def test_a_payload_edit_names_the_field(home: Path, finished: Path) -> None:
     finished.write_text(finished.read_text().replace("sequence_len: 32", "sequence_len: 16"))
-    refused = run_cli("run", str(finished), home=home)
+    refused = cli_here("run", str(finished), home=home)  # refused before any node or signal handler
     assert refused.returncode == 2
     assert "different payload section: payload.profile.sequence_len 32 → 16" in refused.stderr
 

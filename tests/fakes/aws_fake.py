@@ -31,7 +31,15 @@ moto's server runs in a thread of the test process, so the fake can adjust moto'
   .../instance-metadata-v2-how-it-works.html). ``expire_tokens()`` makes every token 401 (expired);
 - the account has ``ENABLED_REGIONS`` only (``describe_regions``), as an account with few regions
   opted in: moto builds a backend per region on first use, seconds each, and the provider's
-  ``owned`` scans every enabled region.
+  ``owned`` scans every enabled region;
+- moto's own catalogue of public AMIs is not loaded (``MOTO_EC2_LOAD_DEFAULT_AMIS=false``: moto's
+  setting, read in ``moto/settings.py`` ``ec2_load_default_amis`` and ``moto/ec2/models/amis.py`` ``_load_amis``):
+  the provider only looks up the fake's images, and moto otherwise builds ~1,300 AMIs with their
+  volumes and snapshots for each region backend of each test (most of an AWS test's CPU);
+- while it runs, every botocore session of this process shares one data loader (``_shared_loader``):
+  the EC2 model and the endpoint rules are parsed once per process, not once per session the
+  provider opens (about a second of CPU each). botocore already hands the same parsed model to
+  every client of one session (``botocore/loaders.py``, ``instance_cache``); sessions share it here.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -172,12 +181,25 @@ class FakeAWS:
             return sorted(i for i, inst in self.instances.items() if inst.state in ("pending", "running"))
 
 
+_LOADERS: dict[str | None, Any] = {}
+
+
+def _shared_loader(search_path_string: str | None = None) -> Any:
+    """``botocore.loaders.create_loader``, one loader per search path for the whole process."""
+    from botocore.loaders import create_loader
+
+    if search_path_string not in _LOADERS:
+        _LOADERS[search_path_string] = create_loader(search_path_string)
+    return _LOADERS[search_path_string]
+
+
 @contextmanager
 def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
     """Serve moto's EC2 on 127.0.0.1 with the fake's additions; yields the URL for ``AWS_ENDPOINT_URL``.
 
     Sets fake credentials and the region in this process's environment while it runs (the SDK and
     subprocesses read them there)."""
+    import botocore.session
     from moto import settings as moto_settings
     from moto.ec2.models import ec2_backends
     from moto.ec2.models.availability_zones_and_regions import RegionsAndZonesBackend
@@ -185,6 +207,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
     from moto.ec2.responses.instances import InstanceResponse
     from moto.ec2.responses.spot_instances import SpotInstances
     from moto.server import ThreadedMotoServer
+    from werkzeug.serving import BaseWSGIServer
 
     original_run, original_terminate = InstanceBackend.run_instances, InstanceBackend.terminate_instances
 
@@ -211,7 +234,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         werkzeug.setLevel(logging.WARNING)
         stack.enter_context(mock.patch.dict(os.environ))  # restored as it was at the end
         os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=REGION,
-                          AWS_EC2_METADATA_DISABLED="true")
+                          AWS_EC2_METADATA_DISABLED="true", MOTO_EC2_LOAD_DEFAULT_AMIS="false")
         for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
             os.environ.pop(name, None)
         stack.enter_context(mock.patch.object(moto_settings, "ENABLE_AMI_VALIDATION", True))
@@ -223,6 +246,11 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         stack.enter_context(mock.patch.object(SpotInstances, "describe_spot_price_history",
                                               lambda response: fake.price_history(response)))
         ec2_backends.reset()  # moto's state lives in this process: each fake starts from an empty account
+        stack.enter_context(mock.patch.object(botocore.session, "create_loader", _shared_loader))
+        # werkzeug's serve_forever checks for shutdown every 0.5 s by default (werkzeug/serving.py,
+        # BaseWSGIServer.serve_forever): at 20 ms, server.stop() takes milliseconds, not up to 0.5 s a test.
+        stack.enter_context(mock.patch.object(BaseWSGIServer, "serve_forever", partialmethod(
+            BaseWSGIServer.serve_forever, poll_interval=0.02)))
         server.start()
         stack.callback(server.stop)
         host, port = server.get_host_and_port()

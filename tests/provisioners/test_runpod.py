@@ -19,8 +19,11 @@ def fake(runpod_fake: FakeRunPod) -> Iterator[FakeRunPod]:
     assert runpod_fake.inventory() == [], "a test left a node billing at the fake"
 
 
-def _provider(tmp_path: Path, cloud: str = "SECURE") -> RunPodProvider:
-    return RunPodProvider(tmp_path / "runpod", RunPodSettings(cloud=cloud))
+def _provider(tmp_path: Path, cloud: str = "SECURE", sleeps: list[float] | None = None) -> RunPodProvider:
+    """The provider on the fake; its retry waits go to ``sleeps`` (none of them real)."""
+    provider = RunPodProvider(tmp_path / "runpod", RunPodSettings(cloud=cloud))
+    provider.sleep = (sleeps if sleeps is not None else []).append
+    return provider
 
 
 def test_offers_price_on_demand_per_cloud(fake: FakeRunPod, tmp_path: Path) -> None:
@@ -81,11 +84,12 @@ def test_a_request_past_its_timeout_is_retried(fake: FakeRunPod, tmp_path: Path,
 
 
 def test_persistent_faults_and_refused_keys_are_clear_errors(fake: FakeRunPod, tmp_path: Path) -> None:
-    provider = _provider(tmp_path)
+    sleeps: list[float] = []
+    provider = _provider(tmp_path, sleeps=sleeps)
     fake.faults = ["500"] * 10
     with pytest.raises(ProviderError, match=r"unavailable .* \(retried\)"):
         provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
-    assert len(fake.faults) == 5, "bounded: five tries"
+    assert len(fake.faults) == 5 and len(sleeps) == 4, "bounded: five tries, four back-off waits"
     fake.faults = ["401"]
     before = len(fake.requests)
     with pytest.raises(ProviderError, match=r"refused the API key .* RUNPOD_API_KEY"):

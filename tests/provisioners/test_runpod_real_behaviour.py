@@ -5,7 +5,6 @@ create whose answer was lost), through the real runpod SDK and the local RunPod 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from benchctl.provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError, Unavailable
 from benchctl.provisioners.runpod import queries as runpod_graphql
 from benchctl.provisioners.runpod.provider import RunPodProvider, RunPodSettings, UnknownGpuType
-from tests.conftest import run_cli
+from tests.conftest import cli_here
 from tests.fakes.runpod_fake import FakeRunPod
 
 
@@ -67,12 +66,8 @@ def _campaign(tmp_path: Path, gpu: str, market: str) -> Path:
     return path
 
 
-def _env() -> dict[str, str]:
-    return {k: os.environ[k] for k in ("RUNPOD_API_BASE_URL", "RUNPOD_API_KEY")}
-
-
 def test_plan_refuses_an_unknown_runpod_gpu_with_exit_2(fake: FakeRunPod, tmp_path: Path) -> None:
-    result = run_cli("plan", str(_campaign(tmp_path, "H100-SXM", "on-demand")), home=tmp_path / "home", env=_env())
+    result = cli_here("plan", str(_campaign(tmp_path, "H100-SXM", "on-demand")), home=tmp_path / "home")
     assert result.returncode == 2, result.stderr
     assert "runpod has no GPU type 'H100-SXM'" in result.stderr and "Traceback" not in result.stderr
 
@@ -89,7 +84,7 @@ def test_spot_is_refused_plainly_and_never_bid_for(fake: FakeRunPod, tmp_path: P
 
 
 def test_plan_refuses_a_runpod_spot_cell_with_exit_2(fake: FakeRunPod, tmp_path: Path) -> None:
-    result = run_cli("plan", str(_campaign(tmp_path, "H100_SXM", "spot")), home=tmp_path / "home", env=_env())
+    result = cli_here("plan", str(_campaign(tmp_path, "H100_SXM", "spot")), home=tmp_path / "home")
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         "error: runpod:H100_SXMx8:spot: RunPod spot is unavailable: RunPod's supported APIs (REST v2, the runpod "
@@ -117,7 +112,7 @@ def test_ssh_waits_for_a_public_port_22_and_the_pod_gets_its_own_key(fake: FakeR
 
 
 def test_plan_says_the_image_must_run_sshd(fake: FakeRunPod, tmp_path: Path) -> None:
-    result = run_cli("plan", str(_campaign(tmp_path, "H100_SXM", "on-demand")), home=tmp_path / "home", env=_env())
+    result = cli_here("plan", str(_campaign(tmp_path, "H100_SXM", "on-demand")), home=tmp_path / "home")
     assert result.returncode == 0, result.stderr
     assert "warning: runpod: the image must run sshd and authorize $SSH_PUBLIC_KEY" in result.stdout
 

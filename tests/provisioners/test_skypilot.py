@@ -31,8 +31,11 @@ def standin(tmp_path: Path) -> Iterator[SkyPilotStandIn]:
         assert sky.inventory() == [], "a test left a cluster up"
 
 
-def _provider(tmp_path: Path, sky: SkyPilotStandIn) -> SkyPilotProvider:
-    return SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work")), client=sky)
+def _provider(tmp_path: Path, sky: SkyPilotStandIn, sleeps: list[float] | None = None) -> SkyPilotProvider:
+    """The provider on the stand-in; its retry back-off waits go to ``sleeps`` (none of them real)."""
+    provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work")), client=sky)
+    provider.sleep = (sleeps if sleeps is not None else []).append
+    return provider
 
 
 def _request(**kw: object) -> OfferRequest:
@@ -164,11 +167,12 @@ def test_on_demand_cluster_gone_without_our_down_is_terminated(standin: SkyPilot
 
 
 def test_an_unreachable_api_server_is_reported_plainly(standin: SkyPilotStandIn, tmp_path: Path) -> None:
-    provider = _provider(tmp_path, standin)
+    sleeps: list[float] = []
+    provider = _provider(tmp_path, standin, sleeps)
     standin.faults += [ConnectionError("refused")] * 5
     with pytest.raises(ProviderError, match=r"API server did not answer while trying to list clusters \(retried\)"):
         provider.owned("bc-camp-1")
-    assert standin.faults == []
+    assert standin.faults == [] and len(sleeps) == 4, "five tries, four back-off waits"
 
 
 def test_a_failed_launch_is_reported_with_skypilots_reason(standin: SkyPilotStandIn, tmp_path: Path) -> None:
@@ -217,7 +221,7 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     """SkyPilot counts a cluster busy only with a job or a PTY ssh session; benchctl has neither, so
     only the controller's renewals (from ``status``) keep it. Once they stop, autodown removes the
     cluster: an error saying so, not a preemption (the cluster was spot)."""
-    standin.minute_s = 0.5
+    standin.minute_s = 0.25  # autodown after 4 idle "minutes" = 1 s; the controller renews every 0.25 s
     provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work"),
                                                                         autodown_idle_minutes=4), client=standin)
     provider.minute_s = standin.minute_s
@@ -226,13 +230,14 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     _wait_running(provider, node)
     transport = provider.transport(node)
     assert transport.run("true").code == 0  # an ssh session without a PTY: not "busy" to SkyPilot
-    end = time.monotonic() + 4  # two idle periods: without renewals it would be gone
+    idle_s = 4 * standin.minute_s
+    end = time.monotonic() + 2 * idle_s  # two idle periods: without renewals it would be gone
     while time.monotonic() < end:
         assert provider.status(node) is NodeState.RUNNING, "autodown removed a cluster the controller watches"
         time.sleep(0.05)
     assert standin.autodowned == [] and len(standin.renewals) >= 4
     transport.close()
-    time.sleep(2.5)  # the controller is gone for longer than autodown_idle_minutes
+    time.sleep(1.25 * idle_s)  # the controller is gone for longer than autodown_idle_minutes
     with pytest.raises(ProviderError, match=r"autodown removed bc-camp-1--bc-tok5: .* not a preemption"):
         provider.status(node)
     assert standin.autodowned == [node.node_id]
