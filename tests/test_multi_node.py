@@ -202,3 +202,20 @@ def test_a_cell_stored_before_nodes_existed_has_one_node(home: Path, tmp_path: P
         s.commit()
     (row,) = leaderboard_rows(engine)
     assert row["nodes"] == 1
+
+
+def test_leaderboard_json_with_nodes_imports_back_and_a_two_node_record_keeps_its_nodes(home: Path,
+                                                                                          tmp_path: Path) -> None:
+    rows = tmp_path / "rows.yaml"
+    rows.write_text("- {provider: lambda, gpu: H100_SXM, count: 8, nodes: 2, market: on-demand, hourly_usd: 47.84, "
+                    "step_time_ms: 400, target: {model: nanochat-d26, target_param_data_ratio: 8.5, "
+                    "total_batch_size: 524288}}\n")
+    assert cli_here("import", str(rows), "--campaign", "pub", home=home).returncode == 0
+    exported = cli_here("leaderboard", "--format", "json", home=home)
+    (row,) = json.loads(exported.stdout)
+    assert row["nodes"] == 2 and row["cell"] == "lambda:H100_SXMx8:on-demand:nodes=2"
+    again = tmp_path / "export.json"
+    again.write_text(exported.stdout)
+    back = cli_here("import", str(again), "--campaign", "pub2", home=home)
+    assert back.returncode == 0, back.stderr
+    assert {r["nodes"] for r in json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)} == {2}

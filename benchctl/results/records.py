@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchctl.campaign.cell_key import CellKey
-from benchctl.campaign.spec import MAX_TARGET_STEPS, Target, check_campaign_name
+from benchctl.campaign.spec import MAX_NODES, MAX_TARGET_STEPS, Target, check_campaign_name
 from benchctl.campaign.yaml_source import INT_MAX, Limits, Path_, format_path, line_of, load_yaml, read_capped
 from benchctl.errors import SpecError
 from benchctl.results.cost import cost_to_train, steps_for
@@ -49,6 +49,8 @@ class Record(BaseModel):
     provider: str = Field(pattern=_NAME, max_length=100)
     gpu: str = Field(pattern=_NAME, max_length=100)
     count: int = Field(ge=1, le=1_000_000)
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    """Nodes of ``count`` GPUs each, rented as one unit; ``hourly_usd`` is the price of all of them."""
     market: Literal["spot", "on-demand"]
     hourly_usd: float = Field(ge=0, le=1e6)
     step_time_ms: float = Field(gt=0, le=_MS)
@@ -108,11 +110,14 @@ class Record(BaseModel):
         return self
 
     def key(self) -> str:
-        """``cell`` when given, else ``provider:GPUxN:market[:region=…][:env=…]`` like a campaign's cells."""
+        """``cell`` when given, else ``provider:GPUxN:market[:region=…][:nodes=…][:env=…]`` like a campaign's
+        cells (``nodes`` only above one node)."""
         if self.cell:
             return self.cell
-        return str(CellKey.build(self.provider, f"{self.gpu}x{self.count}", self.market,
-                                 [("region", self.region)] if self.region else [], self.env))
+        named: list[tuple[str, object]] = [("region", self.region)] if self.region else []
+        if self.nodes > 1:
+            named.append(("nodes", self.nodes))
+        return str(CellKey.build(self.provider, f"{self.gpu}x{self.count}", self.market, named, self.env))
 
 
 def read_records(path: Path) -> tuple[list[CellResult], int]:
