@@ -87,6 +87,15 @@ class Job:
     idle_shutdown: str | None = None
     """Shell command run after the dead-man switch stopped the payload (e.g. power the node off
     where the provider terminates a node that shuts down)."""
+    nodes: int = 1
+    """Nodes of the attempt's cluster; ``count`` is ranks (GPUs) per node: world size nodes × count."""
+    node_rank: int = 0
+    """This node's place in the cluster: node 0 holds global rank 0, the rendezvous and the
+    events the controller reads; node k runs global ranks k × count … (k + 1) × count - 1."""
+    master_addr: str = ""
+    """Node 0's address as the other nodes reach it (nodes > 1)."""
+    master_port: int = 0
+    """The TCP port of torch.distributed's rendezvous on node 0, chosen per attempt (nodes > 1)."""
     spot_notice: bool = False
     """Watch the node's instance metadata for the provider's spot interruption notice and stop
     measuring at a step boundary when it comes (``payload.spot_notice``; EC2 spot nodes)."""

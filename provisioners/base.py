@@ -8,10 +8,11 @@ success) and lists every node carrying a campaign's tag (``owned``).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -105,6 +106,14 @@ class Node:
     details: dict[str, Any] = field(default_factory=dict)
     hourly_usd: float | None = None
     host: str | None = None
+    peers: tuple[Node, ...] = ()
+    """The other nodes of a cluster rented as one unit (``nodes`` > 1), node ranks 1 … N-1; this
+    node is node rank 0 (its ``hourly_usd`` and the offer's are one node's price). Each peer is
+    watched, reached and terminated as a node of its own."""
+
+    def members(self) -> tuple[Node, ...]:
+        """Every node of the unit in node-rank order: this one (without its peers), then its peers."""
+        return (replace(self, peers=()), *self.peers)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,7 +129,19 @@ class Node:
             data["hourly_usd"] = float(billed) if billed is not None else None
         if "host" not in data and "host" in details:
             data["host"] = str(details.pop("host")) or None
-        return cls(**{**data, "details": details, "offer": Offer(**data["offer"])})
+        peers = tuple(cls.from_dict(peer) for peer in data.pop("peers", None) or ())
+        return cls(**{**data, "details": details, "offer": Offer(**data["offer"]), "peers": peers})
+
+
+def member_token(token: str, index: int) -> str:
+    """The tag of a cluster's node ``index`` rented for the attempt ``token``: the attempt's token
+    for node 0, ``<token>-n<index>`` for the others (``owned`` nodes are matched to attempts by it)."""
+    return token if index == 0 else f"{token}-n{index}"
+
+
+def of_attempt(node_token: str, attempt_token: str) -> bool:
+    """The node tagged ``node_token`` belongs to the attempt ``attempt_token`` (any node of its cluster)."""
+    return node_token == attempt_token or node_token.startswith(f"{attempt_token}-n")
 
 
 @dataclass(frozen=True)
@@ -176,7 +197,7 @@ class Provider(ABC):
     multi_node_refusal: ClassVar[str | None] = "it has no way to rent several nodes as one unit"
     """Why a cell with ``nodes`` > 1 cannot be planned on this provider (``plan`` and ``run`` refuse
     it with this reason), or None where the provider can rent several nodes as one unit: ``plan``
-    prices such a cell at price × nodes, and ``run`` refuses it until multi-node runs exist (issue 19)."""
+    prices such a cell at price × nodes, and ``run`` rents it with ``launch_cluster``."""
 
     @abstractmethod
     def offers(self, request: OfferRequest) -> list[Offer]:
@@ -185,6 +206,31 @@ class Provider(ABC):
     @abstractmethod
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         """Rent ``offer``; return fast with the provider's node id; tag the node with token and campaign."""
+
+    def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
+        """Rent ``nodes`` nodes of ``offer`` as one unit, all or nothing: node rank 0 is returned
+        with the others as its ``peers``; when any launch fails, the nodes already launched are
+        terminated (each, whatever the others raise) before the failure is re-raised, so no part of
+        a cluster is left billing. Default: ``launch`` each in turn, member ``i`` tagged with
+        ``member_token(token, i)``. Providers with cluster machinery of their own override it."""
+        launched: list[Node] = []
+        try:
+            for index in range(nodes):
+                launched.append(self.launch(offer, member_token(token, index), campaign_tag))
+        except BaseException:
+            for node in launched:
+                with contextlib.suppress(Exception):  # the launch's own failure is what the caller must see
+                    self.terminate(node)
+            raise
+        return replace(launched[0], peers=tuple(launched[1:]))
+
+    def rendezvous_address(self, node: Node) -> str:
+        """The address the other nodes of ``node``'s cluster reach it at (torch.distributed's
+        rendezvous on node rank 0): the private address where the provider knows one. Default: the
+        node's host."""
+        if not node.host:
+            raise ProviderError(f"{self.name} knows no address of node {node.node_id} for the cluster's rendezvous")
+        return node.host
 
     @abstractmethod
     def status(self, node: Node) -> NodeState:
