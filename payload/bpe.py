@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 MAX_MERGES = 4096
-_PRE_SPLIT = re.compile(r" ?[^\W\d_]+| ?\d{1,3}| ?[^\s\w]+|\s*\n|\s+(?!\S)|\s+|.", re.DOTALL)
+PRE_SPLIT = re.compile(r" ?[^\W\d_]+| ?\d{1,3}| ?[^\s\w]+|\s*\n|\s+(?!\S)|\s+|.", re.DOTALL)
 """Pieces merges stay inside. The last alternative takes any character the others leave, so the
 pieces always join back into the text."""
 _RESERVED = "\ud800"
@@ -35,7 +35,7 @@ def _byte_chars(text: str) -> str:
     """``text`` as one character per UTF-8 byte (``chr(byte)``), pieces separated by ``_BOUNDARY``."""
     if _RESERVED in text:
         raise ValueError("the text holds U+D800, which the tokenizer reserves; remove it")
-    joined = _RESERVED.join(_PRE_SPLIT.findall(text))
+    joined = _RESERVED.join(PRE_SPLIT.findall(text))
     return joined.encode("utf-8", "surrogatepass").decode("latin-1").replace(_RESERVED_BYTES, _BOUNDARY)
 
 

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from benchctl.payload import host_data, profile
-from benchctl.payload.bpe import _PRE_SPLIT, ByteBPE
+from benchctl.payload.bpe import PRE_SPLIT, ByteBPE
 from benchctl.payload.events import EventLog
 from benchctl.payload.job import Job, ProfileConfig
 
@@ -55,7 +55,7 @@ def _reference_bpe(tokenizer: ByteBPE, text: str) -> list[int]:
     """Textbook BPE: in each pre-split piece, merge the lowest-ranked adjacent pair until none is left."""
     rank = {pair: 256 + i for i, pair in enumerate(tokenizer.merges)}
     out: list[int] = []
-    for piece in _PRE_SPLIT.findall(text):
+    for piece in PRE_SPLIT.findall(text):
         ids = list(piece.encode("utf-8", "surrogatepass"))
         while True:
             pairs = [rank[p] for p in itertools.pairwise(ids) if p in rank]
