@@ -189,12 +189,12 @@ def check_nic_use(facts: Facts, env: Mapping[str, str], expected: FabricExpect) 
         if devices is None or log is None or log.ofi_nics is None:
             return _result("fabric_nic_use", "skip", None, "NCCL finds every EFA device",
                            "needs both fi_info-efa.txt and an NCCL log with NET/OFI lines")
-        observed = {"efa_devices": len(devices), "nccl_found": log.ofi_nics}
+        found = {"efa_devices": len(devices), "nccl_found": log.ofi_nics}
         if log.ofi_nics < len(devices):
-            return _result("fabric_nic_use", "fail", observed, f"{len(devices)} nics",
+            return _result("fabric_nic_use", "fail", found, f"{len(devices)} nics",
                            f"aws-ofi-nccl found {log.ofi_nics} of {len(devices)} EFA devices: check FI_PROVIDER, the "
                            "device plugin's vpc.amazonaws.com/efa request and the container's /dev/infiniband")
-        return _result("fabric_nic_use", "pass", observed, f"{len(devices)} nics")
+        return _result("fabric_nic_use", "pass", found, f"{len(devices)} nics")
     nics = compute_ports(_ports(facts)[0])
     names = [p.name for p in nics]
     wanted = "NCCL_IB_HCA and NCCL's NET/IB list cover every compute NIC"
