@@ -3,10 +3,13 @@ of them changed the way a broken node would change them."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
+from benchctl.payload import facts_capture
 from benchctl.payload.checks import Facts, verdict
 from benchctl.payload.fabric_checks import FabricExpect, compute_ports, fabric_checks, hca_filter
 from benchctl.payload.fabric_readers import parse_ibstat
@@ -221,3 +224,26 @@ def test_every_failing_check_says_what_to_do(tmp_path: Path) -> None:
     checks = fabric_checks(facts, {"NCCL_IB_HCA": "mlx5_0", "NCCL_P2P_PXN_LEVEL": "0"}, H100)
     assert statuses(checks)["fabric_hca"] == "fail" and statuses(checks)["fabric_transport"] == "fail"
     assert all(c["hint"] for c in checks if c["status"] in ("warn", "fail"))
+
+
+def test_capture_keeps_what_the_tools_print_and_skips_missing_ones(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # a node with ibstat and ibdev2netdev (stand-ins printing the published outputs), without
+    # ibv_devinfo and fi_info; its snapshot replays through fabric_checks like any other
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, fixture in (("ibstat", "ibstat-h100-roce-2-down.txt"),
+                          ("ibdev2netdev", "ibdev2netdev-imbue-h100-column-t-annotated.txt")):
+        (bin_dir / tool).write_text(f"#!/bin/sh\ncat '{FIXTURES / fixture}'\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(facts_capture, "COMMANDS", dict(facts_capture.FABRIC_COMMANDS))
+    directory = tmp_path / "facts"
+    written = facts_capture.capture(directory, time.monotonic() + 60)
+    assert {"ibstat.txt", "ibdev2netdev.txt"} <= set(written)
+    assert ("proc-modules.txt" in written) == Path("/proc/modules").is_file()  # absent in some sandboxes
+    assert not (directory / "fi_info-efa.txt").exists() and not (directory / "ibv_devinfo.txt").exists()
+    assert (directory / "ibstat.txt").read_text() == (FIXTURES / "ibstat-h100-roce-2-down.txt").read_text()
+    checks = by_name(fabric_checks(Facts(directory), {}, H100))
+    assert checks["fabric_hca"]["status"] == "fail" and "mlx5_5:1 Down" in checks["fabric_hca"]["hint"]
+    assert checks["fabric_transport"]["status"] == "skip"  # no NCCL log yet
