@@ -73,19 +73,36 @@ def _ports(facts: Facts) -> tuple[list[fr.IbPort], str | None]:
     return [], None
 
 
+EFA_PART_IDS = ("61344", "61345", "61346", "61347")
+"""EFA's PCI device ids 0xefa0-0xefa3 as ``ibv_devinfo`` prints ``vendor_part_id`` (vendor 0x1d0f)."""
+
+
+def is_efa_port(port: fr.IbPort) -> bool:
+    """An EFA device: its part id, or the names rdma-core gives devices of no IB/RoCE link layer
+    (``rdmap…``) and the EFA driver's own (``efa_N``). Older rdma-core prints its link layer as
+    InfiniBand (linux-rdma/rdma-core#884), so the link layer alone cannot tell."""
+    return port.ca_type in EFA_PART_IDS or port.ca.startswith(("rdmap", "efa_"))
+
+
 def compute_ports(ports: list[fr.IbPort]) -> list[fr.IbPort]:
-    """The NICs meant for GPU traffic: the InfiniBand ports when there are any (Ethernet ones are
-    then the front end), else (RoCE) the ports of the same adapter type as the fastest port."""
+    """The NICs meant for GPU traffic, EFA devices left out: the InfiniBand ports when there are any
+    (Ethernet ones are then the front end), else (RoCE) the ports of the fastest port's adapter type."""
+    ports = [p for p in ports if not is_efa_port(p)]
     ib = [p for p in ports if p.link_layer == "InfiniBand"]
-    if ib or not ports:
+    ether = [p for p in ports if p.link_layer in ("Ethernet", "")]
+    if ib or not ether:
         return ib
-    fastest = max(ports, key=lambda p: p.rate_gbps or 0.0)
-    return [p for p in ports if p.ca_type == fastest.ca_type]
+    fastest = max(ether, key=lambda p: p.rate_gbps or 0.0)
+    return [p for p in ether if p.ca_type == fastest.ca_type]
 
 
 def _efa(facts: Facts) -> list[str] | None:
+    """The EFA devices per ``fi_info``, else per ibstat/ibv_devinfo; None when neither was captured."""
     text = facts.text("fi_info-efa.txt")
-    return None if text is None else fr.efa_devices(fr.parse_fi_info(text))
+    if text is not None:
+        return fr.efa_devices(fr.parse_fi_info(text))
+    ports, source = _ports(facts)
+    return sorted({p.ca for p in ports if is_efa_port(p)}) if source else None
 
 
 def _log(facts: Facts) -> fr.NcclNet | None:
@@ -94,15 +111,16 @@ def _log(facts: Facts) -> fr.NcclNet | None:
 
 
 def _is_efa(facts: Facts, expected: FabricExpect) -> bool:
-    return expected.kind == "efa" or (expected.kind == "auto" and bool(_efa(facts)) and not _ports(facts)[0])
+    return expected.kind == "efa" or (expected.kind == "auto" and bool(_efa(facts))
+                                      and not compute_ports(_ports(facts)[0]))
 
 
 def check_efa(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> Check:
     devices = _efa(facts)
     wanted = f">= {expected.efa_devices} EFA devices" if expected.efa_devices else "EFA devices"
     if devices is None:
-        return _result("fabric_efa", "skip", None, wanted, "fi_info-efa.txt was not captured (fi_info is not on "
-                                                          "the node or found no efa provider)")
+        return _result("fabric_efa", "skip", None, wanted, "neither fi_info nor ibstat/ibv_devinfo was captured "
+                                                          "(not on the node)")
     observed = {"devices": devices, "count": len(devices)}
     if len(devices) < (expected.efa_devices or 1):
         return _result("fabric_efa", "fail", observed, wanted,

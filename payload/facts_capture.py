@@ -40,7 +40,8 @@ FABRIC_COMMANDS: dict[str, list[str]] = {
     "ibstat.txt": ["ibstat"],
     "ibv_devinfo.txt": ["ibv_devinfo", "-v"],
     "ibdev2netdev.txt": ["ibdev2netdev"],
-    "fi_info-efa.txt": ["fi_info", "-p", "efa", "-t", "FI_EP_RDM"],
+    # the EFA installer puts fi_info in /opt/amazon/efa/bin, often not on the PATH
+    "fi_info-efa.txt": ["sh", "-c", 'PATH="$PATH:/opt/amazon/efa/bin" exec fi_info -p efa -t FI_EP_RDM'],
     "proc-modules.txt": ["cat", "/proc/modules"],
 }
 COMMANDS.update(FABRIC_COMMANDS)

@@ -154,6 +154,20 @@ def test_efa_without_gdr_fails_gdr_with_the_plugin_reason(tmp_path: Path) -> Non
     assert checks["fabric_nic_use"]["status"] == "pass"  # found 4 nics of 4
 
 
+def test_efa_devices_in_ibv_devinfo_are_not_taken_for_infiniband(tmp_path: Path) -> None:
+    # older rdma-core prints an EFA device's link layer as InfiniBand (rdma-core#884)
+    facts = snapshot(tmp_path, ibv_devinfo="ibv_devinfo-rdma-core-884-efa.txt",
+                     fi_info="fi_info-efa-p4de-4-devices.txt")
+    checks = by_name(fabric_checks(facts, {}, H100))
+    assert "fabric_efa" in checks and "fabric_hca" not in checks
+    # without fi_info (not on the PATH) the verbs device list still counts the EFA devices
+    alone = by_name(fabric_checks(snapshot(tmp_path / "b", ibv_devinfo="ibv_devinfo-rdma-core-884-efa.txt"), {},
+                                  H100))
+    assert alone["fabric_efa"]["status"] == "pass" and alone["fabric_efa"]["observed"]["devices"] == ["efa_0"]
+    sold_32 = FabricExpect.for_cell("H100_SXM", 8, "p5.48xlarge")
+    assert by_name(fabric_checks(snapshot(tmp_path / "b"), {}, sold_32))["fabric_efa"]["status"] == "fail"
+
+
 def test_p5_sold_with_32_efa_devices_fails_on_4(tmp_path: Path) -> None:
     facts = snapshot(tmp_path, fi_info="fi_info-efa-p4de-4-devices.txt")
     check = by_name(fabric_checks(facts, {}, FabricExpect.for_cell("H100_SXM", 8, "p5.48xlarge")))["fabric_efa"]

@@ -56,6 +56,7 @@ def test_ibstat_a100_hdr() -> None:
     ("ibv_devinfo-deepep38-h100-roce-excerpt.txt", [("mlx5_2:1", "Active", "Ethernet", "4129")]),
     ("ibv_devinfo-deepep55-ib-excerpt.txt", [("mlx5_3:1", "Active", "InfiniBand", "4126")]),
     ("ibv_devinfo-deepep60-port-down-excerpt.txt", [("mlx5_12:1", "Down", "Ethernet", "4125")]),
+    ("ibv_devinfo-rdma-core-884-efa.txt", [("efa_0:1", "Active", "InfiniBand", "61344")]),
 ])
 def test_ibv_devinfo(name: str, expected: list[tuple[str, str, str, str]]) -> None:
     ports = fr.parse_ibv_devinfo(_read(name))
