@@ -135,12 +135,16 @@ def test_nccl_ofi_efa_without_gdr() -> None:
 
 
 def test_nccl_pxn_proxy_roce_and_gid_lines() -> None:
-    # line shapes published in NVIDIA/nccl issues (PXN proxy "(8)", RoCE device list, GID echo)
+    # line shapes published in public NCCL logs (PXN proxy "(8)", RoCE device list, GID echo, the
+    # NCCL_DEBUG_SUBSYS=NET connection line with the GID used)
     text = ("h:1:2 [1] NCCL INFO Channel 00/0 : 9[1] -> 0[0] [send] via NET/IB/0(8)/GDRDMA\n"
             "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB ens16f1:10.0.0.1<0>\n"
             "h:1:2 [0] NCCL INFO NCCL_IB_GID_INDEX set by environment to 3.\n"
-            "h:1:2 [0] NCCL INFO Connected all rings, use ring PXN 1 GDR 1\n")
+            "h:1:2 [0] NCCL INFO Connected all rings, use ring PXN 1 GDR 1\n"
+            "NCCL INFO NET/IB: NCCL Dev 0 IBDev 0 Port 1 qpn 364 mtu 5 GID 3 (0/B9D4E80AFFFF0000) fifoRKey=0x41200 "
+            "fifoLKey=0x41200\n")
     net = fr.parse_nccl_net(text)
+    assert net.gid_indexes == {3}
     assert net.proxied_channels == 1 and net.gdr_channels == 1 and net.pxn_rings == {1}
     assert net.ib_devices == [("mlx5_0", 1, "RoCE"), ("mlx5_1", 1, "RoCE")]
     assert net.env["NCCL_IB_GID_INDEX"] == "3"
