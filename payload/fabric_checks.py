@@ -139,12 +139,15 @@ def check_hca(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> C
                                                           "node): fabric_transport judges from the NCCL log")
     nics = compute_ports(ports)
     layer = "InfiniBand" if any(p.link_layer == "InfiniBand" for p in nics) else "Ethernet (RoCE)"
-    down = [f"{p.name} {p.state}/{p.physical or '?'}" for p in nics if not p.active]
+    netdev = {f"{n.device}:{n.port}": n.netdev for n in fr.parse_ibdev2netdev(facts.text("ibdev2netdev.txt") or "")}
+    down = [f"{p.name}{f' ({netdev[p.name]})' if p.name in netdev else ''} {p.state}/{p.physical or '?'}"
+            for p in nics if not p.active]
     slow = [f"{p.name} at {p.rate_gbps:.0f} Gb/s" for p in nics
             if p.active and p.rate_gbps is not None and p.rate_gbps < expected.rate_gbps]
     good = [p for p in nics if p.active and (p.rate_gbps is None or p.rate_gbps >= expected.rate_gbps)]
     observed = {"source": source, "link_layer": layer, "nics": [p.name for p in nics], "active_at_rate": len(good),
-                "rates_gbps": sorted({p.rate_gbps for p in nics if p.rate_gbps is not None})}
+                "rates_gbps": sorted({p.rate_gbps for p in nics if p.rate_gbps is not None}),
+                "netdevs": {p.name: netdev[p.name] for p in nics if p.name in netdev}}
     problems = []
     if not nics:
         problems.append(f"no RDMA NIC on the node ({source} lists none)")

@@ -26,6 +26,7 @@ def snapshot(tmp_path: Path, edits: dict[str, str] | None = None, **files: str) 
     """A snapshot directory: ``files`` maps a snapshot name (``ibstat`` → ``ibstat.txt``) to a fixture
     file (or to text); ``edits`` maps ``old`` → ``new`` text replaced in every copied file."""
     names = {"ibstat": "ibstat.txt", "ibv_devinfo": "ibv_devinfo.txt", "fi_info": "fi_info-efa.txt",
+             "ibdev2netdev": "ibdev2netdev.txt",
              "modules": "proc-modules.txt", "log": "nccl-debug.host.1.log", "env": "env.txt"}
     directory = tmp_path / "facts"
     directory.mkdir(parents=True, exist_ok=True)
@@ -70,6 +71,13 @@ def test_roce_node_with_two_rails_down_fails_naming_them(tmp_path: Path) -> None
     assert check["status"] == "fail"
     assert "mlx5_11:1 Down/Disabled" in check["hint"] and "mlx5_5:1 Down/Disabled" in check["hint"]
     assert "6 of 8 NICs active at rate" in check["hint"] and "mlx5_1:1" not in check["hint"]  # front end left out
+
+
+def test_a_down_rail_is_named_with_its_netdev(tmp_path: Path) -> None:
+    facts = snapshot(tmp_path, ibstat="ibstat-h100-roce-2-down.txt",
+                     ibdev2netdev="ibdev2netdev-imbue-h100-column-t-annotated.txt")
+    check = by_name(fabric_checks(facts, {}, H100))["fabric_hca"]
+    assert "mlx5_5:1 (ibp94s0) Down/Disabled" in check["hint"] and check["observed"]["netdevs"]["mlx5_0:1"] == "ibp26s0"
 
 
 def test_healthy_roce_node_passes(tmp_path: Path) -> None:
@@ -259,5 +267,5 @@ def test_capture_keeps_what_the_tools_print_and_skips_missing_ones(tmp_path: Pat
     assert not (directory / "fi_info-efa.txt").exists() and not (directory / "ibv_devinfo.txt").exists()
     assert (directory / "ibstat.txt").read_text() == (FIXTURES / "ibstat-h100-roce-2-down.txt").read_text()
     checks = by_name(fabric_checks(Facts(directory), {}, H100))
-    assert checks["fabric_hca"]["status"] == "fail" and "mlx5_5:1 Down" in checks["fabric_hca"]["hint"]
+    assert checks["fabric_hca"]["status"] == "fail" and "mlx5_5:1 (ibp94s0) Down" in checks["fabric_hca"]["hint"]
     assert checks["fabric_transport"]["status"] == "skip"  # no NCCL log yet
