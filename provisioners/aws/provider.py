@@ -372,7 +372,11 @@ class AWSProvider(Provider):
             nodes.append(Node(provider=self.name, node_id=str(instance["InstanceId"]), token=tags.get(TOKEN_TAG, ""),
                               campaign_tag=campaign_tag, offer=offer,
                               details={"instance_id": instance["InstanceId"], "region": region, **cluster}))
-        aws_cluster.sweep(self.ec2(region), campaign_tag, CAMPAIGN_TAG, {g for g in groups if g})
+        try:
+            aws_cluster.sweep(self.ec2(region), campaign_tag, CAMPAIGN_TAG, {g for g in groups if g})
+        except AWSError as exc:
+            if exc.code not in AUTH_CODES:
+                raise  # credentials without the placement group / Elastic IP permissions made none to sweep
         return nodes
 
     def spot_notice(self, node: Node) -> bool:

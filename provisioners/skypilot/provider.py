@@ -34,6 +34,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -291,7 +292,8 @@ class SkyPilotProvider(Provider):
                                         "instance_type": cluster.launched.instance_type,
                                         "use_spot": cluster.launched.use_spot}
         if cluster.access is not None:
-            self._save_access(node, cluster)
+            with contextlib.suppress(ProviderError):  # a worker the handle lists later: its transport says so
+                self._save_access(node, cluster)
         minutes = self.settings.autodown_idle_minutes
         last = self._renewed(_name(node))
         if last is not None and time.time() - last < minutes * self.minute_s / 4:

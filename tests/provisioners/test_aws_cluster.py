@@ -193,3 +193,19 @@ def test_members_are_nodes_of_their_own(aws: AWS) -> None:
     assert aws.provider.status(peer) is NodeState.TERMINATED
     assert aws.provider.status(node) is NodeState.RUNNING, "ending one member ends only that instance"
     aws.provider.terminate(node)
+
+
+def test_credentials_without_placement_group_rights_still_list_owned_nodes(aws: AWS,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    node = aws.provider.launch(aws.offer("c5.large"), "bc-one", "camp-a")
+    original = EC2.call
+
+    def call(self: EC2, what: str, method: str, **kwargs: Any) -> dict[str, Any]:
+        if method == "describe_placement_groups":
+            raise AWSError("aws refused to list the campaign's placement groups (UnauthorizedOperation)",
+                           "UnauthorizedOperation")
+        return original(self, what, method, **kwargs)
+
+    monkeypatch.setattr(EC2, "call", call)
+    assert [n.token for n in aws.provider.owned("camp-a")] == ["bc-one"], "the sweep is housekeeping"
+    aws.provider.terminate(node)

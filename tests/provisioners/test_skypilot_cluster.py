@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,4 +97,17 @@ def test_a_worker_the_handle_does_not_list_yet_has_no_transport(tmp_path: Path, 
     ghost = Node.from_dict({**node.peers[0].to_dict(), "details": {**node.peers[0].details, "node_rank": 5}})
     with pytest.raises(ProviderError, match="lists no node 5 of camp--bc-3"):
         provider.transport(ghost)
+    provider.terminate(node)
+
+
+def test_a_worker_is_running_before_the_handle_lists_its_address(tmp_path: Path, sky: SkyPilotStandIn,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = _provider(tmp_path, sky)
+    node = _cluster(provider, 2, "bc-4")
+    _running(provider, node)
+    clusters = sky.clusters
+    monkeypatch.setattr(sky, "clusters", lambda names: [replace(c, nodes=()) for c in clusters(names)])
+    assert provider.status(node.peers[0]) is NodeState.RUNNING
+    with pytest.raises(ProviderError, match="lists no node 1 of camp--bc-4 yet"):
+        provider.transport(node.peers[0])
     provider.terminate(node)
