@@ -3,7 +3,8 @@ device-to-device copy GB/s per GPU, and an NCCL all_reduce across all GPUs with 
 ``NCCL_DEBUG=INFO`` logs. Results land in the facts snapshot (``probes.json``, one
 ``nccl-debug.<host>.<pid>.log`` per rank) so the checks judge them like any other fact. The
 per-GPU probes run in a child process that exits (``measure``, ``payload.child``), so their CUDA
-contexts and cached memory are gone before the next phase.
+contexts and cached memory are gone before the next phase. Across nodes the all_reduce is
+``cluster_rank``: each node's, each rail's and the whole cluster's (``payload.cluster_checks``).
 """
 
 from __future__ import annotations
