@@ -34,6 +34,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -355,6 +356,26 @@ def _failure_message(phase: str, rank: int, proc: subprocess.Popen[bytes], log: 
     return f"{phase} rank {rank} exited with code {proc.returncode}: " + " | ".join(tail)
 
 
+PARENT_POLL_S = 0.5
+
+
+def follow_parent(poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """End this process (exit code 1) soon after the process that started it is gone. Across
+    nodes a rank orphaned by its runner's death would go on with the other nodes' ranks (until
+    its stdin ends with the phase); ended, its peers' collectives fail at once instead."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print(f"pid {os.getpid()}: the runner (pid {parent}) is gone; leaving", flush=True)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="follow-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 RankFunction = Callable[[Job, int, int, EventLog | None], "dict[str, Any] | None"]
 """A distributed phase on one rank: (job, global rank, world size, events on global rank 0 else
 None) → None, or a JSON-able dict the runner gets back (``Ranks.run``)."""
@@ -384,6 +405,8 @@ def run_worker(job_path: str, phase: str | None, rank: int, world_size: int, ren
     rank_functions = _rank_functions()
     job = Job.load(job_path)
     logs = Path(job_path).parent / "artifacts" / "logs"
+    if job.nodes > 1:
+        follow_parent()
     backend = backend_for(job)
     local_rank = rank if local_rank is None else local_rank
     if backend == "nccl":

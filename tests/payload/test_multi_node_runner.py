@@ -143,7 +143,22 @@ def test_two_nodes_run_one_attempt_as_one_world(tmp_path: Path) -> None:
     assert figures[0]["cluster"]["ranks"] == 4 and all(n["busbw_gbps"] > 0 for n in figures[0]["intra_node"])
 
 
-def test_a_node_that_dies_mid_phase_fails_the_other_not_hangs(tmp_path: Path) -> None:
+def _rank_pids(workdir: Path) -> list[int]:
+    return [int(line.split(" pid ")[1].split(":")[0]) for log in (workdir / "artifacts" / "logs").glob("*.log")
+            for line in log.read_text().splitlines()[:1]]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("what", ["runner", "node"])
+def test_a_node_that_dies_mid_phase_fails_the_other_not_hangs(tmp_path: Path, what: str) -> None:
+    """``runner``: node 1's runner is killed alone (its ranks follow it); ``node``: the whole node is gone."""
     port = free_port()
     nodes = [tmp_path / "node0", tmp_path / "node1"]
     job = {"phases": ["profile"], "profile": {**TINY_PROFILE, "steps": 100000}}
@@ -154,13 +169,25 @@ def test_a_node_that_dies_mid_phase_fails_the_other_not_hangs(tmp_path: Path) ->
             assert time.monotonic() < deadline, (nodes[0] / "payload.log").read_text()
             assert all(p.poll() is None for p in procs), [(d / "payload.log").read_text() for d in nodes]
             time.sleep(0.2)
-        os.killpg(procs[1].pid, signal.SIGKILL)  # node 1 is gone: its runner and its ranks
+        orphans = _rank_pids(nodes[1])
+        assert len(orphans) == COUNT
+        if what == "runner":
+            os.kill(procs[1].pid, signal.SIGKILL)
+        else:
+            os.killpg(procs[1].pid, signal.SIGKILL)
         killed = time.monotonic()
         (code,) = finish(procs[:1], timeout=90)
+        elapsed = time.monotonic() - killed
+        while any(_alive(pid) for pid in orphans) and time.monotonic() < killed + 30:
+            time.sleep(0.2)
+        assert not [pid for pid in orphans if _alive(pid)], "node 1's ranks outlived their runner"
     finally:
         finish(procs, timeout=0)
+        for pid in _rank_pids(nodes[1]):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
     assert code == 1
-    assert time.monotonic() - killed < 90
+    assert elapsed < 60
     found = events(nodes[0])
     (error,) = [e for e in found if e["kind"] == "error"]
     assert error["phase"] == "profile" and "rank" in error["message"]
