@@ -4,6 +4,7 @@ are judged and how a bad node is named."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,27 @@ def test_the_error_event_carries_the_named_node(tmp_path: Path, monkeypatch: pyt
     error = found[-1]
     assert {k: v for k, v in error.items() if k not in ("t", "message")} == {
         "kind": "error", "phase": "preflight", "bad_node": True, **expected}
+
+
+def test_each_node_starts_its_own_ranks_as_global_ranks_of_one_world(tmp_path: Path) -> None:
+    from benchctl.payload.distributed import launch
+
+    job_path = tmp_path / "job.json"
+    job_path.write_text(_job(gpu="cpu", count=2, nodes=2, node_rank=1, master_addr="127.0.0.1",
+                             master_port=29500).to_json())
+    argv = tmp_path / "argv-rank{}.json"
+    record = "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
+    def arg(command: list[str], name: str) -> str:
+        return command[command.index(name) + 1]
+
+    ports = []
+    for _ in range(2):  # a second set of ranks in the same attempt meets at the next port
+        launch(job_path, "profile", 2, wrapper=lambda rank: [sys.executable, "-c", record, str(argv).format(rank)])
+        commands = [json.loads(Path(str(argv).format(rank)).read_text()) for rank in (2, 3)]
+        assert [(arg(c, "--rank"), arg(c, "--local-rank"), arg(c, "--world-size")) for c in commands] == [
+            ("2", "0", "4"), ("3", "1", "4")]
+        (meet,) = {arg(c, "--init-method") for c in commands}
+        assert meet.startswith("tcp://127.0.0.1:")
+        ports.append(int(meet.rsplit(":", 1)[1]))
+    assert ports[1] == ports[0] + 1 and ports[0] >= 29500
+    assert not (tmp_path / "argv-rank0.json").exists()  # node 1 runs no rank of node 0
