@@ -291,7 +291,8 @@ def _start(job_path: Path, world_size: int, label: str, worker_args: list[str],
            wrapper: Callable[[int], list[str]] | None, timeout_s: float | None,
            stdin: int | None = None) -> tuple[Path, Procs]:
     """Start one ``python -m payload worker`` per local rank (``world_size`` of them on this node),
-    output to ``artifacts/logs/<label>-rank<r>.log`` (``r`` the global rank)."""
+    output to ``artifacts/logs/<label>-rank<r>.log`` (``r`` the global rank), with torchrun's
+    ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` and ``NODE_RANK`` set."""
     global _incarnation
     workdir = job_path.parent
     logs = workdir / "artifacts" / "logs"
@@ -315,8 +316,10 @@ def _start(job_path: Path, world_size: int, label: str, worker_args: list[str],
                    *worker_args, "--rank", str(rank), "--world-size", str(layout.world_size),
                    "--local-rank", str(local_rank), "--init-method", meet,
                    "--rendezvous", str(rendezvous), "--timeout-s", str(timeout_s or DEFAULT_TIMEOUT_S)]
-            procs.append((rank, subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT, env=env),
-                          log_path))
+            where = {"RANK": rank, "LOCAL_RANK": local_rank, "WORLD_SIZE": layout.world_size,
+                     "LOCAL_WORLD_SIZE": layout.count, "NODE_RANK": layout.node_rank}  # as torchrun sets them
+            procs.append((rank, subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT,
+                                                 env={**env, **{k: str(v) for k, v in where.items()}}), log_path))
     return rendezvous, procs
 
 

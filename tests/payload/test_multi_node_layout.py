@@ -155,7 +155,9 @@ def test_each_node_starts_its_own_ranks_as_global_ranks_of_one_world(tmp_path: P
     job_path.write_text(_job(gpu="cpu", count=2, nodes=2, node_rank=1, master_addr="127.0.0.1",
                              master_port=29500).to_json())
     argv = tmp_path / "argv-rank{}.json"
-    record = "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
+    record = ("import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:] + [os.environ[k] for k in "
+              "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK')]))")
+
     def arg(command: list[str], name: str) -> str:
         return command[command.index(name) + 1]
 
@@ -165,6 +167,7 @@ def test_each_node_starts_its_own_ranks_as_global_ranks_of_one_world(tmp_path: P
         commands = [json.loads(Path(str(argv).format(rank)).read_text()) for rank in (2, 3)]
         assert [(arg(c, "--rank"), arg(c, "--local-rank"), arg(c, "--world-size")) for c in commands] == [
             ("2", "0", "4"), ("3", "1", "4")]
+        assert [c[-5:] for c in commands] == [["2", "0", "4", "2", "1"], ["3", "1", "4", "2", "1"]]  # torchrun's env
         (meet,) = {arg(c, "--init-method") for c in commands}
         assert meet.startswith("tcp://127.0.0.1:")
         ports.append(int(meet.rsplit(":", 1)[1]))
