@@ -8,6 +8,10 @@ figures were measured on (``CLUSTER_REFERENCE``: 8× H100 SXM / H200), anywhere 
 only when the campaign sets the threshold. Each check is ``{name, status, observed, expected,
 hint}`` as ``payload.checks``; ``intra_node_busbw`` names the nodes that fail it in
 ``observed["bad_node_ranks"]`` (the rails and the cluster span every node: they name none).
+
+The published node-pair figure is nccl-tests' all_reduce over both nodes' 16 GPUs (``mpirun -np
+16``, one GPU per process, ``ACCEPTANCE_DOC``), so it is judged on the whole 2-node cluster's
+figure: one rail carries one NIC (NDR-400: 50 GB/s) and can never reach it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 from .thresholds import CLUSTER_REFERENCE
 
 Check = dict[str, Any]
+ACCEPTANCE_DOC = "https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests"
+"""The published pre-launch acceptance (nccl-tests on a new H100 cluster) the thresholds come from."""
 FABRIC_CAUSES = ("GPUDirect RDMA not active (no GDRDMA in NCCL's log, nvidia_peermem not loaded), NCCL_IB_HCA "
                  "missing NICs, the wrong NCCL_IB_GID_INDEX on RoCE, PXN off")
 DEBUG_BELOW_GBPS = 200.0
