@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .checks import Expect, Facts, judge, verdict
 from .cluster_checks import bad_node_ranks, judge_cluster
 from .events import EventLog
+from .fabric_checks import FabricExpect, fabric_checks
 from .facts_capture import capture, faults
 from .job import Job
 from .thresholds import resolve
@@ -169,7 +170,7 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     facts_dir = workdir / "artifacts" / "facts"
     capture(facts_dir, deadline)
     probes, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
-    checks = judge(Facts(facts_dir), Expect(job.gpu, job.count), thresholds)
+    checks = judge(Facts(facts_dir), Expect(job.gpu, job.count), thresholds) + _fabric(job, facts_dir)
     for check in checks:
         if PROBE_OF_CHECK.get(check["name"]) in timed_out:
             check.update(status="fail", hint=f"timed out: the preflight budget of {thresholds['budget_s']:.0f} s "
@@ -189,6 +190,15 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     _act(job, local_failed, cross)
     return {"verdict": result["verdict"], "warn": [c["name"] for c in checks if c["status"] == "warn"],
             "elapsed_s": result["elapsed_s"]}
+
+
+def _fabric(job: Job, facts_dir: Path) -> list[dict[str, Any]]:
+    """This node's fabric checks (``payload.fabric_checks``: NICs, GPUDirect RDMA, NCCL's NIC use,
+    RoCE GID, PXN, transport) for a GPU job across nodes, judged on the snapshot and the NCCL log of
+    the cluster probe's cross-node communicator; none on one node or on CPU "nodes" (no fabric)."""
+    if job.nodes == 1 or job.gpu.lower() == "cpu":
+        return []
+    return fabric_checks(Facts(facts_dir), job.env, FabricExpect.for_cell(job.gpu, job.count))
 
 
 def _cross_node_checks(job: Job, probes: dict[str, Any], thresholds: dict[str, float]) -> list[dict[str, Any]]:

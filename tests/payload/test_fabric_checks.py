@@ -269,3 +269,19 @@ def test_capture_keeps_what_the_tools_print_and_skips_missing_ones(tmp_path: Pat
     checks = by_name(fabric_checks(Facts(directory), {}, H100))
     assert checks["fabric_hca"]["status"] == "fail" and "mlx5_5:1 (ibp94s0) Down" in checks["fabric_hca"]["hint"]
     assert checks["fabric_transport"]["status"] == "skip"  # no NCCL log yet
+
+
+def test_preflight_judges_the_fabric_only_for_a_gpu_job_across_nodes(tmp_path: Path) -> None:
+    """``payload.preflight`` adds this node's fabric checks to its own (a fabric failure is this node's)
+    for a GPU job of several nodes; one node, or CPU "nodes" without a fabric, get none."""
+    from benchctl.payload.job import Job
+    from benchctl.payload.preflight import _fabric
+
+    facts = snapshot(tmp_path, log="nccl-socket-fallback-azure-nd96asr-v4-2node.log")
+    job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"], nodes=2)
+    checks = by_name(_fabric(job, facts.directory))
+    assert set(checks) == {"fabric_hca", "fabric_gdr", "fabric_nic_use", "fabric_roce_gid", "fabric_pxn",
+                           "fabric_transport"}
+    assert checks["fabric_transport"]["status"] == "fail"
+    assert _fabric(Job(**{**job.__dict__, "nodes": 1}), facts.directory) == []
+    assert _fabric(Job(**{**job.__dict__, "gpu": "cpu"}), facts.directory) == []
