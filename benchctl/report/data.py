@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from benchctl.payload.stats import median
+from benchctl.results.cell_evidence import whole_cluster
 from benchctl.results.cell_result import timed_profile_events
 from benchctl.results.leaderboard import leaderboard_rows
 from benchctl.results.step_split import StepSplit, step_split
@@ -161,8 +162,8 @@ def busbw_series(engine: Engine, cell_id: int) -> tuple[dict[str, list[tuple[int
     chosen: dict[tuple[str, int], tuple[bool, float]] = {}
     for event in q.events(engine, cell_id, kind="sample", phase="collectives"):
         data = json.loads(event.data_json)
-        if data.get("busbw_gbps") is None or data.get("op") is None:
-            continue
+        if data.get("busbw_gbps") is None or data.get("op") is None or not whole_cluster(data):
+            continue  # across nodes: the whole cluster's sweep (each node's and rail's are in the artifacts)
         key, in_place = (str(data["op"]), int(data["bytes"])), bool(data.get("in_place"))
         if key not in chosen or in_place <= chosen[key][0]:
             chosen[key] = (in_place, float(data["busbw_gbps"]))

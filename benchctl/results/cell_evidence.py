@@ -57,7 +57,31 @@ def node_facts(engine: Engine, cell_id: int) -> NodeFacts:
     interconnect = topo.get("class")
     if interconnect and topo.get("nvlink_width"):
         interconnect = f"{interconnect} NV{topo['nvlink_width']}"
+    fabric = fabric_label(observed)
+    if fabric:
+        interconnect = f"{interconnect} + {fabric}" if interconnect else fabric
     return NodeFacts(interconnect=interconnect, vcpus=cpu.get("vcpus"), numa=numa_layout(numa))
+
+
+def fabric_label(observed: dict[str, Any]) -> str | None:
+    """The fabric between nodes as preflight found it on node 0, from its fabric and cross-node
+    checks' observations: ``IB 8×400G GDR, 362 GB/s between nodes`` (EFA: ``EFA×32``). None on one
+    node (no such checks)."""
+    hca, efa, gdr = (_mapping(observed.get(n)) for n in ("fabric_hca", "fabric_efa", "fabric_gdr"))
+    parts = []
+    if efa.get("count"):
+        parts.append(f"EFA×{efa['count']}")
+    elif hca.get("nics"):
+        layer = "IB" if hca.get("link_layer") == "InfiniBand" else "RoCE"
+        rates = hca.get("rates_gbps") or []
+        parts.append(f"{layer} {hca.get('active_at_rate', 0)}×{rates[0]:.0f}G" if len(rates) == 1
+                     else f"{layer} {hca.get('active_at_rate', 0)} of {len(hca['nics'])} NICs")
+    if parts and gdr.get("gdrdma_channels"):
+        parts[-1] += " GDR"
+    busbw = _mapping(observed.get("inter_node_busbw")).get("busbw_gbps")
+    if isinstance(busbw, (int, float)):
+        parts.append(f"{busbw:.0f} GB/s between nodes")
+    return ", ".join(parts) or None
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -77,8 +101,15 @@ def numa_layout(observed: dict[str, Any]) -> str | None:
 
 
 def allreduce_busbw(engine: Engine, cell_id: int) -> tuple[float, int] | None:
-    """(busbw GB/s, bytes) of the cell's last collectives run: ``largest_allreduce``."""
-    return largest_allreduce(_last_attempt_rows(engine, cell_id, "collectives"))
+    """(busbw GB/s, bytes) of the cell's last collectives run: ``largest_allreduce`` of the whole
+    cluster's sweep (across nodes the payload also sweeps each node and each rail: ``scope``)."""
+    return largest_allreduce([r for r in _last_attempt_rows(engine, cell_id, "collectives") if whole_cluster(r)])
+
+
+def whole_cluster(row: dict[str, Any]) -> bool:
+    """A collectives sample of the whole cluster's sweep: on one node every sample; across nodes
+    the ``cluster`` scope (not one node's or one rail's sweep)."""
+    return row.get("scope") in (None, "cluster")
 
 
 def largest_allreduce(rows: list[dict[str, Any]]) -> tuple[float, int] | None:
