@@ -151,7 +151,7 @@ class MemoryProvider(Provider):
 
     def _member_offer(self, offer: Offer, token: str) -> Offer:
         """Member k of a cluster (token ``…-n<k>``): the k-th other offer listed, else ``offer``."""
-        head, sep, index = token.rpartition("-n")
+        _, sep, index = token.rpartition("-n")
         if not sep or not index.isdigit():
             return offer
         others = [o for o in self.listed if o.host != offer.host]
