@@ -68,7 +68,7 @@ def test_a_cluster_is_n_nodes_on_hosts_not_excluded_holding_the_lock_until_the_l
 
 def test_too_few_hosts_for_the_cluster_launch_nothing(provider: LocalProvider) -> None:
     offer = provider.offers(_request(nodes=4, exclude=("local-3",)))[0]
-    with pytest.raises(ProviderError, match="a 4-node local cluster needs 4 hosts .* 3 are left"):
+    with pytest.raises(ProviderError, match=r"a 4-node local cluster needs 4 hosts .* 3 are left"):
         provider.launch_cluster(offer, 4, "tok-f", "camp")
     assert provider.owned("camp") == []
 
