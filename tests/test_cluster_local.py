@@ -109,3 +109,56 @@ def test_a_clusters_preemption_fault_kills_node_rank_1_once_node_0_recorded_the_
     assert provider.status(worker) is NodeState.PREEMPTED
     assert provider.status(head) is NodeState.RUNNING, "one member lost, the other still runs"
     assert provider.ended_at(worker) is not None
+
+
+TWO_NODE_CAMPAIGN = """\
+name: pair
+budget_usd: 5
+target: {model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 128}
+defaults: {market: spot, max_attempts: 3}
+payload:
+  phases: [preflight, collectives, profile]
+  collectives: {min_bytes: 8, max_bytes: 64K, factor: 16, warmup_iters: 1, iters: 2}
+  profile: {device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: %d}
+matrix:
+  - {provider: local, gpu: cpu, count: 1, nodes: 2, price_usd_per_hour: 0.5, faults: {preempt_at_step: 3}}
+"""
+TWO_NODE_KEY = "local:cpux1:spot:nodes=2"
+
+
+@pytest.mark.slow
+def test_a_two_node_local_cell_survives_node_1_preempted_mid_profile(home: Path, tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+    from tests.local_campaign import no_live_nodes, only_cell
+
+    steps = 8
+    path = tmp_path / "pair.yaml"
+    path.write_text(TWO_NODE_CAMPAIGN % steps)
+    result = run_cli("run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5", home=home, timeout=400)
+    engine, cell = only_cell(home)
+    from benchctl.store import queries as q
+
+    attempts = q.attempts(engine, cell.id or 0)
+    assert (cell.key, cell.state) == (TWO_NODE_KEY, "done"), (cell.reason, [(a.outcome, a.detail) for a in attempts],
+                                                             result.stderr[-3000:])
+    assert result.returncode == 0, result.stderr
+    first, *_, last = attempts
+    assert first.outcome == "preempted" and "node 1 of 2 preempted" in (first.detail or ""), first.detail
+    assert last.outcome == "done"
+    samples = [json.loads(e.data_json) for e in q.events(engine, cell.id or 0, kind="sample", phase="profile")]
+    assert sorted(s["timed_index"] for s in samples if not s["warmup"]) == list(range(steps)), "each step once"
+    nodes = home / "nodes"
+    for attempt in attempts:
+        cluster = Node.from_dict(json.loads(attempt.node_json or "{}"))
+        assert [m.token for m in cluster.members()] == [attempt.token, f"{attempt.token}-n1"]
+        for rank, member in enumerate(cluster.members()):
+            job = json.loads((nodes / member.token / "home" / attempt.remote_dir / "job.json").read_text())
+            assert (job["nodes"], job["node_rank"], job["master_addr"]) == (2, rank, "127.0.0.1")
+    head, gone = Node.from_dict(json.loads(first.node_json or "{}")).members()
+    lost_at = float((nodes / gone.token / "ended_at").read_text())
+    terminated_at = json.loads((nodes / head.token / "node.json").read_text())["terminated_at"]
+    assert first.terminated_at == max(lost_at, terminated_at), "billed until the last member ended"
+    assert (home / "artifacts" / TWO_NODE_KEY / str(last.number) / "node-1" / "payload.log").is_file()
+    (row, _, _), = q.results(engine)
+    assert row.timed_steps == steps
+    no_live_nodes(home)

@@ -174,6 +174,8 @@ class AttemptDriver:
                 return halt
             state, which = cluster_state(self.provider, node)
             if state is NodeState.RUNNING:
+                if node.peers:
+                    self.ctx.log(f"{self.key}: all {len(node.members())} nodes running")
                 return None
             if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
                 if not self.ctx.leases.verify(self.cell_id):
