@@ -14,7 +14,6 @@ whole attempt. Writes nothing into the repository.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -66,10 +65,9 @@ def one_run(nodes: int, count: int) -> dict[str, float]:
         ctx.leases.close()
         (cell,) = q.cells(engine, row.id)
         running = next(t for t, line in logged if line.endswith(f"all {nodes} nodes running"))
-        events = [(e.t, e.kind, json.loads(e.data_json)) for e in q.events(engine, cell.id or 0)]
-        started = next(t for t, kind, data in events if kind == "phase_start" and data.get("phase") == "preflight")
-        verdict = next(t for t, kind, data in events if data.get("phase") == "preflight"
-                       and kind in ("phase_end", "error"))
+        events = [(e.t, e.kind) for e in q.events(engine, cell.id or 0) if e.phase == "preflight"]
+        started = next(t for t, kind in events if kind == "phase_start")
+        verdict = next(t for t, kind in events if kind in ("phase_end", "error"))
         (attempt,) = q.attempts(engine, cell.id or 0)
         if not summary.complete:
             print(f"  the cell ended {cell.state}: {cell.reason}")
