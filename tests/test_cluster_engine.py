@@ -15,12 +15,17 @@ from benchctl.engine.cluster import RENDEZVOUS_PORTS
 from benchctl.engine.scheduler import run_campaign, terminate_orphans
 from benchctl.engine.teardown import down_campaign
 from benchctl.payload.job import EXIT_BAD_NODE, EXIT_ERROR
-from benchctl.provisioners.base import Node, NodeState
+from benchctl.provisioners.base import Node, NodeState, Offer
 from tests.fakes.memory_provider import MemoryProvider, Script
-from tests.memory_campaign import MemoryRun, memory_run, offer
+from tests.memory_campaign import MemoryRun, memory_run
+from tests.memory_campaign import offer as any_offer
 
-CLUSTER_CELL = "  - {provider: local, gpu: cpu, count: 2, nodes: 2, price_usd_per_hour: 2.0}\n"
-KEY = "local:cpux2:on-demand:nodes=2"
+CLUSTER_CELL = "  - {provider: local, gpu: cpu, count: 1, nodes: 2, price_usd_per_hour: 2.0}\n"
+KEY = "local:cpux1:on-demand:nodes=2"
+
+
+def offer(host: str, hourly_usd: float = 2.0) -> Offer:
+    return any_offer(host, hourly_usd, count=1)
 
 
 def cluster_run(tmp_path: Path, provider: MemoryProvider, steps: int = 3, max_attempts: int = 2) -> MemoryRun:
@@ -232,3 +237,20 @@ def test_the_orphan_sweep_keeps_every_member_of_an_open_attempt(tmp_path: Path) 
     assert terminate_orphans(run.ctx) == [stray.node_id]
     head, worker, orphan = provider.launched()
     assert head.gone is None and worker.gone is None and orphan.gone is NodeState.TERMINATED
+
+
+def test_the_batch_check_counts_every_rank_of_every_node(tmp_path: Path) -> None:
+    import pytest
+
+    from benchctl.campaign.spec import parse_campaign
+    from benchctl.errors import SpecError
+    from tests.conftest import TINY_CAMPAIGN
+
+    def cell(nodes: int) -> str:
+        return f"  - {{provider: local, gpu: cpu, count: 1, nodes: {nodes}, price_usd_per_hour: 1.0}}\n"
+
+    # total_batch_size 128 = 2 × 32 × 1 rank × 2 nodes: one step; × 4 nodes it is half a step
+    text = TINY_CAMPAIGN.format(name="b", matrix=cell(2), steps=3, max_attempts=1)
+    assert parse_campaign(text, "b.yaml").cells[0].nodes == 2
+    with pytest.raises(SpecError, match=r"device_batch_size × sequence_len × count × nodes = 2 × 32 × 1 × 4 = 256"):
+        parse_campaign(TINY_CAMPAIGN.format(name="b", matrix=cell(4), steps=3, max_attempts=1), "b.yaml")

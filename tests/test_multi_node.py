@@ -24,7 +24,7 @@ from benchctl.store.models import Cell
 from tests.conftest import cli_here
 from tests.local_campaign import home_store
 
-# device_batch_size × sequence_len = 64 tokens per device; 4096 divides by 64 × {1, 2}.
+# device_batch_size × sequence_len = 64 tokens per device; 4096 divides by 64 × 2 ranks × {1, 2, 4, 16} nodes.
 BASE = """\
 name: nodes
 budget_usd: 50
@@ -164,10 +164,10 @@ class _OneOffer:
 
 
 def test_the_budget_worst_case_counts_every_node() -> None:
-    campaign = parse_campaign(local_cells("", ", nodes: 3"), "n.yaml")
-    one, three = campaign.cells
+    campaign = parse_campaign(local_cells("", ", nodes: 4"), "n.yaml")
+    one, four = campaign.cells
     single = worst_case_spend(campaign, [one], _OneOffer(1.0), 0.0)
-    assert worst_case_spend(campaign, [three], _OneOffer(1.0), 0.0) == pytest.approx(3 * single)
+    assert worst_case_spend(campaign, [four], _OneOffer(1.0), 0.0) == pytest.approx(4 * single)
 
 
 def test_admission_prices_the_attempt_at_every_node(home: Path, tmp_path: Path) -> None:
