@@ -191,6 +191,7 @@ def test_a_crashed_controllers_cluster_with_a_member_gone_is_ended_member_by_mem
     assert _run_cell(run) == "done"
     first, second = run.attempts(KEY)
     assert first.outcome == "preempted" and "node 1 of 2 (preempted) gone" in (first.detail or "")
+    assert second.outcome == "done"
     head, worker, *_ = provider.launched()
     assert head.gone is NodeState.TERMINATED and worker.gone is NodeState.PREEMPTED
     assert first.terminated_at == max(head.ended_at or 0, worker.ended_at or 0)
@@ -216,7 +217,7 @@ def test_a_cluster_launch_cut_short_by_a_crash_is_found_by_its_member_tokens(tmp
 def test_down_terminates_every_member_and_closes_the_attempt_at_the_last_end(tmp_path: Path) -> None:
     provider = MemoryProvider([offer("host-a"), offer("host-b")], [Script(exit_code=None)])
     run = cluster_run(tmp_path, provider)
-    node, _ = _rent_and_crash(run)
+    _rent_and_crash(run)
     provider.owned = lambda tag: []  # type: ignore[method-assign]  # only the store knows the cluster
     run.ctx.providers.fakes["memory"] = provider  # type: ignore[attr-defined]  # the nodes' own name
     report = down_campaign(run.engine, run.ctx.campaign_id, run.ctx.campaign_tag, {"local"}, run.ctx.providers,
