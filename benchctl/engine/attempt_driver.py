@@ -162,6 +162,9 @@ class AttemptDriver:
                 self.ctx.log(f"{self.key}: could not terminate {member.node_id} ({exc}): run `benchctl down` or "
                              "terminate it at the provider")
 
+        if not node.peers:
+            one(node)
+            return
         failed = terminate_all(one, node)
         if failed:
             raise ProviderError("; ".join(failed))
