@@ -183,6 +183,19 @@ def test_a_crashed_controllers_cluster_is_reattached_while_every_member_runs(tmp
     assert any("re-attaching to attempt 1" in line for line in run.logged)
 
 
+def test_a_crash_between_starting_node_0_and_the_others_ends_that_attempt_and_runs_a_new_cluster(
+        tmp_path: Path) -> None:
+    provider = MemoryProvider([offer("host-a"), offer("host-b")], [Script(exit_code=None), Script(), Script()])
+    run = cluster_run(tmp_path, provider)
+    _rent_and_crash(run)
+    provider.launched()[1].started.clear()  # node 1's start never happened
+    assert _run_cell(run) == "done"
+    first, second = run.attempts(KEY)
+    assert first.outcome == "error" and "not started on node 1" in (first.detail or "")
+    assert second.outcome == "done"
+    assert all(n.gone is NodeState.TERMINATED for n in provider.launched())
+
+
 def test_a_crashed_controllers_cluster_with_a_member_gone_is_ended_member_by_member(tmp_path: Path) -> None:
     provider = MemoryProvider([offer("host-a"), offer("host-b")], [Script(), Script(), Script(), Script()])
     run = cluster_run(tmp_path, provider)

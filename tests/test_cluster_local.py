@@ -154,6 +154,7 @@ def test_a_two_node_local_cell_survives_node_1_preempted_mid_profile(home: Path,
         for rank, member in enumerate(cluster.members()):
             job = json.loads((nodes / member.token / "home" / attempt.remote_dir / "job.json").read_text())
             assert (job["nodes"], job["node_rank"], job["master_addr"]) == (2, rank, "127.0.0.1")
+            assert f"kill -9 {member.details['leader_pid']}" in job["idle_shutdown"], "each node powers itself off"
     head, gone = Node.from_dict(json.loads(first.node_json or "{}")).members()
     lost_at = float((nodes / gone.token / "ended_at").read_text())
     terminated_at = json.loads((nodes / head.token / "node.json").read_text())["terminated_at"]

@@ -53,6 +53,7 @@ from benchctl.engine.workers import (
     failed_worker,
     member_jobs,
     tail,
+    unstarted,
     workers,
 )
 from benchctl.payload.deadman import HEARTBEAT
@@ -101,6 +102,10 @@ class AttemptDriver:
             peers = workers(self.provider, node)
             if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:
                 reattach = False  # the controller stopped before the payload was started
+            if reattach and (missing := unstarted(peers, attempt.remote_dir)):
+                outcome = Outcome(OutcomeKind.ERROR, "the controller stopped while it started the cluster's payload "
+                                  f"(not started on node {', '.join(map(str, missing))})")
+                return outcome
             if not reattach:
                 self._start_payload(attempt, node, transport, peers)
             outcome = self._watch(attempt, node, transport, peers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +42,22 @@ def workers(provider: Provider, node: Node) -> list[Worker]:
 
 def member_jobs(job: Job, provider: Provider, node: Node, token: str) -> list[Job]:
     """``job`` for each member in node-rank order: the cluster's size, the member's rank, node 0's
-    rendezvous address (``Provider.rendezvous_address``) and the attempt's port (``rendezvous_port``)."""
+    rendezvous address (``Provider.rendezvous_address``), the attempt's port (``rendezvous_port``),
+    and the member's own idle shutdown and spot notice (``job`` has node 0's)."""
     members = node.members()
     if len(members) == 1:
         return [job]
     address = provider.rendezvous_address(members[0])
     return [dataclasses.replace(job, nodes=len(members), node_rank=rank, master_addr=address,
-                                master_port=rendezvous_port(token)) for rank in range(len(members))]
+                                master_port=rendezvous_port(token),
+                                idle_shutdown=provider.idle_shutdown_command(member),
+                                spot_notice=provider.spot_notice(member))
+            for rank, member in enumerate(members)]
+
+
+def unstarted(found: list[Worker], remote_dir: str) -> list[int]:
+    """The node ranks of the workers whose payload was never started (no ``payload.log``)."""
+    return [w.rank for w in found if w.transport.run(f"test -e {shlex.quote(remote_dir)}/payload.log").code != 0]
 
 
 def failed_worker(found: list[Worker], remote_dir: str) -> str | None:
