@@ -6,6 +6,7 @@ controller's, ``benchctl down``'s and the orphan sweep's clean-up reach every me
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from benchctl.engine.capacity import CapacityWait
@@ -268,3 +269,25 @@ def test_the_batch_check_counts_every_rank_of_every_node(tmp_path: Path) -> None
     assert parse_campaign(text, "b.yaml").cells[0].nodes == 2
     with pytest.raises(SpecError, match=r"device_batch_size × sequence_len × count × nodes = 2 × 32 × 1 × 4 = 256"):
         parse_campaign(TINY_CAMPAIGN.format(name="b", matrix=cell(4), steps=3, max_attempts=1), "b.yaml")
+
+
+def test_an_interrupt_while_terminating_one_member_still_terminates_the_others() -> None:
+    import pytest
+
+    from benchctl.engine.cluster import terminate_all
+
+    head = Node(provider="memory", node_id="a", token="t", campaign_tag="c", offer=offer("host-a"))
+    cluster = replace(head, peers=(replace(head, node_id="b", token="t-n1"), replace(head, node_id="c", token="t-n2")))
+    asked: list[str] = []
+
+    def terminate(member: Node) -> None:
+        asked.append(member.node_id)
+        if member.node_id == "a":
+            raise KeyboardInterrupt
+        if member.node_id == "b":
+            raise RuntimeError("b failed")
+
+    with pytest.raises(KeyboardInterrupt):
+        terminate_all(terminate, cluster)
+    assert asked == ["a", "b", "c"]
+    assert terminate_all(lambda member: None, cluster) == []

@@ -38,13 +38,19 @@ def cluster_state(provider: Provider, node: Node) -> tuple[NodeState, str]:
 
 
 def terminate_all(terminate: Callable[[Node], None], node: Node) -> list[str]:
-    """``terminate`` every member, each whatever the others raise; what failed, one line each."""
+    """``terminate`` every member, each whatever the others raise; what failed, one line each. An
+    interrupt (``KeyboardInterrupt``, ``SystemExit``) is raised once every member was asked."""
     failed = []
+    interrupted: BaseException | None = None
     for rank, member in enumerate(node.members()):
         try:
             terminate(member)
         except Exception as exc:  # every member must still be asked: a failure of one bills for nothing else
             failed.append(f"node {rank} ({member.node_id}): {type(exc).__name__}: {exc}")
+        except BaseException as exc:  # re-raised below, once the other members are asked
+            interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
     return failed
 
 
