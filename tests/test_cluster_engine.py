@@ -77,6 +77,10 @@ def test_a_healthy_cluster_is_one_attempt_on_every_member(tmp_path: Path) -> Non
     assert (local / "node-1" / "payload.log").read_text() == "worker ok\n", "the worker's log is collected"
     assert _timed(run) == [0, 1, 2]
     assert provider.owned(run.ctx.campaign_tag) == []
+    from benchctl.store import queries as q
+
+    (result, _, _), = q.results(run.engine)
+    assert result.hourly_usd == 4.0, "cost-to-train prices every node"
 
 
 def test_a_failing_second_launch_terminates_the_first_and_closes_the_attempt_launch_failed(tmp_path: Path) -> None:
