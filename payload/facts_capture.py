@@ -1,8 +1,9 @@
 """Capture a node's facts snapshot into a directory (stdlib only; torch lazily for torch.json).
 
 Each command's stdout goes to its file when the command exists and succeeds; otherwise the file
-is absent and its check will say so. ``env.txt`` (mode 0600) has the values of secret names and
-the user-info of URLs redacted (``env_policy.redacted``).
+is absent and its check will say so. ``FABRIC_COMMANDS`` (the RDMA/EFA tools and loaded kernel
+modules, read by ``payload.fabric_checks``) are part of every snapshot.
+``env.txt`` (mode 0600) has the values of secret names and the user-info of URLs redacted (``env_policy.redacted``).
 ``BENCHCTL_FAULTS`` (JSON, set by the local provider's fault injection) replaces what the
 captured files say: ``{"shm_mb": 64}``, ``{"numa": "split"}``.
 """
@@ -34,6 +35,16 @@ COMMANDS: dict[str, list[str]] = {
                                      "--format=csv"],
     "cgroup-cpu.max": ["cat", "/sys/fs/cgroup/cpu.max"],
 }
+FABRIC_COMMANDS: dict[str, list[str]] = {
+    # read by payload.fabric_readers; a node without these tools (no RDMA stack, no EFA) just lacks the file
+    "ibstat.txt": ["ibstat"],
+    "ibv_devinfo.txt": ["ibv_devinfo", "-v"],
+    "ibdev2netdev.txt": ["ibdev2netdev"],
+    # the EFA installer puts fi_info in /opt/amazon/efa/bin, often not on the PATH
+    "fi_info-efa.txt": ["sh", "-c", 'PATH="$PATH:/opt/amazon/efa/bin" exec fi_info -p efa -t FI_EP_RDM'],
+    "proc-modules.txt": ["cat", "/proc/modules"],
+}
+COMMANDS.update(FABRIC_COMMANDS)
 
 
 def faults() -> dict[str, Any]:

@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+HOST_DATA = ("synthetic", "tokenize")
+"""Where the profile's batches come from (``payload.host_data``): one random batch, or text tokenized on the host."""
+
 PHASES = ("preflight", "p2p", "collectives", "profile", "command")
 """Phases this payload implements, in the order they run."""
 
@@ -38,6 +41,8 @@ class ProfileConfig:
     nsys: bool = False
     compile: bool = True
     """``torch.compile`` the model and the optimizer's updates on GPU (never on CPU)."""
+    host_data: str = "synthetic"
+    """One of HOST_DATA: ``tokenize`` makes every micro-step's batch by tokenizing text on the host."""
 
 
 @dataclass(frozen=True)

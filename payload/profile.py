@@ -6,10 +6,12 @@ gradients add up; the optimizer's collectives run once per step (there is no DDP
 earlier micro-steps). Rank 0 emits one ``sample`` event per step:
 ``{phase: "profile", step, warmup, step_time_s, fwd_bwd_s, opt_phase1_s, opt_phase2_s,
 opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index, grad_accum, precision, compiled,
-attention, mem_est_gib, max_mem_allocated_gib}``: ``precision`` is the matmul precision (``bf16``
-autocast on GPU, with TF32 for any f32 matmul, as upstream; ``f32`` on CPU), ``compiled`` whether the
+attention, host_data, mem_est_gib, max_mem_allocated_gib}``: ``precision`` is the matmul precision
+(``bf16`` autocast on GPU, with TF32 for any f32 matmul, as upstream; ``f32`` on CPU), ``compiled`` whether the
 model and the optimizer's update functions ran ``torch.compile``d (on GPU unless ``compile: false``;
 never on CPU, ``compile_note`` says why), ``attention`` the attention kernel (``payload.model``),
+``host_data`` where the batches came from (``payload.host_data``: ``tokenize`` makes each
+micro-step's batch on the host right after the previous backward is launched, inside the step),
 ``mem_est_gib`` the per-GPU estimate (``payload.memory_estimate``) and
 ``max_mem_allocated_gib`` ``torch.cuda.max_memory_allocated`` so far (None on CPU); the phase
 summary carries them too, so a result says how it was measured.
@@ -112,6 +114,7 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     import torch.distributed as dist
 
     from .gpu_models import bf16_peak
+    from .host_data import batch_source
     from .memory_estimate import estimate
     from .model import build_model
     from .optim import ZeroMuonAdamW
@@ -136,16 +139,15 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     model = build_model(model_dims(cfg.model, cfg.vocab_size), cfg.sequence_len, device, seed=cfg.seed)
     forward = torch.compile(model, dynamic=False) if compiled else model
     optimizer = ZeroMuonAdamW(model, rank, world_size, compile=compiled)
-    generator = torch.Generator().manual_seed(cfg.seed + rank)
-    batch = torch.randint(0, model.dims.vocab_size, (cfg.device_batch_size, cfg.sequence_len + 1),
-                          generator=generator).to(device)
-    inputs, targets = batch[:, :-1], batch[:, 1:]
+    batches = batch_source(cfg, rank, model.dims.vocab_size, device)
+    inputs, targets = batches.next()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else contextlib.nullcontext()
     peak = bf16_peak(torch.cuda.get_device_name(device)) if on_gpu else None
     flops_per_step = model.flops_per_token(cfg.sequence_len) * cfg.total_batch_size
     clock = PhaseClock(on_gpu, cfg.phase_timing)
     recorded = {"grad_accum": accum, "precision": "bf16" if on_gpu else "f32", "compiled": compiled,
-                "attention": model.attention, **({"compile_note": compile_note} if compile_note else {}),
+                "attention": model.attention, "host_data": cfg.host_data,
+                **({"compile_note": compile_note} if compile_note else {}),
                 "mem_est_gib": round(estimate(cfg.model, cfg.sequence_len, cfg.device_batch_size, world_size,
                                               cfg.vocab_size).total_gib, 2)}
 
@@ -175,6 +177,7 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
                     loss = forward(inputs, targets) / accum
                 loss.backward()
                 total_loss += loss.detach()
+                inputs, targets = batches.next()  # as upstream: made while the device runs the backward
             clock.mark()
             optimizer.launch_reductions()
             clock.mark()
@@ -225,7 +228,7 @@ def summarize(events_path: Path) -> dict[str, Any]:
     mfus = [s["mfu"] for s in samples if s.get("mfu") is not None]
     if mfus:
         summary["mfu_median"] = median(mfus)
-    for name in ("grad_accum", "precision", "compiled", "compile_note", "attention", "mem_est_gib"):
+    for name in ("grad_accum", "precision", "compiled", "compile_note", "attention", "host_data", "mem_est_gib"):
         if name in samples[-1]:
             summary[name] = samples[-1][name]
     peaks = [s["max_mem_allocated_gib"] for s in samples if s.get("max_mem_allocated_gib") is not None]

@@ -144,6 +144,21 @@ def of_attempt(node_token: str, attempt_token: str) -> bool:
     return node_token == attempt_token or node_token.startswith(f"{attempt_token}-n")
 
 
+def launch_members(provider: Provider, offers: Sequence[Offer], token: str, campaign_tag: str) -> Node:
+    """``provider.launch`` each offer in turn as one unit (member ``i`` tagged ``member_token(token,
+    i)``), all or nothing as ``Provider.launch_cluster`` says: node rank 0 with the others as peers."""
+    launched: list[Node] = []
+    try:
+        for index, offer in enumerate(offers):
+            launched.append(provider.launch(offer, member_token(token, index), campaign_tag))
+    except BaseException:
+        for node in launched:
+            with contextlib.suppress(Exception):  # the launch's own failure is what the caller must see
+                provider.terminate(node)
+        raise
+    return replace(launched[0], peers=tuple(launched[1:]))
+
+
 @dataclass(frozen=True)
 class CommandResult:
     code: int
@@ -213,16 +228,7 @@ class Provider(ABC):
         terminated (each, whatever the others raise) before the failure is re-raised, so no part of
         a cluster is left billing. Default: ``launch`` each in turn, member ``i`` tagged with
         ``member_token(token, i)``. Providers with cluster machinery of their own override it."""
-        launched: list[Node] = []
-        try:
-            for index in range(nodes):
-                launched.append(self.launch(offer, member_token(token, index), campaign_tag))
-        except BaseException:
-            for node in launched:
-                with contextlib.suppress(Exception):  # the launch's own failure is what the caller must see
-                    self.terminate(node)
-            raise
-        return replace(launched[0], peers=tuple(launched[1:]))
+        return launch_members(self, [offer] * nodes, token, campaign_tag)
 
     def rendezvous_address(self, node: Node) -> str:
         """The address the other nodes of ``node``'s cluster reach it at (torch.distributed's

@@ -6,6 +6,12 @@ stops only the processes we started there (their process groups, see ``SSHTransp
 and frees the claim, never the machine. Node records live in ``<root>/nodes/<token>.json``, so
 ``owned`` finds them after a controller crash. Host keys are pinned per machine under
 ``<root>/known_hosts/``.
+
+A cell with ``nodes: N`` (``launch_cluster``) takes N free machines of its GPU and count as one
+unit: the offer's machine as node 0, then the cheapest other free ones (in the campaign's order on a tie), each
+claimed as a node of its own (token ``member_token``); all or nothing. Fewer such machines in the
+campaign than N is an error; fewer free now is ``NoCapacity`` (the cell waits). The rendezvous
+is node 0's ``rendezvous_host`` (default its ``host``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,17 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from benchctl.provisioners.base import Node, NodeState, Offer, OfferRequest, Provider, ProviderError, ProviderSettings
+from benchctl.provisioners.base import (
+    NoCapacity,
+    Node,
+    NodeState,
+    Offer,
+    OfferRequest,
+    Provider,
+    ProviderError,
+    ProviderSettings,
+    launch_members,
+)
 from benchctl.provisioners.node_records import write_private
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
@@ -37,6 +53,8 @@ class SSHNode(ProviderSettings):
     price_usd_per_hour: float = Field(default=0.0, ge=0)
     python: str = Field(default="python3", description="the node's interpreter with PyTorch")
     workdir: str = Field(default="benchctl", min_length=1, description="our files on the node (relative: under home)")
+    rendezvous_host: str | None = Field(default=None, min_length=1, description="the address the other nodes of a "
+                                        "cluster reach this machine at (e.g. its private IP); default: host")
 
     @property
     def label(self) -> str:
@@ -63,7 +81,7 @@ class SSHSettings(ProviderSettings):
 
 class SSHProvider(Provider):
     name = "ssh"
-    multi_node_refusal = None  # a list of nodes per cell (issue 19): planned, not run yet
+    multi_node_refusal = None  # N of the listed machines as one unit (launch_cluster)
 
     def __init__(self, root: Path, machines: Sequence[SSHNode] = ()) -> None:
         self.root = root
@@ -80,7 +98,7 @@ class SSHProvider(Provider):
         free = [m for m in self._matching(request) if self._holder(m.label) is None]
         return [Offer(provider=self.name, offer_id=m.label, gpu=m.gpu, count=m.count, vcpus=0, region="ssh",
                       hourly_usd=m.price_usd_per_hour, market=request.market, host=m.label,
-                      details={"endpoint": asdict(m.endpoint)})
+                      details={"endpoint": asdict(m.endpoint), "exclude_hosts": list(request.exclude_hosts)})
                 for m in sorted(free, key=lambda m: m.price_usd_per_hour)]
 
     def all_busy(self, request: OfferRequest) -> bool:
@@ -91,7 +109,8 @@ class SSHProvider(Provider):
         if machine is None:
             raise ProviderError(f"ssh node {offer.offer_id!r} is not in this campaign's providers.ssh.nodes")
         node = Node(provider=self.name, node_id=f"{machine.label}/{token}", token=token, campaign_tag=campaign_tag,
-                    offer=offer, details={"machine": machine.label, "endpoint": asdict(machine.endpoint)})
+                    offer=offer, details={"machine": machine.label, "endpoint": asdict(machine.endpoint),
+                                          "rendezvous_host": machine.rendezvous_host or machine.host})
         self._write_record(token, {"node": node.to_dict(), "campaign_tag": campaign_tag, "terminated": False,
                                    "created_at": time.time()})
         if not self._claim(machine.label, token):
@@ -99,6 +118,25 @@ class SSHProvider(Provider):
             raise ProviderError(f"ssh node {machine.label} is in use by another attempt; it is free again when "
                                 "that attempt ends")
         return node
+
+    def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
+        first = self.machines.get(offer.offer_id)
+        if first is None:
+            raise ProviderError(f"ssh node {offer.offer_id!r} is not in this campaign's providers.ssh.nodes")
+        request = OfferRequest(gpu=first.gpu, count=first.count, market=offer.market,
+                               exclude_hosts=tuple(offer.details.get("exclude_hosts") or ()))
+        alike = [m for m in self._matching(request) if m.label != first.label]
+        if len(alike) + 1 < nodes:
+            raise ProviderError(f"a cluster of {nodes} needs {nodes} ssh nodes with {first.count}× {first.gpu}; "
+                                f"providers.ssh.nodes lists {len(alike) + 1}: add machines or lower nodes")
+        free = [offer, *(o for o in self.offers(request) if o.offer_id != first.label)]
+        if len(free) < nodes:
+            raise NoCapacity(f"{len(free)} of the {len(alike) + 1} ssh nodes with {first.count}× {first.gpu} are "
+                             f"free now; the cluster needs {nodes}")
+        return launch_members(self, free[:nodes], token, campaign_tag)
+
+    def rendezvous_address(self, node: Node) -> str:
+        return str(node.details.get("rendezvous_host") or SSHEndpoint(**node.details["endpoint"]).host)
 
     def status(self, node: Node) -> NodeState:
         record = self._read_record(node.token)

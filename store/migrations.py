@@ -164,6 +164,11 @@ def _v7_result_precision(op: Operations) -> None:
     op.add_column("result", sa.Column("attention", sa.String, nullable=True))
 
 
+def _v8_result_host_data(op: Operations) -> None:
+    # Where the profile's batches came from (synthetic | tokenize on the host): NULL for older results.
+    op.add_column("result", sa.Column("host_data", sa.String, nullable=True))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial: campaign, cell, attempt, event", _v1_initial),
     Migration(2, "results and artifacts", _v2_results_and_artifacts),
@@ -172,6 +177,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "artifact sha256", _v5_artifact_sha256),
     Migration(6, "result evidence columns, campaign kind", _v6_result_evidence),
     Migration(7, "result precision, compiled, attention", _v7_result_precision),
+    Migration(8, "result host_data", _v8_result_host_data),
 )
 HEAD = MIGRATIONS[-1].version
 

@@ -117,6 +117,8 @@ class Result(SQLModel, table=True):
     """Whether the model ran ``torch.compile``d (None: not recorded)."""
     attention: str | None = None
     """The attention kernel: ``flash_attn3`` | ``flash_attn`` | ``sdpa`` (None: not recorded)."""
+    host_data: str | None = None
+    """Where the profile's batches came from: ``synthetic`` | ``tokenize`` (on the host; None: not recorded)."""
 
 
 class Artifact(SQLModel, table=True):

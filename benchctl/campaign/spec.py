@@ -35,6 +35,8 @@ from benchctl.provisioners.base import ProviderSettings
 from benchctl.provisioners.registry import PROVIDERS
 
 Market = Literal["spot", "on-demand"]
+HostData = Literal["synthetic", "tokenize"]
+"""``payload.job.HOST_DATA`` (a test keeps them equal)."""
 PRICED_BY_USER = tuple(name for name, entry in PROVIDERS.items() if entry.priced_by_user)
 """Providers whose price the cell states (nobody bills it). ``ssh`` nodes state theirs in
 ``providers.ssh.nodes``; the others bill their own."""
@@ -126,6 +128,8 @@ class ProfileSpec(_Strict):
     phase_timing: bool = Field(default=True, description="time forward/backward and the optimizer's phases")
     nsys: bool = Field(default=False, description="run the ranks under Nsight Systems when nsys is on the PATH")
     compile: bool = Field(default=True, description="torch.compile the model and optimizer updates on GPU")
+    host_data: HostData = Field(default="synthetic", description="tokenize: every micro-step's batch is made by "
+                                "tokenizing text on the node's CPUs, as upstream's loader (payload.host_data)")
 
 
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
@@ -372,7 +376,7 @@ class Campaign(BaseModel):
         return ProfileConfig(model=t.model, device_batch_size=p.device_batch_size, sequence_len=p.sequence_len,
                              total_batch_size=t.total_batch_size, warmup_steps=p.warmup_steps, steps=p.steps,
                              vocab_size=t.vocab_size, phase_timing=p.phase_timing, nsys=p.nsys,
-                             compile=p.compile)
+                             compile=p.compile, host_data=p.host_data)
 
 
 def load_campaign(path: str | Path) -> Campaign:

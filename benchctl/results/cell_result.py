@@ -5,8 +5,9 @@ A preempted cell's timed steps come from several nodes of the same configuration
 carries ``timed_index`` (unique across the cell's attempts), the first recorded copy of an index
 counts, and the price is the attempts' billed prices weighted by the samples each measured. An
 attempt's price is that of everything it rented: for a cell of ``nodes`` > 1, the node's × nodes.
-The result also says how those steps computed (``precision``, ``compiled``, ``attention``, as the
-samples recorded them; several values, e.g. from nodes with different images, are joined with ``+``).
+The result also says how those steps computed (``precision``, ``compiled``, ``attention``,
+``host_data``, as the samples recorded them; several values, e.g. from nodes with different images,
+are joined with ``+``).
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ def timed_samples(engine: Engine, cell_id: int) -> list[TimedSample]:
 
 
 def _how_computed(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """precision, compiled and attention of the timed samples (None where none recorded it)."""
+    """precision, compiled, attention and host_data of the timed samples (None where none recorded it)."""
     how: dict[str, Any] = {}
-    for name in ("precision", "attention"):
+    for name in ("precision", "attention", "host_data"):
         values = sorted({str(s[name]) for s in samples if s.get(name) is not None})
         how[name] = "+".join(values) if values else None
     compiled = [bool(s["compiled"]) for s in samples if s.get("compiled") is not None]

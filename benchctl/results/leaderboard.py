@@ -29,10 +29,10 @@ from benchctl.results.cell_evidence import cell_flags
 from benchctl.store.models import Campaign, Cell, Result
 
 COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "nodes", "interconnect", "vcpus", "numa", "market",
-           "env", "model", "precision", "compiled", "attention", "hourly_usd", "step_time_ms", "step_time_p10_ms",
-           "step_time_p90_ms", "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes",
-           "target_steps", "train_hours", "cost_to_train_usd", "spot_usd_per_hour", "on_demand_usd_per_hour",
-           "cost_spot_usd", "cost_on_demand_usd", "flags", "status")
+           "env", "model", "precision", "compiled", "attention", "host_data", "hourly_usd", "step_time_ms",
+           "step_time_p10_ms", "step_time_p90_ms", "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps",
+           "busbw_bytes", "target_steps", "train_hours", "cost_to_train_usd", "spot_usd_per_hour",
+           "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "flags", "status")
 """Every row's keys, in order (JSON and CSV)."""
 
 TABLE = (("rank", "rank"), ("model", "model"), ("campaign", "campaign"), ("provider", "provider"), ("cell", "cell"),
@@ -50,7 +50,7 @@ NARROW_COLUMNS = ("rank", "model", "configuration", "provider", "market", "step 
 _RESULT_COLUMNS = ("step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "hourly_usd", "target_steps",
                    "train_hours", "cost_to_train_usd", "model", "interconnect", "vcpus", "numa", "optimizer_ms",
                    "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "precision", "compiled",
-                   "attention", "flags_json")
+                   "attention", "host_data", "flags_json")
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,12 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _how(row: dict[str, Any]) -> str:
+    """The precision, and the host data load where the batches were not synthetic (``bf16, tokenize``)."""
+    host = row.get("host_data")
+    return f"{row['precision'] or '-'}, {host}" if host and host != "synthetic" else row["precision"] or "-"
+
+
 def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]:
     """The row composed for a person (TABLE_COLUMNS): configuration = gpu×count and env; node =
     interconnect, vCPUs and NUMA layout; step time as median, p10-p90 beside it. ``with_steps``:
@@ -213,7 +219,7 @@ def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]
         model += f" ({row['target_steps']:,} steps)"
     return {"rank": row["rank"], "model": model, "campaign": row["campaign"], "provider": row["provider"],
             "cell": row["cell"], "configuration": ", ".join(c for c in config if c),
-            "node": ", ".join(n for n in node if n) or "-", "precision": row["precision"] or "-",
+            "node": ", ".join(n for n in node if n) or "-", "precision": _how(row),
             "market": row["market"], "$/hr": _num(row["hourly_usd"], 2), "step ms": _num(row["step_time_ms"], 1),
             "p10-p90 ms": spread, "optimizer ms": _num(row["optimizer_ms"], 1),
             "comm": "-" if row["comm_share"] is None else f"{row['comm_share']:.0%}",

@@ -27,14 +27,19 @@ class InstanceKind:
     vcpus: int
     on_demand_usd: float
     """us-east-1 Linux list price per hour (see the module doc)."""
+    efa_interfaces: int = 0
+    """EFA interfaces a cluster member gets, one per network card (0: no EFA). AWS's maximum per
+    type (``describe-instance-types``' ``EfaInfo.MaximumEfaInterfaces``): 32 on p5/p5e (32 network
+    cards, docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html), 16 on p5en, 4 on
+    p4d/p4de (4 network cards)."""
 
 
 INSTANCES = {k.instance_type: k for k in (
-    InstanceKind("p5.48xlarge", "H100_SXM", 8, 192, 55.04),
-    InstanceKind("p5e.48xlarge", "H200_SXM", 8, 192, 61.05),
-    InstanceKind("p5en.48xlarge", "H200_SXM", 8, 192, 63.30),
-    InstanceKind("p4d.24xlarge", "A100_SXM", 8, 96, 21.96),
-    InstanceKind("p4de.24xlarge", "A100_SXM", 8, 96, 27.45),
+    InstanceKind("p5.48xlarge", "H100_SXM", 8, 192, 55.04, efa_interfaces=32),
+    InstanceKind("p5e.48xlarge", "H200_SXM", 8, 192, 61.05, efa_interfaces=32),
+    InstanceKind("p5en.48xlarge", "H200_SXM", 8, 192, 63.30, efa_interfaces=16),
+    InstanceKind("p4d.24xlarge", "A100_SXM", 8, 96, 21.96, efa_interfaces=4),
+    InstanceKind("p4de.24xlarge", "A100_SXM", 8, 96, 27.45, efa_interfaces=4),
     # CPU-only types: a cheap smoke test of the AWS path (launch, SSH, payload on CPU, spot, resume).
     InstanceKind("c5.large", "cpu", 1, 2, 0.085),
     InstanceKind("c5.xlarge", "cpu", 1, 4, 0.17),

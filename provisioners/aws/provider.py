@@ -21,6 +21,10 @@
   → ``NoCapacity``: the cell moves to the next zone's offer and backs off. A quota
   (``VcpuLimitExceeded``…) → a ``ProviderError`` naming the Service Quotas entry to raise (no zone
   or wait helps).
+- Clusters (``launch_cluster``, cells with ``nodes`` > 1): one ``run_instances`` of MinCount =
+  MaxCount = N (EC2 launches all or none) in a cluster placement group made for the attempt, with
+  one EFA per network card on EFA types; members retagged with their token and node rank; the
+  rendezvous is node 0's private IP. Placement groups and Elastic IPs: ``aws.cluster``.
 - Status from ``describe_instances``: pending → starting; running → running; shutting-down,
   terminated, stopping or stopped → preempted when the state reason is a spot interruption
   (``Server.SpotInstanceTermination``, ``Server.SpotInstanceShutdown``), else terminated; no such
@@ -40,15 +44,17 @@ import ipaddress
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
 
+from benchctl.provisioners.aws import cluster as aws_cluster
 from benchctl.provisioners.aws import resources as aws_setup
 from benchctl.provisioners.aws.api import AUTH_CODES, EC2, AWSError, AWSQuotaExceeded, AWSUnavailable, session
-from benchctl.provisioners.aws.instances import UnknownInstance, resolve, vcpu_quota
+from benchctl.provisioners.aws.instances import INSTANCES, UnknownInstance, resolve, vcpu_quota
 from benchctl.provisioners.base import (
     NoCapacity,
     Node,
@@ -59,6 +65,7 @@ from benchctl.provisioners.base import (
     Provider,
     ProviderError,
     ProviderSettings,
+    member_token,
 )
 from benchctl.provisioners.ssh_keys import campaign_key
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
@@ -104,7 +111,7 @@ class AWSSettings(ProviderSettings):
 
 class AWSProvider(Provider):
     name = "aws"
-    multi_node_refusal = None  # N instances in a cluster placement group (issue 19): planned, not run yet
+    multi_node_refusal = None  # N instances in a cluster placement group (launch_cluster)
 
     def __init__(self, root: Path, settings: AWSSettings | None = None, read_timeout_s: float = 30.0,
                  api_attempts: int = 5) -> None:
@@ -176,19 +183,64 @@ class AWSProvider(Provider):
                 for zone, price in prices]
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
-        s, region = self.settings, offer.region
-        ec2 = self.ec2(region)
+        ec2, params = self._params(offer, token, campaign_tag)
+        (instance,) = self._launched(ec2, params, offer)
+        return self._node(offer, instance, token, campaign_tag, self._billed(offer, instance))
+
+    def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
+        """``nodes`` instances of the offer in one ``run_instances`` (MinCount = MaxCount = nodes: EC2
+        launches all or none) in a cluster placement group, with EFA where the type has it (see
+        ``aws.cluster``); member ``i`` is retagged with ``member_token(token, i)`` and its node rank,
+        in EC2's launch order (``AmiLaunchIndex``). Any failure after the launch terminates them all."""
+        ec2, params = self._params(offer, token, campaign_tag)
+        group = aws_cluster.group_name(campaign_tag, token)
+        tags = [*params["TagSpecifications"][0]["Tags"], {"Key": aws_cluster.GROUP_TAG, "Value": group}]
+        aws_cluster.create_group(ec2, group, [t for t in tags if t["Key"] != "Name"])
+        params.update(MinCount=nodes, MaxCount=nodes, TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+        params["Placement"] = {**params.get("Placement", {}), "GroupName": group}
+        cards = INSTANCES[offer.details["instance_type"]].efa_interfaces
+        try:
+            aws_setup.within_group(ec2, params["SecurityGroupIds"][0])
+            if cards:  # the interfaces carry the subnet and the group (EC2 takes them there, not beside)
+                subnet = aws_setup.default_subnet(ec2, str(offer.details["zone"]))
+                params["NetworkInterfaces"] = aws_cluster.efa_interfaces(cards, subnet,
+                                                                         params.pop("SecurityGroupIds")[0])
+            instances = sorted(self._launched(ec2, params, offer), key=lambda i: int(i.get("AmiLaunchIndex") or 0))
+        except BaseException:
+            with contextlib.suppress(Exception):  # the launch's own failure is what the caller must see
+                aws_cluster.delete_group(ec2, group)
+            raise
+        members, price = [], offer.hourly_usd
+        try:
+            price = self._billed(offer, instances[0])
+            for rank, instance in enumerate(instances):
+                member = member_token(token, rank)
+                ec2.call("tag a cluster member", "create_tags", Resources=[instance["InstanceId"]], Tags=[
+                    {"Key": TOKEN_TAG, "Value": member}, {"Key": aws_cluster.RANK_TAG, "Value": str(rank)},
+                    {"Key": "Name", "Value": f"{campaign_tag}--{member}"}])
+                members.append(self._node(offer, instance, member, campaign_tag, price, {
+                    "node_rank": rank, "placement_group": group, "efa_interfaces": cards,
+                    "private_ip": str(instance.get("PrivateIpAddress") or "")}))
+        except BaseException:
+            for instance in instances:
+                with contextlib.suppress(Exception):
+                    self.terminate(self._node(offer, instance, token, campaign_tag, price, {"placement_group": group}))
+            raise
+        return replace(members[0], peers=tuple(members[1:]))
+
+    def _params(self, offer: Offer, token: str, campaign_tag: str) -> tuple[EC2, dict[str, Any]]:
+        """The region's client and ``run_instances``' parameters for one instance of ``offer``."""
+        s = self.settings
+        ec2 = self.ec2(offer.region)
         _, public = campaign_key(self.root / "keys", campaign_tag)
         key_name = aws_setup.key_pair(ec2, campaign_tag, public)
         group_id = aws_setup.ssh_group(ec2, SECURITY_GROUP, s.ssh_port, s.ssh_cidr or aws_setup.caller_cidr())
         image_id, root_device = aws_setup.image(ec2, s.ami, s.ami_name, s.ami_owner)
-        tags = [{"Key": CAMPAIGN_TAG, "Value": campaign_tag}, {"Key": TOKEN_TAG, "Value": token},
-                {"Key": "Name", "Value": f"{campaign_tag}--{token}"}]
         params: dict[str, Any] = {
             "ImageId": image_id, "InstanceType": offer.details["instance_type"], "MinCount": 1, "MaxCount": 1,
             "ClientToken": token, "KeyName": key_name, "SecurityGroupIds": [group_id],
             "InstanceInitiatedShutdownBehavior": "terminate",
-            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": _tags(campaign_tag, token)}],
             "BlockDeviceMappings": [{"DeviceName": root_device, "Ebs": {"VolumeSize": s.disk_gb, "VolumeType": "gp3",
                                                                          "DeleteOnTermination": True}}]}
         if offer.details.get("zone"):
@@ -196,22 +248,41 @@ class AWSProvider(Provider):
         if offer.market == "spot":
             params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+        return ec2, params
+
+    def _launched(self, ec2: EC2, params: dict[str, Any], offer: Offer) -> list[dict[str, Any]]:
+        """The instances ``run_instances`` started; a zone that had no capacity is offered last for a while."""
         try:
-            (instance,) = self._run_instances(ec2, params, offer.market)["Instances"]
+            return list(self._run_instances(ec2, params, offer.market)["Instances"])
         except NoCapacity:
             with self._lock:
-                self._short[(region, offer.details["instance_type"], str(offer.details.get("zone") or ""))] = (
+                self._short[(offer.region, offer.details["instance_type"], str(offer.details.get("zone") or ""))] = (
                     time.monotonic() + SHORT_ZONE_S)
             raise
-        instance_id = str(instance["InstanceId"])
-        zone = str((instance.get("Placement") or {}).get("AvailabilityZone") or offer.details.get("zone") or "")
+
+    def _billed(self, offer: Offer, instance: dict[str, Any]) -> float:
+        """What one instance bills per hour: the zone's spot price read now (the offer's if that read fails)."""
         price = offer.hourly_usd
         if offer.market == "spot":
             with contextlib.suppress(ProviderError):  # the node runs: keep the offer's price, never lose the node
-                price = self.spot_prices(region, offer.details["instance_type"]).get(zone, price)
+                prices = self.spot_prices(offer.region, offer.details["instance_type"])
+                price = prices.get(_zone(offer, instance), price)
+        return price
+
+    def _node(self, offer: Offer, instance: dict[str, Any], token: str, campaign_tag: str, price: float,
+              more: dict[str, Any] | None = None) -> Node:
+        instance_id = str(instance["InstanceId"])
         return Node(provider=self.name, node_id=instance_id, token=token, campaign_tag=campaign_tag, offer=offer,
-                    details={"instance_id": instance_id, "region": region, "zone": zone, "launched_at": time.time()},
+                    details={"instance_id": instance_id, "region": offer.region, "zone": _zone(offer, instance),
+                             "launched_at": time.time(), **(more or {})},
                     hourly_usd=price, host=instance_id)
+
+    def rendezvous_address(self, node: Node) -> str:
+        """Node 0's private IP (the members share the placement group's subnet and security group)."""
+        address = node.details.get("private_ip") or (self._instance(node) or {}).get("PrivateIpAddress")
+        if not address:
+            raise ProviderError(f"aws instance {node.node_id} has no private IP yet")
+        return str(address)
 
     def _run_instances(self, ec2: EC2, params: dict[str, Any], market: str) -> dict[str, Any]:
         """``run_instances`` (see the module doc: launch errors)."""
@@ -248,7 +319,11 @@ class AWSProvider(Provider):
     def transport(self, node: Node) -> SSHTransport:
         endpoint = self._endpoints.get(node.node_id)
         if endpoint is None:
-            address = (self._instance(node) or {}).get("PublicIpAddress")
+            instance = self._instance(node) or {}
+            address = instance.get("PublicIpAddress")
+            if not address and node.details.get("efa_interfaces") and instance_state(instance) is NodeState.RUNNING:
+                address = aws_cluster.public_address(self.ec2(_region(node, self.settings)), instance,
+                                                     _tags(node.campaign_tag, node.token), TOKEN_TAG, node.token)
             if not address:
                 raise ProviderError(f"aws instance {node.node_id} has no public IP yet")
             private, _ = campaign_key(self.root / "keys", node.campaign_tag)
@@ -259,10 +334,16 @@ class AWSProvider(Provider):
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
 
     def terminate(self, node: Node) -> None:
+        """End the instance; a cluster member's Elastic IP is released, and its placement group deleted
+        once no member is left in it (EC2 refuses while members shut down: ``owned`` sweeps it later)."""
+        ec2 = self.ec2(_region(node, self.settings))
         with contextlib.suppress(NodeGone):
-            self.ec2(_region(node, self.settings)).call("terminate an instance", "terminate_instances",
-                                                        InstanceIds=[node.node_id])
+            ec2.call("terminate an instance", "terminate_instances", InstanceIds=[node.node_id])
         self._endpoints.pop(node.node_id, None)
+        group = node.details.get("placement_group")
+        if group:
+            aws_cluster.release_addresses(ec2, TOKEN_TAG, node.token)
+            aws_cluster.delete_group(ec2, str(group))
 
     def owned(self, campaign_tag: str) -> list[Node]:
         home = self.settings.region
@@ -280,14 +361,22 @@ class AWSProvider(Provider):
             if home or exc.code not in AUTH_CODES:
                 raise
             return []  # a region these credentials may not use holds none of our nodes
-        nodes = []
+        nodes, groups = [], set()
         for instance in (i for page in pages for r in page.get("Reservations") or [] for i in r.get("Instances") or []):
             tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+            group = tags.get(aws_cluster.GROUP_TAG)
+            groups.add(group)
+            cluster = {"placement_group": group, "node_rank": int(tags.get(aws_cluster.RANK_TAG) or 0)} if group else {}
             offer = Offer(provider=self.name, offer_id=str(instance.get("InstanceType") or ""), gpu="", count=0,
                           vcpus=0, region=region, hourly_usd=0.0, market=str(instance.get("InstanceLifecycle") or ""))
             nodes.append(Node(provider=self.name, node_id=str(instance["InstanceId"]), token=tags.get(TOKEN_TAG, ""),
                               campaign_tag=campaign_tag, offer=offer,
-                              details={"instance_id": instance["InstanceId"], "region": region}))
+                              details={"instance_id": instance["InstanceId"], "region": region, **cluster}))
+        try:
+            aws_cluster.sweep(self.ec2(region), campaign_tag, CAMPAIGN_TAG, {g for g in groups if g})
+        except AWSError as exc:
+            if exc.code not in AUTH_CODES:
+                raise  # credentials without the placement group / Elastic IP permissions made none to sweep
         return nodes
 
     def spot_notice(self, node: Node) -> bool:
@@ -297,6 +386,15 @@ class AWSProvider(Provider):
     def idle_shutdown_command(self, node: Node) -> str | None:
         # Launched with InstanceInitiatedShutdownBehavior=terminate: powering off ends the instance and its bill.
         return "sudo shutdown -h now"
+
+
+def _tags(campaign_tag: str, token: str) -> list[dict[str, str]]:
+    return [{"Key": CAMPAIGN_TAG, "Value": campaign_tag}, {"Key": TOKEN_TAG, "Value": token},
+            {"Key": "Name", "Value": f"{campaign_tag}--{token}"}]
+
+
+def _zone(offer: Offer, instance: dict[str, Any]) -> str:
+    return str((instance.get("Placement") or {}).get("AvailabilityZone") or offer.details.get("zone") or "")
 
 
 def _region(node: Node, settings: AWSSettings) -> str:

@@ -7,6 +7,10 @@ an AMI.
   make one): created when missing; ingress
   tcp/<ssh port> from ``ssh_cidr``, else from the caller's public IP (/32) asked of
   ``checkip.amazonaws.com`` with a short timeout; a rule already present is success.
+- A cluster's members (``within_group``): the group lets all traffic in and out between its own
+  members (torch.distributed's rendezvous, NCCL; EFA requires it).
+- Subnet (``default_subnet``): the default VPC's default subnet of a zone, where a cluster's EFA
+  interfaces are made (an interface needs its subnet named).
 - AMI: the configured id, else the newest available image whose name matches the pattern and
   whose owner is the configured one (default: Amazon's Deep Learning AMI with PyTorch on Ubuntu).
 """
@@ -77,6 +81,29 @@ def ssh_group(ec2: EC2, name: str, port: int, cidr: str) -> str:
         if exc.code != "InvalidPermission.Duplicate":
             raise
     return group_id
+
+
+def within_group(ec2: EC2, group_id: str) -> None:
+    """After this call the group allows every protocol in and out between its members."""
+    rule = [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]}]
+    for direction in ("ingress", "egress"):
+        try:
+            ec2.call(f"allow traffic between cluster members ({direction})",
+                     f"authorize_security_group_{direction}", GroupId=group_id, IpPermissions=rule)
+        except AWSError as exc:
+            if exc.code != "InvalidPermission.Duplicate":
+                raise
+
+
+def default_subnet(ec2: EC2, zone: str) -> str:
+    """The id of the default subnet of ``zone`` (ProviderError saying how to make one when missing)."""
+    found = ec2.call("find the zone's default subnet", "describe_subnets",
+                     Filters=[{"Name": "default-for-az", "Values": ["true"]},
+                              {"Name": "availability-zone", "Values": [zone]}])["Subnets"]
+    if not found:
+        raise ProviderError(f"aws: {zone} has no default subnet for a cluster's network interfaces; create one "
+                            f"(`aws ec2 create-default-subnet --availability-zone {zone}`)")
+    return str(found[0]["SubnetId"])
 
 
 def image(ec2: EC2, ami: str | None, name_pattern: str, owner: str) -> tuple[str, str]:

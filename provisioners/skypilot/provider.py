@@ -20,6 +20,11 @@
   record (SkyPilot writes its ssh config on the API server's machine, which may not be ours); the
   key is kept under ``root/keys`` (0600), so the last reads of a reclaimed node stay possible.
 - Terminate: ``sky.down``, waited for, its output kept off the terminal; a cluster already gone is success.
+- Clusters (``launch_cluster``, cells with ``nodes`` > 1): one SkyPilot cluster with the task's
+  ``num_nodes``; node 0 is the head, peer ``k`` worker ``k`` in the handle's node order. Each
+  member's status, autodown renewal and terminate act on the whole cluster (terminating any member
+  downs it; the others are then terminated too); its SSH goes to that node's own IP and port; the
+  rendezvous is the head's internal IP. ``owned`` lists one node per cluster (the head).
 - Credentials are SkyPilot's own (``sky check``, its API server); benchctl never reads them.
 - Errors: one table (``error_table``) types SkyPilot's exceptions (auth, no capacity, cluster
   gone, API server unreachable); connection errors and timeouts are ``Unavailable``, retried
@@ -29,10 +34,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +58,7 @@ from benchctl.provisioners.base import (
     ProviderError,
     ProviderSettings,
     Unavailable,
+    member_token,
 )
 from benchctl.provisioners.skypilot.sdk import Cluster, SkyClient, SkySDK
 from benchctl.provisioners.skypilot.task import accelerators, form_conflict, task_config, validate, validate_gpu
@@ -124,6 +132,11 @@ def _wording(what: str) -> Wording:
     return wording
 
 
+def _name(node: Node) -> str:
+    """The SkyPilot cluster a node (any member) is part of."""
+    return str(node.details.get("cluster") or node.node_id)
+
+
 def cluster_state(request: str | None, cluster: str | None, use_spot: bool, downed: bool) -> NodeState:
     """A node's state from its launch request's status and its cluster's (None: no such cluster).
     AUTOSTOPPING and an unhealthy INIT are not states: ``status`` raises for them first."""
@@ -144,13 +157,16 @@ def cluster_state(request: str | None, cluster: str | None, use_spot: bool, down
 
 class SkyPilotProvider(Provider):
     name = "skypilot"
-    multi_node_refusal = None  # SkyPilot's num_nodes (issue 19): planned, not run yet
+    multi_node_refusal = None  # SkyPilot's num_nodes (launch_cluster)
 
     def __init__(self, root: Path, settings: SkyPilotSettings | None = None, client: SkyClient | None = None) -> None:
         self.client: SkyClient = client if client is not None else SkySDK()
         self.root = root
         self.settings = settings or SkyPilotSettings()
         self._downed: set[str] = set()
+        """Clusters whose down we asked for (their members are terminated from then on)."""
+        self._down_done: set[str] = set()
+        """Clusters whose down succeeded: terminating another member of one asks nothing."""
         self.sleep: Callable[[float], None] = time.sleep
         """Between retries (a test replaces it)."""
         self.minute_s = 60.0
@@ -197,17 +213,38 @@ class SkyPilotProvider(Provider):
                       hourly_usd=round(price.hourly_usd, 4), market=request.market, details={"task": config})]
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
+        return self._submit(offer, token, campaign_tag, {})
+
+    def _submit(self, offer: Offer, token: str, campaign_tag: str, more: dict[str, Any]) -> Node:
+        """Submit the launch of cluster ``<campaign tag>--<token>`` (``more``: task fields beside the offer's)."""
         cluster = f"{campaign_tag}--{token}"
         if not CLUSTER_NAME.fullmatch(cluster):
             raise ProviderError(f"{cluster!r} is not a valid SkyPilot cluster name; use letters, digits, - _ . "
                                 "in the campaign name")
-        config = {**offer.details["task"], "name": cluster}
+        config = {**offer.details["task"], **more, "name": cluster}
         task = validate(config, cluster)
         request_id = self._call("submit a launch", self.client.launch, task, cluster,
                                 self.settings.autodown_idle_minutes)
         details = {"cluster": cluster, "request_id": request_id, "use_spot": offer.market == "spot"}
         return Node(provider=self.name, node_id=cluster, token=token, campaign_tag=campaign_tag, offer=offer,
                     details=details, hourly_usd=offer.hourly_usd, host=cluster)
+
+    def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
+        """One SkyPilot cluster of ``nodes`` nodes (the task's ``num_nodes``: SkyPilot provisions all of
+        them or fails the launch, failing over as for one node). Node 0 is the head; peer ``k`` is
+        worker ``k`` (node id ``<cluster>#k``, tagged ``member_token(token, k)``). Every member's
+        status and terminate act on the whole cluster; its transport reaches that node."""
+        head = self._submit(offer, token, campaign_tag, {"num_nodes": nodes})
+        peers = tuple(replace(head, node_id=f"{head.node_id}#{rank}", token=member_token(token, rank),
+                              details={**head.details, "node_rank": rank}) for rank in range(1, nodes))
+        return replace(head, details={**head.details, "node_rank": 0}, peers=peers)
+
+    def rendezvous_address(self, node: Node) -> str:
+        """The head's internal IP, from the cluster's handle."""
+        cluster = self._cluster(_name(node))
+        if cluster is None or not cluster.nodes:
+            raise ProviderError(f"skypilot gives no internal IP of {_name(node)}'s head yet")
+        return cluster.nodes[0].internal
 
     def _cluster(self, name: str) -> Cluster | None:
         found = [c for c in self._call("read cluster status", self.client.clusters, [name]) if c.name == name]
@@ -221,8 +258,8 @@ class SkyPilotProvider(Provider):
         request_id = node.details.get("request_id")
         request = self._call("read the launch request", self.client.request_status, request_id) if request_id \
             else None
-        cluster = self._cluster(node.node_id)
-        downed = node.node_id in self._downed
+        cluster = self._cluster(_name(node))
+        downed = _name(node) in self._downed
         if not downed:
             self._raise_for(node, request, cluster)
         if cluster is not None and cluster.status == "UP" and not downed:
@@ -236,16 +273,16 @@ class SkyPilotProvider(Provider):
             exc = self._call("read why the launch failed", self.client.launch_error, request_id)
             why = f"{type(exc).__name__}: {exc}" if exc is not None else "SkyPilot gives no reason"
             typed = NoCapacity if exc is not None and classify(exc) is NoCapacity else ProviderError
-            raise typed(f"skypilot could not launch {node.node_id}: {why} "
+            raise typed(f"skypilot could not launch {_name(node)}: {why} "
                         f"(`sky api logs {request_id}` has the whole log)")
         minutes = self.settings.autodown_idle_minutes
-        renewed = self._renewed(node.node_id)
+        renewed = self._renewed(_name(node))
         lapsed = renewed is not None and time.time() - renewed >= minutes * self.minute_s
         if (cluster is not None and cluster.status == "AUTOSTOPPING") or (cluster is None and lapsed):
-            raise ProviderError(f"skypilot's autodown removed {node.node_id}: no controller renewed its idle timer "
+            raise ProviderError(f"skypilot's autodown removed {_name(node)}: no controller renewed its idle timer "
                                 f"for {minutes} minutes (autodown_idle_minutes); not a preemption")
         if cluster is not None and cluster.status == "INIT" and cluster.unhealthy:
-            raise ProviderError(f"skypilot reports {node.node_id} unhealthy: {cluster.unhealthy}")
+            raise ProviderError(f"skypilot reports {_name(node)} unhealthy: {cluster.unhealthy}")
 
     def _keep(self, node: Node, cluster: Cluster) -> None:
         """Restart the autodown timer when a quarter of it has passed; record the launched price."""
@@ -255,18 +292,19 @@ class SkyPilotProvider(Provider):
                                         "instance_type": cluster.launched.instance_type,
                                         "use_spot": cluster.launched.use_spot}
         if cluster.access is not None:
-            self._save_access(node, cluster)
+            with contextlib.suppress(ProviderError):  # a worker the handle lists later: its transport says so
+                self._save_access(node, cluster)
         minutes = self.settings.autodown_idle_minutes
-        last = self._renewed(node.node_id)
+        last = self._renewed(_name(node))
         if last is not None and time.time() - last < minutes * self.minute_s / 4:
             return
         try:
-            self._call("renew the cluster's autodown", self.client.renew_autodown, node.node_id, minutes)
+            self._call("renew the cluster's autodown", self.client.renew_autodown, _name(node), minutes)
         except ProviderError:
             if last is None:  # the launch's own setting counts from about now
-                self._mark_renewed(node.node_id)
+                self._mark_renewed(_name(node))
             return  # tried again at the next status
-        self._mark_renewed(node.node_id)
+        self._mark_renewed(_name(node))
 
     def _renewed(self, cluster: str) -> float | None:
         """When the cluster's autodown timer was last restarted (wall clock): a file's mtime under
@@ -283,23 +321,31 @@ class SkyPilotProvider(Provider):
         os.utime(path)
 
     def _save_access(self, node: Node, cluster: Cluster) -> None:
+        """Keep the cluster's key (one for all its nodes) and this member's address: the head's for
+        node 0, worker ``k``'s for node ``k`` (ProviderError while the handle does not list it yet)."""
         assert cluster.access is not None
-        key = self.root / "keys" / node.node_id
+        key = self.root / "keys" / _name(node)
         key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not key.is_file() or key.read_text() != cluster.access.private_key:
             fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(cluster.access.private_key)
-        node.details["ssh"] = {"host": cluster.access.host, "port": cluster.access.port,
-                               "user": cluster.access.user}
+        rank = int(node.details.get("node_rank") or 0)
+        if rank == 0:
+            host, port = cluster.access.host, cluster.access.port
+        elif rank < len(cluster.nodes):
+            host, port = cluster.nodes[rank].external, cluster.nodes[rank].ssh_port
+        else:
+            raise ProviderError(f"skypilot lists no node {rank} of {_name(node)} yet")
+        node.details["ssh"] = {"host": host, "port": port, "user": cluster.access.user}
 
     def transport(self, node: Node) -> SSHTransport:
         ssh = node.details.get("ssh")
-        key = self.root / "keys" / node.node_id
+        key = self.root / "keys" / _name(node)
         if not ssh or not key.is_file():
-            cluster = self._cluster(node.node_id)
+            cluster = self._cluster(_name(node))
             if cluster is None or cluster.access is None:
-                raise ProviderError(f"skypilot gives no head IP or ssh credentials for {node.node_id} yet")
+                raise ProviderError(f"skypilot gives no head IP or ssh credentials for {_name(node)} yet")
             self._save_access(node, cluster)
             ssh = node.details["ssh"]
         endpoint = SSHEndpoint(host=str(ssh["host"]), port=int(ssh["port"]), user=str(ssh["user"]), key=str(key),
@@ -307,10 +353,15 @@ class SkyPilotProvider(Provider):
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
 
     def terminate(self, node: Node) -> None:
-        self._downed.add(node.node_id)
-        self._call("tear the cluster down", self.client.down, node.node_id)
-        (self.root / "autodown" / node.node_id).unlink(missing_ok=True)
-        (self.root / "keys" / node.node_id).unlink(missing_ok=True)
+        """``sky.down`` of the member's whole cluster (once per process: every member ends with it)."""
+        name = _name(node)
+        if name in self._down_done:
+            return
+        self._downed.add(name)
+        self._call("tear the cluster down", self.client.down, name)
+        self._down_done.add(name)
+        (self.root / "autodown" / name).unlink(missing_ok=True)
+        (self.root / "keys" / name).unlink(missing_ok=True)
 
     def owned(self, campaign_tag: str) -> list[Node]:
         nodes = []

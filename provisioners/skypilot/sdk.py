@@ -41,6 +41,17 @@ class Launched:
 
 
 @dataclass(frozen=True)
+class NodeIP:
+    """One node of a cluster, from the handle's ``stable_internal_external_ips`` and
+    ``stable_ssh_ports`` (head first, then the workers in a stable order: the node ranks; the same
+    order SkyPilot gives a job as ``SKYPILOT_NODE_IPS``)."""
+
+    internal: str
+    external: str
+    ssh_port: int
+
+
+@dataclass(frozen=True)
 class Cluster:
     name: str
     status: str
@@ -49,6 +60,8 @@ class Cluster:
     """For INIT: SkyPilot's reason when a refresh found the cluster abnormal (``init_kind`` unhealthy)."""
     access: Access | None = None
     launched: Launched | None = None
+    nodes: tuple[NodeIP, ...] = ()
+    """Every node, head first (empty until the handle knows their IPs)."""
 
 
 @dataclass(frozen=True)
@@ -257,4 +270,15 @@ def _cluster(record: Any) -> Cluster:
             launched = Launched(region=resources.region, instance_type=resources.instance_type,
                                 use_spot=bool(resources.use_spot), hourly_usd=hourly)
     return Cluster(name=str(_field(record, "name")), status=status, unhealthy=unhealthy, access=access,
-                   launched=launched)
+                   launched=launched, nodes=_nodes(handle))
+
+
+def _nodes(handle: Any) -> tuple[NodeIP, ...]:
+    """The handle's nodes, head first (sky/backends/cloud_vm_ray_backend.py ``cached_internal_ips``,
+    ``cached_external_ips``, ``cached_external_ssh_ports``: one entry per node, in one order)."""
+    if handle is None:
+        return ()
+    internal = getattr(handle, "cached_internal_ips", None) or []
+    external = handle.cached_external_ips or []
+    ports = handle.cached_external_ssh_ports or [22] * len(external)
+    return tuple(NodeIP(str(i), str(e), int(p)) for i, e, p in zip(internal, external, ports, strict=False))

@@ -13,7 +13,9 @@ moto's server runs in a thread of the test process, so the fake can adjust moto'
 - ``spot_terminate(id)``: EC2 reclaims a spot instance (terminated, state reason
   ``Server.SpotInstanceTermination``) and every process of the node dies, as they do when
   ``terminate_instances`` ends one (a payload never outlives its instance on the shared sshd);
-- ``live()``: instances still pending or running (a test ends with none);
+- ``live()``: instances still pending or running (a test ends with none); terminating an
+  instance again is a no-op, as at EC2 (moto would delete its launch-made interfaces twice);
+- placement groups (``placement``), which moto lacks: ``aws_placement``;
 - ``refuse(code, zone)``: ``run_instances`` in that zone (None: every zone) answers EC2's error
   for ``code`` instead of launching, on the wire as EC2 sends it (``Response/Errors/Error`` XML with
   ``Code`` and ``Message``, docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html);
@@ -55,6 +57,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from tests.fakes.aws_placement import PlacementGroups, serving_placement_groups
 from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
 
@@ -98,6 +101,8 @@ class FakeAWS:
         self.refused: list[tuple[str, str]] = []
         self.lock = threading.RLock()
         self._by_token: dict[str, Any] = {}
+        self.placement = PlacementGroups()
+        """Placement groups, which moto lacks (``aws_placement``)."""
 
     def backend(self, region: str = REGION) -> Any:
         from moto.core import DEFAULT_ACCOUNT_ID
@@ -150,6 +155,11 @@ class FakeAWS:
         return body, {"status": 500 if code in SERVER_ERRORS else 400}
 
     def terminate_instances(self, original: Any, backend: Any, instance_ids: list[str]) -> Any:
+        for instance_id in instance_ids:  # ending an ended instance is a no-op at EC2; moto would delete
+            instance = self.instances.get(instance_id)  # its interfaces again and fail on the first
+            if instance is not None and instance.state == "terminated":
+                for nic in instance.nics.values():
+                    nic.delete_on_termination = False
         ended = original(backend, instance_ids)
         for instance_id in instance_ids:
             if instance_id in self.tokens:
@@ -243,6 +253,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         stack.enter_context(mock.patch.object(InstanceBackend, "terminate_instances", terminate_instances))
         stack.enter_context(mock.patch.object(InstanceResponse, "run_instances", run_instances_response))
         stack.enter_context(mock.patch.object(RegionsAndZonesBackend, "describe_regions", describe_regions))
+        stack.enter_context(serving_placement_groups(fake.placement))
         stack.enter_context(mock.patch.object(SpotInstances, "describe_spot_price_history",
                                               lambda response: fake.price_history(response)))
         ec2_backends.reset()  # moto's state lives in this process: each fake starts from an empty account

@@ -5,7 +5,8 @@ instead of ``SkySDK``. It keeps SkyPilot's shapes: ``launch`` returns a request 
 the request runs for ``boot_s``; then the cluster is UP. It behaves as a *remote* API server: no
 ssh config file is written on this machine; a status record carries the handle's head IP, ssh
 port and user and the key's content (``_include_credentials``), pointing at the test's real sshd,
-where the stand-in's own key is authorized (SkyPilot logs in with its own key). ``preempt`` kills
+where the stand-in's own key is authorized (SkyPilot logs in with its own key). A cluster of
+``num_nodes`` lists that many nodes (all on the test's sshd, internal IPs 10.0.0.11, .12, …). ``preempt`` kills
 the cluster's processes and removes it, as a refreshed status shows a reclaimed spot cluster;
 ``down`` removes it. ``catalog`` is the catalog, one row per instance type;
 ``lands_in`` is where a launch really lands (region, $/hr), as the handle's
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl.provisioners.skypilot.sdk import Access, CatalogPrice, Cluster, Launched
+from benchctl.provisioners.skypilot.sdk import Access, CatalogPrice, Cluster, Launched, NodeIP
 from tests.fakes.eviction import kill_container
 from tests.fakes.sshd import SSHServer
 
@@ -111,7 +112,8 @@ class SkyPilotStandIn:
             (resources,) = task.resources  # read its attributes: to_yaml_config would consult the catalog
             self.launched.append({"cluster": cluster_name, "cloud": str(resources.cloud).lower(),
                                   "instance_type": resources.instance_type, "use_spot": resources.use_spot,
-                                  "region": resources.region, "autodown_idle_minutes": autodown_idle_minutes})
+                                  "region": resources.region, "autodown_idle_minutes": autodown_idle_minutes,
+                                  "num_nodes": task.num_nodes})
             self._clusters[cluster_name] = _Cluster(cluster_name, task, request_id, time.monotonic() + self.boot_s,
                                                     autodown_idle_minutes)
             self.requests[request_id] = "RUNNING"
@@ -164,9 +166,13 @@ class SkyPilotStandIn:
         listed = [usd for c, _, s, itype, usd in self.catalog
                   if (c, s, itype) == (cloud, spot, resources.instance_type)]
         region, hourly = self.lands_in or (resources.region or "us-east-1", listed[0] if listed else 0.0)
+        # every node is the test's sshd; internal IPs as a cloud's private subnet gives them, head first
+        nodes = tuple(NodeIP(f"10.0.0.{rank + 11}", self.sshd.host, self.sshd.port)
+                      for rank in range(cluster.task.num_nodes))
         return Cluster(cluster.name, "UP",
                        access=Access(self.sshd.host, self.sshd.port, self.sshd.user, self.key.read_text()),
-                       launched=Launched(region, resources.instance_type, bool(resources.use_spot), hourly))
+                       launched=Launched(region, resources.instance_type, bool(resources.use_spot), hourly),
+                       nodes=nodes)
 
     def down(self, cluster_name: str) -> None:
         self._fault()

@@ -1,0 +1,317 @@
+"""Fabric preflight: is this node's network between nodes what was sold, and will NCCL use it?
+Pure functions of a facts snapshot (``payload.checks.Facts``), the job's env and ``FabricExpect``.
+
+Entry point: ``fabric_checks(facts, job_env, expected) -> list[Check]`` (call it for ``nodes > 1``).
+Checks (``{name, status, observed, expected, hint}`` as in ``payload.checks``):
+``fabric_hca`` (InfiniBand/RoCE NICs present, active, at the sold rate) or ``fabric_efa`` (EFA
+devices), ``fabric_gdr`` (GPUDirect RDMA), ``fabric_nic_use`` (NCCL uses every NIC),
+``fabric_roce_gid`` (RoCE GID index), ``fabric_pxn`` (PXN not disabled), ``fabric_transport``
+(NCCL did not fall back to TCP sockets). A tool missing on the node makes its check ``skip``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from . import fabric_readers as fr
+from . import node_facts as nf
+from .checks import NCCL_ENV_DOC, NCCL_LOGS, Check, Facts, _result
+
+NIC_RATE_GBPS = {"H100_SXM": 400.0, "H200": 400.0, "B200": 400.0, "GH200": 400.0, "A100_SXM": 200.0}
+"""Per-GPU NIC rate of the reference HGX/DGX designs: DGX H100/H200 and B200 have 8 ConnectX-7 at
+400 Gb/s (NDR), DGX A100 8 ConnectX-6 at 200 Gb/s (HDR) (NVIDIA DGX user guides)."""
+EFA_DEVICES = {"p5.48xlarge": 32, "p5e.48xlarge": 32, "p4d.24xlarge": 4, "p4de.24xlarge": 4}
+"""EFA devices per instance (AWS EFA docs; ``fi_info -p efa`` lists 4 on p4de, 32 on p5)."""
+FABRIC_FILES = ("ibstat.txt", "ibv_devinfo.txt", "ibdev2netdev.txt", "fi_info-efa.txt", "proc-modules.txt")
+
+
+@dataclass(frozen=True)
+class FabricExpect:
+    """What the offer sold, per node: ``kind`` ``ib``, ``roce``, ``efa`` or ``auto`` (whatever the
+    node shows), ``nics`` compute NICs (one per GPU on HGX), ``rate_gbps`` per NIC, ``efa_devices``
+    (None: at least one), ``gdr`` whether GPUDirect RDMA is part of the offer."""
+
+    kind: str = "auto"
+    nics: int = 8
+    rate_gbps: float = 400.0
+    efa_devices: int | None = None
+    gdr: bool = True
+
+    @classmethod
+    def for_cell(cls, gpu: str, count: int, instance_type: str | None = None) -> FabricExpect:
+        """Defaults for ``count`` GPUs of model ``gpu``: one NIC per GPU at the model's reference
+        rate (400 Gb/s when unknown); EFA counts for known AWS instance types."""
+        efa = EFA_DEVICES.get(instance_type or "")
+        return cls(kind="efa" if efa else "auto", nics=count, rate_gbps=NIC_RATE_GBPS.get(gpu, 400.0),
+                   efa_devices=efa)
+
+
+def hca_filter(value: str) -> Callable[[str, int], bool]:
+    """``NCCL_IB_HCA`` as NCCL reads it: comma-separated names with optional ``:port``; ``^`` first
+    excludes them; ``=`` makes names exact instead of prefixes (NCCL docs, Environment Variables)."""
+    text = value.strip()
+    exclude = text.startswith("^")
+    text = text[1:] if exclude else text
+    exact = text.startswith("=")
+    text = text[1:] if exact else text
+    tokens = [(t.split(":")[0], int(t.split(":")[1]) if ":" in t and t.split(":")[1].isdigit() else None)
+              for t in text.split(",") if t.strip()]
+
+    def listed(device: str, port: int) -> bool:
+        return any((device == name if exact else device.startswith(name)) and (want is None or want == port)
+                   for name, want in tokens)
+
+    return lambda device, port: listed(device, port) != exclude
+
+
+def _ports(facts: Facts) -> tuple[list[fr.IbPort], str | None]:
+    for name, reader in (("ibstat.txt", fr.parse_ibstat), ("ibv_devinfo.txt", fr.parse_ibv_devinfo)):
+        text = facts.text(name)
+        if text is not None:
+            return reader(text), name
+    return [], None
+
+
+EFA_PART_IDS = ("61344", "61345", "61346", "61347")
+"""EFA's PCI device ids 0xefa0-0xefa3 as ``ibv_devinfo`` prints ``vendor_part_id`` (vendor 0x1d0f)."""
+
+
+def is_efa_port(port: fr.IbPort) -> bool:
+    """An EFA device: its part id, or the names rdma-core gives devices of no IB/RoCE link layer
+    (``rdmap…``) and the EFA driver's own (``efa_N``). Older rdma-core prints its link layer as
+    InfiniBand (linux-rdma/rdma-core#884), so the link layer alone cannot tell."""
+    return port.ca_type in EFA_PART_IDS or port.ca.startswith(("rdmap", "efa_"))
+
+
+def compute_ports(ports: list[fr.IbPort]) -> list[fr.IbPort]:
+    """The NICs meant for GPU traffic, EFA devices left out: the InfiniBand ports when there are any
+    (Ethernet ones are then the front end), else (RoCE) the ports of the fastest port's adapter type."""
+    ports = [p for p in ports if not is_efa_port(p)]
+    ib = [p for p in ports if p.link_layer == "InfiniBand"]
+    ether = [p for p in ports if p.link_layer in ("Ethernet", "")]
+    if ib or not ether:
+        return ib
+    fastest = max(ether, key=lambda p: p.rate_gbps or 0.0)
+    return [p for p in ether if p.ca_type == fastest.ca_type]
+
+
+def _efa(facts: Facts) -> list[str] | None:
+    """The EFA devices per ``fi_info``, else per ibstat/ibv_devinfo; None when neither was captured."""
+    text = facts.text("fi_info-efa.txt")
+    if text is not None:
+        return fr.efa_devices(fr.parse_fi_info(text))
+    ports, source = _ports(facts)
+    return sorted({p.ca for p in ports if is_efa_port(p)}) if source else None
+
+
+def _log(facts: Facts) -> fr.NcclNet | None:
+    text = facts.texts(NCCL_LOGS)
+    return fr.parse_nccl_net(text) if text else None
+
+
+def _is_efa(facts: Facts, expected: FabricExpect) -> bool:
+    return expected.kind == "efa" or (expected.kind == "auto" and bool(_efa(facts))
+                                      and not compute_ports(_ports(facts)[0]))
+
+
+def check_efa(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> Check:
+    devices = _efa(facts)
+    wanted = f">= {expected.efa_devices} EFA devices" if expected.efa_devices else "EFA devices"
+    if devices is None:
+        return _result("fabric_efa", "skip", None, wanted, "neither fi_info nor ibstat/ibv_devinfo was captured "
+                                                          "(not on the node)")
+    observed = {"devices": devices, "count": len(devices)}
+    if len(devices) < (expected.efa_devices or 1):
+        return _result("fabric_efa", "fail", observed, wanted,
+                       f"{len(devices)} EFA devices where {expected.efa_devices or 1} were sold: the instance was "
+                       "launched without (all) its EFA interfaces or the EFA driver is not loaded; relaunch it "
+                       "with every network card as an EFA interface")
+    return _result("fabric_efa", "pass", observed, wanted)
+
+
+def check_hca(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> Check:
+    ports, source = _ports(facts)
+    wanted = f"{expected.nics}× {expected.kind if expected.kind != 'auto' else 'IB/RoCE'} NIC Active at " \
+             f">= {expected.rate_gbps:.0f} Gb/s"
+    if source is None:
+        return _result("fabric_hca", "skip", None, wanted, "ibstat and ibv_devinfo were not captured (not on the "
+                                                          "node): fabric_transport judges from the NCCL log")
+    nics = compute_ports(ports)
+    layer = "InfiniBand" if any(p.link_layer == "InfiniBand" for p in nics) else "Ethernet (RoCE)"
+    netdev = {f"{n.device}:{n.port}": n.netdev for n in fr.parse_ibdev2netdev(facts.text("ibdev2netdev.txt") or "")}
+    down = [f"{p.name}{f' ({netdev[p.name]})' if p.name in netdev else ''} {p.state}/{p.physical or '?'}"
+            for p in nics if not p.active]
+    slow = [f"{p.name} at {p.rate_gbps:.0f} Gb/s" for p in nics
+            if p.active and p.rate_gbps is not None and p.rate_gbps < expected.rate_gbps]
+    good = [p for p in nics if p.active and (p.rate_gbps is None or p.rate_gbps >= expected.rate_gbps)]
+    observed = {"source": source, "link_layer": layer, "nics": [p.name for p in nics], "active_at_rate": len(good),
+                "rates_gbps": sorted({p.rate_gbps for p in nics if p.rate_gbps is not None}),
+                "netdevs": {p.name: netdev[p.name] for p in nics if p.name in netdev}}
+    problems = []
+    if not nics:
+        problems.append(f"no RDMA NIC on the node ({source} lists none)")
+    if expected.kind in ("ib", "roce") and nics and (expected.kind == "ib") != (layer == "InfiniBand"):
+        problems.append(f"sold {expected.kind}, the NICs run {layer}")
+    if down:
+        problems.append("down: " + ", ".join(down))
+    if slow:
+        problems.append(f"below the sold {expected.rate_gbps:.0f} Gb/s: " + ", ".join(slow))
+    if len(good) < expected.nics and nics:
+        problems.append(f"{len(good)} of {expected.nics} NICs active at rate")
+    if problems:
+        return _result("fabric_hca", "fail", observed, wanted,
+                       "; ".join(problems) + ": a link down or trained to a lower rate (cable, transceiver, switch "
+                       "port) cuts busbw between nodes; replace the node or have the provider fix the link")
+    return _result("fabric_hca", "pass", observed, wanted)
+
+
+def check_gdr(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> Check:
+    modules_text = facts.text("proc-modules.txt")
+    loaded = sorted(set(fr.PEER_MEMORY_MODULES) & fr.parse_modules(modules_text)) if modules_text else None
+    log = _log(facts)
+    channels = sum(log.net_channels.values()) if log else 0
+    observed = {"peer_memory_modules": loaded, "net_channels": channels, "gdrdma_channels": log.gdr_channels if log
+                else None, "dmabuf": log.dmabuf if log else None, "gdr_off": (log.gdr_off[:3] if log else [])}
+    wanted = "every net channel via …/GDRDMA; a peer-memory module loaded or DMA-BUF"
+    if not expected.gdr:
+        return _result("fabric_gdr", "pass", observed, "not sold with GPUDirect RDMA")
+    if log and channels:
+        if log.gdr_channels == channels:
+            return _result("fabric_gdr", "pass", observed, wanted)
+        nics = ", ".join(sorted(log.nics_on_channels))
+        status = "fail" if log.gdr_channels == 0 else "warn"
+        why = f" (NCCL: {log.gdr_off[0]})" if log.gdr_off else ""
+        return _result("fabric_gdr", status, observed, wanted,
+                       f"{channels - log.gdr_channels} of {channels} net channels on {nics} move data through host "
+                       f"memory, not GPUDirect RDMA{why}: load nvidia-peermem (modprobe nvidia-peermem) or use a "
+                       "DMA-BUF capable driver, check NCCL_NET_GDR_LEVEL and PCIe ACS; an instance type without "
+                       "GPUDirect RDMA cannot reach the sold busbw")
+    if loaded or (log and log.dmabuf):
+        return _result("fabric_gdr", "pass", observed, wanted, "no inter-node NCCL channel logged to confirm it")
+    if loaded is None:
+        return _result("fabric_gdr", "skip", observed, wanted, "neither /proc/modules nor an NCCL log with net "
+                                                              "channels was captured")
+    return _result("fabric_gdr", "warn", observed, wanted,
+                   "no peer-memory module (nvidia_peermem, nv_peer_mem, efa_nv_peermem) is loaded and no NCCL log "
+                   "shows DMA-BUF: GPUDirect RDMA is likely off; modprobe nvidia-peermem")
+
+
+def _merged_env(facts: Facts, env: Mapping[str, str], log: fr.NcclNet | None) -> dict[str, str]:
+    node = {k: v for k, v in nf.parse_env(facts.text("env.txt") or "").items() if k.startswith("NCCL_")}
+    return {**(log.env if log else {}), **node, **env}
+
+
+def check_nic_use(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> Check:
+    log = _log(facts)
+    settings = _merged_env(facts, env, log)
+    if _is_efa(facts, expected):
+        devices = _efa(facts)
+        if devices is None or log is None or log.ofi_nics is None:
+            return _result("fabric_nic_use", "skip", None, "NCCL finds every EFA device",
+                           "needs both fi_info-efa.txt and an NCCL log with NET/OFI lines")
+        found = {"efa_devices": len(devices), "nccl_found": log.ofi_nics}
+        if log.ofi_nics < len(devices):
+            return _result("fabric_nic_use", "fail", found, f"{len(devices)} nics",
+                           f"aws-ofi-nccl found {log.ofi_nics} of {len(devices)} EFA devices: check FI_PROVIDER, the "
+                           "device plugin's vpc.amazonaws.com/efa request and the container's /dev/infiniband")
+        return _result("fabric_nic_use", "pass", found, f"{len(devices)} nics")
+    nics = compute_ports(_ports(facts)[0])
+    names = [p.name for p in nics]
+    wanted = "NCCL_IB_HCA and NCCL's NET/IB list cover every compute NIC"
+    if not nics:
+        return _result("fabric_nic_use", "skip", None, wanted, "no compute NIC was read (ibstat/ibv_devinfo)")
+    problems = []
+    if settings.get("NCCL_IB_HCA"):
+        keep = hca_filter(settings["NCCL_IB_HCA"])
+        left = [p.name for p in nics if not keep(p.ca, p.port)]
+        if left:
+            problems.append(f"NCCL_IB_HCA={settings['NCCL_IB_HCA']} leaves out {', '.join(left)}")
+    used = {f"{d}:{p}" for d, p, _ in log.ib_devices} if log and log.ib_devices else None
+    if used is not None and (missing := [n for n in names if n not in used]):
+        problems.append(f"NCCL's NET/IB list lacks {', '.join(missing)}")
+    observed = {"nics": names, "NCCL_IB_HCA": settings.get("NCCL_IB_HCA"), "nccl_uses": sorted(used or [])}
+    if problems:
+        return _result("fabric_nic_use", "fail", observed, wanted,
+                       "; ".join(problems) + ": those rails carry nothing and busbw drops by their share; unset "
+                       f"NCCL_IB_HCA or list every NIC ({NCCL_ENV_DOC})")
+    return _result("fabric_nic_use", "pass", observed, wanted)
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    parts = tuple(int(p) for p in (text or "").split(".")[:2] if p.isdigit())
+    return parts if len(parts) == 2 else None
+
+
+def check_roce_gid(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> Check:
+    nics = compute_ports(_ports(facts)[0])
+    roce = [p.name for p in nics if p.link_layer == "Ethernet"]
+    wanted = "a RoCE v2 GID index: NCCL_IB_GID_INDEX set, or NCCL >= 2.21 (selects it itself)"
+    if not roce:
+        return _result("fabric_roce_gid", "skip", None, wanted, "no RoCE NIC")
+    log = _log(facts)
+    value = _merged_env(facts, env, log).get("NCCL_IB_GID_INDEX")
+    version = (log.version if log else None) or nf.parse_torch(facts.text("torch.json") or "").get("nccl")
+    observed = {"roce_nics": roce, "NCCL_IB_GID_INDEX": value, "gid_logged": sorted(log.gid_indexes) if log else [],
+                "nccl": version}
+    if (value and value.strip() != "-1") or (log and log.gid_indexes):
+        return _result("fabric_roce_gid", "pass", observed, wanted)
+    parsed = _version(str(version) if version else None)
+    if parsed is not None and parsed >= (2, 21):
+        return _result("fabric_roce_gid", "pass", observed, wanted, f"NCCL {version} selects the RoCE v2 GID")
+    hint = (f"RoCE on {', '.join(roce)} with no NCCL_IB_GID_INDEX and NCCL {version or 'of unknown version'}: "
+            "before 2.21 NCCL uses GID 0 (RoCE v1, link-local) and transfers across subnets time out (error 12); "
+            "set NCCL_IB_GID_INDEX to the RoCE v2 GID (show_gids, usually 3)")
+    return _result("fabric_roce_gid", "fail" if parsed else "warn", observed, wanted, hint)
+
+
+def check_pxn(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> Check:
+    log = _log(facts)
+    settings = _merged_env(facts, env, log)
+    level, disabled = settings.get("NCCL_P2P_PXN_LEVEL"), settings.get("NCCL_PXN_DISABLE")
+    observed = {"NCCL_P2P_PXN_LEVEL": level, "NCCL_PXN_DISABLE": disabled,
+                "rings_with_pxn": sorted(log.pxn_rings) if log else [],
+                "proxied_channels": log.proxied_channels if log else None}
+    if (level or "").strip() == "0" or (disabled or "").strip() not in ("", "0"):
+        return _result("fabric_pxn", "warn", observed, "PXN on (NCCL default)",
+                       "PXN is off: a GPU whose nearest NIC is on another rail sends over PCIe and the CPU "
+                       "instead of moving the data over NVLink to the GPU next to the NIC; unset NCCL_P2P_PXN_LEVEL "
+                       f"and NCCL_PXN_DISABLE ({NCCL_ENV_DOC})")
+    return _result("fabric_pxn", "pass", observed, "PXN on (NCCL default)")
+
+
+def check_transport(facts: Facts, env: Mapping[str, str], expected: FabricExpect) -> Check:
+    log = _log(facts)
+    wanted = "NCCL's network between nodes is RDMA (IB/RoCE or OFI/EFA), not NET/Socket"
+    if log is None:
+        return _result("fabric_transport", "skip", None, wanted, "no NCCL log in the snapshot")
+    socket = "Socket" in log.networks or "Socket" in log.net_channels
+    observed = {"networks": log.networks, "net_channels": log.net_channels, "nodes": log.nodes,
+                "ib_devices": len(log.ib_devices), "ofi_provider": log.ofi_provider, "nccl": log.version}
+    if not socket:
+        if log.networks or log.net_channels:
+            return _result("fabric_transport", "pass", observed, wanted)
+        return _result("fabric_transport", "skip", observed, wanted, "the log shows no network selection")
+    settings = _merged_env(facts, env, log)
+    reasons = []
+    if log.ib_none:
+        reasons.append("NCCL found no RDMA device (NET/IB : No device found): the container lacks /dev/infiniband "
+                       "or the node has no HCA")
+    for name in ("NCCL_IB_DISABLE", "NCCL_NET"):
+        if settings.get(name) and settings[name].strip().lower() in ("1", "socket"):
+            reasons.append(f"{name}={settings[name]} forces sockets; unset it")
+    if _efa(facts) and not log.ofi_provider:
+        reasons.append("EFA devices are present but the aws-ofi-nccl plugin was not loaded (no NET/OFI lines): "
+                       "put libnccl-net.so on LD_LIBRARY_PATH")
+    return _result("fabric_transport", "fail", observed, wanted,
+                   "NCCL moves inter-node traffic over TCP sockets (NET/Socket on "
+                   f"{', '.join(log.socket_devices) or 'an Ethernet interface'}), tens of times below RDMA: "
+                   + ("; ".join(reasons) or "check the RDMA devices and NCCL's network plugin"))
+
+
+def fabric_checks(facts: Facts, job_env: Mapping[str, str], expected: FabricExpect) -> list[Check]:
+    """The fabric checks of one node's snapshot, for a job across nodes. ``job_env`` is the env the
+    ranks run with (``NCCL_*`` there overrides the node's ``env.txt`` and the log's echo)."""
+    nics = check_efa if _is_efa(facts, expected) else check_hca
+    return [check(facts, job_env, expected) for check in (nics, check_gdr, check_nic_use, check_roce_gid,
+                                                          check_pxn, check_transport)]
