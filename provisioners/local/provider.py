@@ -37,7 +37,7 @@ from benchctl.provisioners.base import (
     Provider,
     ProviderError,
     Transport,
-    member_token,
+    launch_members,
 )
 from benchctl.provisioners.local import machine_lock as local_machine_lock
 from benchctl.provisioners.local.processes import kill_node_processes, node_env, process_alive
@@ -96,17 +96,7 @@ class LocalProvider(Provider):
 
     def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
         """``nodes`` nodes on the offer's host and the next ones not excluded, all or nothing."""
-        offers = _member_offers(offer, nodes, self.root / token / "home")
-        launched: list[Node] = []
-        try:
-            for index, member in enumerate(offers):
-                launched.append(self.launch(member, member_token(token, index), campaign_tag))
-        except BaseException:
-            for node in launched:
-                with contextlib.suppress(Exception):  # the launch's own failure is what the caller must see
-                    self.terminate(node)
-            raise
-        return replace(launched[0], peers=tuple(launched[1:]))
+        return launch_members(self, _member_offers(offer, nodes, self.root / token / "home"), token, campaign_tag)
 
     def rendezvous_address(self, node: Node) -> str:
         return "127.0.0.1"
