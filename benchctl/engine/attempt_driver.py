@@ -1,4 +1,4 @@
-"""One attempt on one node: ship the payload, watch it, collect, and always terminate and close.
+"""One attempt on one node or one cluster: ship the payload, watch it, collect, and always terminate and close.
 
 ``drive`` ends in ``finally`` with a last read of the node's events, ``terminate`` and the
 attempt closed at the time the provider says the node stopped billing (else now), whatever
