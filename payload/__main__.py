@@ -15,9 +15,12 @@ def main(argv: list[str] | None = None) -> int:
     worker = sub.add_parser("worker", help="one rank of the distributed phases (started by the runner)")
     worker.add_argument("job")
     worker.add_argument("--phase", help="run this phase and leave (default: each phase named on a line of stdin)")
-    worker.add_argument("--rank", type=int, required=True)
+    worker.add_argument("--rank", type=int, required=True, help="global rank")
+    worker.add_argument("--local-rank", type=int, help="rank on this node, the GPU index (default: --rank)")
+    worker.add_argument("--init-method", help="torch.distributed init_method (default: the --rendezvous FileStore)")
     worker.add_argument("--world-size", type=int, required=True)
-    worker.add_argument("--rendezvous", required=True, help="file path for torch.distributed's FileStore")
+    worker.add_argument("--rendezvous", required=True,
+                        help="file path for the FileStore (one node) and the rank's done and result files")
     worker.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout (the phase's budget)")
     args = parser.parse_args(argv)
 
@@ -27,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_job(args.job)
     from .distributed import run_worker
 
-    return run_worker(args.job, args.phase, args.rank, args.world_size, args.rendezvous, args.timeout_s)
+    return run_worker(args.job, args.phase, args.rank, args.world_size, args.rendezvous, args.timeout_s,
+                      local_rank=args.local_rank, init=args.init_method)
 
 
 if __name__ == "__main__":

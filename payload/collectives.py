@@ -6,6 +6,14 @@ again inside the timing, as nccl-tests), out-of-place and (where torch has it) i
 slowest rank's time, algbw and busbw (``payload.collective_math``). Rank 0 emits one ``sample``
 event per (op, size, placement) and writes ``artifacts/collectives.txt``, a table in nccl-tests'
 layout.
+
+Across nodes (``job.nodes`` > 1) the sweep runs three times, each sample carrying its ``scope``:
+``cluster`` (every rank of every node), ``intra_node`` (each node's ranks, every node at once; the
+sample names its ``node_rank``; left out with one rank per node) and ``inter_node`` (one rank per
+node per rail, as nccl-tests' runs with one GPU per node: the ranks of local rank ``rail`` on
+every node, every rail at once). A group's time is its slowest rank's and busbw uses the group's
+rank count. Global rank 0 (node 0) emits every sample and writes the tables; one node's output
+is unchanged (no ``scope``).
 """
 
 from __future__ import annotations
@@ -38,19 +46,24 @@ class Case:
     wrong: Callable[[], Any]
 
 
-def _cases(op: str, n: int, rank: int, world: int, device: Any) -> list[Case]:
-    """The placements of ``op`` with ``n`` elements in the whole array, buffers on ``device``."""
+def _cases(op: str, n: int, rank: int, world: int, device: Any, group: Any = None) -> list[Case]:
+    """The placements of ``op`` with ``n`` elements in the whole array, buffers on ``device``, run
+    in ``group`` (the whole world by default) where this process is ``rank`` of ``world``."""
+    from functools import partial
+
     import torch
     import torch.distributed as dist
 
     chunk = n // world
     fill = float(rank + 1)
     total = world * (world + 1) / 2
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    gather = partial(getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor, group=group)
+    scatter = partial(getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor, group=group)
+    root = 0 if group is None else dist.get_global_rank(group, 0)
     if op == "all_reduce":
         buf = torch.empty(n, device=device)
-        return [Case(True, lambda: buf.fill_(fill), lambda: dist.all_reduce(buf), lambda: (buf != total).sum())]
+        return [Case(True, lambda: buf.fill_(fill), lambda: dist.all_reduce(buf, group=group),
+                     lambda: (buf != total).sum())]
     if op == "all_gather":
         out = torch.empty(n, device=device)
         src = torch.full((chunk,), fill, device=device)
@@ -66,68 +79,129 @@ def _cases(op: str, n: int, rank: int, world: int, device: Any) -> list[Case]:
                 Case(True, lambda: full.fill_(fill), lambda: scatter(mine, full), lambda: (mine != total).sum())]
     if op == "broadcast":
         buf = torch.empty(n, device=device)
-        return [Case(True, lambda: buf.fill_(fill), lambda: dist.broadcast(buf, 0), lambda: (buf != 1.0).sum())]
+        return [Case(True, lambda: buf.fill_(fill), lambda: dist.broadcast(buf, root, group=group),
+                     lambda: (buf != 1.0).sum())]
     if op == "alltoall":
         # element j of chunk c on rank r is r·world + c; after the exchange chunk c holds c·world + r
         src = (rank * world + torch.arange(world, device=device, dtype=torch.float32)).repeat_interleave(chunk)
         out = torch.empty(n, device=device)
         expected = (torch.arange(world, device=device, dtype=torch.float32) * world + rank).repeat_interleave(chunk)
-        return [Case(False, lambda: out.zero_(), lambda: dist.all_to_all_single(out, src),
+        return [Case(False, lambda: out.zero_(), lambda: dist.all_to_all_single(out, src, group=group),
                      lambda: (out != expected).sum())]
     raise ValueError(f"unknown collective {op!r}")
 
 
+@dataclass(frozen=True)
+class Scope:
+    """One sweep of the collectives: in ``group`` (None: the world) of ``ranks`` ranks; this rank's
+    group is ``slot`` of ``slots``, whose ``leader`` (group rank 0) reports it; ``key`` names the
+    slot in the samples (``node_rank``, ``rail``; None for one group)."""
+
+    name: str | None
+    group: Any
+    ranks: int
+    slot: int = 0
+    slots: int = 1
+    leader: bool = True
+    key: str | None = None
+
+
+def scopes(job: Job, rank: int, world_size: int) -> list[Scope]:
+    """The sweeps of this rank: the world alone on one node; across nodes the cluster, each node
+    (with more than one rank per node) and each rail (``payload.distributed.subgroups``)."""
+    from .distributed import Layout, subgroups
+
+    layout = Layout.of(job)
+    if layout.nodes == 1:
+        return [Scope(None, None, world_size, leader=rank == 0)]
+    node_group, rail_group = subgroups(job)
+    local_rank = rank % layout.count
+    found = [Scope("cluster", None, world_size, leader=rank == 0)]
+    if layout.count > 1:
+        found.append(Scope("intra_node", node_group, layout.count, layout.node_rank, layout.nodes, local_rank == 0,
+                           "node_rank"))
+    found.append(Scope("inter_node", rail_group, layout.nodes, local_rank, layout.count, layout.node_rank == 0,
+                       "rail"))
+    return found
+
+
 def collectives_rank(job: Job, rank: int, world_size: int, events: EventLog | None) -> None:
-    """Per (op, size, placement), as nccl-tests: fill the inputs and check one untimed run, then
-    warm up and time ``iters`` runs of the collective alone (no fill inside the timing)."""
-    import torch
+    """Per scope (``scopes``), op, size and placement, as nccl-tests: fill the inputs and check one
+    untimed run, then warm up and time ``iters`` runs of the collective alone (no fill inside the
+    timing); rank 0 (``events``) emits the samples of every group and writes the tables."""
     import torch.distributed as dist
 
-    from .distributed import barrier, group_device, synchronize
+    from .distributed import gather_by_slot, group_device
 
     cfg = job.collectives
     if cfg is None:
         raise ValueError("job.json has no collectives section")
     device = group_device()
-    rows = []
-    for op in cfg.ops:
-        for size in sweep(cfg.min_bytes, cfg.max_bytes, cfg.factor, ELEMENT * world_size):
-            for case in _cases(op, size // ELEMENT, rank, world_size, device):
-                case.prepare()
-                case.run()
-                errors = torch.tensor([int(case.wrong())], dtype=torch.int64, device=device)
-                for _ in range(cfg.warmup_iters):
-                    case.run()
-                synchronize([device])
-                barrier()
-                start = time.perf_counter()
-                for _ in range(cfg.iters):
-                    case.run()
-                synchronize([device])
-                elapsed = torch.tensor([(time.perf_counter() - start) / cfg.iters], dtype=torch.float64,
-                                       device=device)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-                dist.all_reduce(errors)
-                seconds = float(elapsed.item())
-                algbw, busbw = bandwidths(op, size, seconds, world_size)
-                row = {"op": op, "bytes": size, "count": size // ELEMENT, "dtype": "float", "in_place": case.in_place,
-                       "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": busbw,
-                       "wrong": int(errors.item()), "ranks": world_size}
-                rows.append(row)
-                if events is not None:
-                    events.emit("sample", phase="collectives", **row)
+    tables = []
+    for scope in scopes(job, rank, world_size):
+        rows: dict[int, list[dict[str, Any]]] = {}
+        me, size_of_group = dist.get_rank(scope.group), dist.get_world_size(scope.group)
+        for op in cfg.ops:
+            for size in sweep(cfg.min_bytes, cfg.max_bytes, cfg.factor, ELEMENT * scope.ranks):
+                for case in _cases(op, size // ELEMENT, me, size_of_group, device, scope.group):
+                    seconds, wrong = _measure(case, cfg.warmup_iters, cfg.iters, device, scope.group)
+                    every = [(seconds, wrong)] if scope.slots == 1 else gather_by_slot(
+                        (seconds, wrong), scope.slot, scope.leader, scope.slots)
+                    for slot, (slot_seconds, slot_wrong) in enumerate(every):
+                        algbw, busbw = bandwidths(op, size, slot_seconds, scope.ranks)
+                        row = {"op": op, "bytes": size, "count": size // ELEMENT, "dtype": "float",
+                               "in_place": case.in_place, "time_us": slot_seconds * 1e6, "algbw_gbps": algbw,
+                               "busbw_gbps": busbw, "wrong": int(slot_wrong), "ranks": scope.ranks,
+                               **({"scope": scope.name} if scope.name else {}),
+                               **({scope.key: slot} if scope.key else {})}
+                        rows.setdefault(slot, []).append(row)
+                        if events is not None:
+                            events.emit("sample", phase="collectives", **row)
+        tables += [nccl_tests_table(found, _title(scope, slot)) for slot, found in rows.items()]
     if events is not None:
         table = events.path.parent / "artifacts" / "collectives.txt"
-        table.write_text(nccl_tests_table(rows))
+        table.write_text("\n".join(tables))
         events.emit("artifact", phase="collectives", name="collectives.txt", path="artifacts/collectives.txt",
                     bytes=table.stat().st_size)
 
 
-def nccl_tests_table(rows: list[dict[str, Any]]) -> str:
-    """Rows in nccl-tests' layout: size count type | out-of-place time algbw busbw #wrong | in-place …"""
+def _title(scope: Scope, slot: int) -> str:
+    if scope.name is None:
+        return ""
+    return {"cluster": " across the cluster", "intra_node": f" intra-node, node {slot}",
+            "inter_node": f" inter-node, rail {slot}"}.get(scope.name, f" {scope.name}")
+
+
+def _measure(case: Case, warmup_iters: int, iters: int, device: Any, group: Any) -> tuple[float, int]:
+    """(seconds per run, the slowest rank's in ``group``; wrong elements over the group) of one case."""
+    import torch
+    import torch.distributed as dist
+
+    from .distributed import barrier, synchronize
+
+    case.prepare()
+    case.run()
+    errors = torch.tensor([int(case.wrong())], dtype=torch.int64, device=device)
+    for _ in range(warmup_iters):
+        case.run()
+    synchronize([device])
+    barrier(group)
+    start = time.perf_counter()
+    for _ in range(iters):
+        case.run()
+    synchronize([device])
+    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(errors, group=group)
+    return float(elapsed.item()), int(errors.item())
+
+
+def nccl_tests_table(rows: list[dict[str, Any]], title: str = "") -> str:
+    """Rows in nccl-tests' layout: size count type | out-of-place time algbw busbw #wrong | in-place …
+    (``title`` follows the op in each section's header)."""
     lines = []
     for op in dict.fromkeys(r["op"] for r in rows):
-        lines += [f"# {op} ({rows[0]['ranks']} ranks)",
+        lines += [f"# {op}{title} ({rows[0]['ranks']} ranks)",
                   "#       size      count   type    time   algbw   busbw  #wrong    time   algbw   busbw  #wrong",
                   "#        (B) (elements)           (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"]
         by_size: dict[int, dict[bool, dict[str, Any]]] = {}
@@ -152,7 +226,9 @@ def nccl_tests_table(rows: list[dict[str, Any]]) -> str:
 
 def run_collectives(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None = None) -> dict[str, Any]:
     """Runner side: run the sweep on the attempt's ``ranks`` (on ranks of its own without), then
-    summarise the largest size of each op."""
+    summarise the largest size of each op: ``{op}_busbw_gbps_at_{bytes}`` of the world (of the
+    cluster across nodes), and across nodes ``intra_node: {"node<k>": {...}}`` and ``inter_node:
+    {"rail<r>": {...}}`` alike (only node 0, whose events hold the samples, has figures)."""
     from .distributed import launch
     from .events import read_samples
 
@@ -162,10 +238,23 @@ def run_collectives(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None
         ranks.run("collectives")
     samples = list(read_samples(log.path, "collectives"))
     summary: dict[str, Any] = {"wrong": sum(s["wrong"] for s in samples)}
-    for op in dict.fromkeys(s["op"] for s in samples):
-        largest = max((s for s in samples if s["op"] == op), key=lambda s: (s["bytes"], not s["in_place"]))
-        summary[f"{op}_busbw_gbps_at_{largest['bytes']}"] = largest["busbw_gbps"]
+    summary.update(_largest([s for s in samples if s.get("scope") in (None, "cluster")]))
+    for scope, key in (("intra_node", "node_rank"), ("inter_node", "rail")):
+        scoped = [s for s in samples if s.get("scope") == scope]
+        if scoped:
+            label = "node" if key == "node_rank" else "rail"
+            summary[scope] = {f"{label}{slot}": _largest([s for s in scoped if s[key] == slot])
+                              for slot in dict.fromkeys(s[key] for s in scoped)}
     if summary["wrong"]:
         raise RuntimeError(f"collectives returned {summary['wrong']} wrong elements: the node's interconnect or "
                            "its NCCL setup is broken")
     return summary
+
+
+def _largest(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """``{op}_busbw_gbps_at_{bytes}`` of each op's largest size (out-of-place first)."""
+    found = {}
+    for op in dict.fromkeys(s["op"] for s in samples):
+        largest = max((s for s in samples if s["op"] == op), key=lambda s: (s["bytes"], not s["in_place"]))
+        found[f"{op}_busbw_gbps_at_{largest['bytes']}"] = largest["busbw_gbps"]
+    return found

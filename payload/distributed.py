@@ -1,11 +1,23 @@
-"""Run the distributed phases as ``world_size`` ranks under torch.distributed on this node.
+"""Run the distributed phases under torch.distributed: ``count`` ranks on this node, of a world
+of ``nodes × count`` ranks.
 
-The runner starts one ``python -m payload worker`` process per rank for the whole attempt
-(``Ranks``): they meet once through a FileStore in the attempt directory (no port to pick, no
-race), join one process group, and run each distributed phase the runner names, in order, in the
-same process (one ``import torch``, one CUDA context, one NCCL init per rank and attempt). Each
-rank's output goes to ``artifacts/logs/attempt-rank<r>.log``. ``launch`` runs one phase on ranks
-started for it alone (the profile under nsys). Backend: NCCL when the cell asked for GPUs, gloo on CPU.
+The runner starts one ``python -m payload worker`` process per local rank for the whole attempt
+(``Ranks``): they join one process group and run each distributed phase the runner names, in
+order, in the same process (one ``import torch``, one CUDA context, one NCCL init per rank and
+attempt). Each rank's output goes to ``artifacts/logs/attempt-rank<r>.log`` (``r`` the global
+rank). ``launch`` runs one phase on ranks started for it alone (the profile under nsys). Backend:
+NCCL when the cell asked for GPUs, gloo on CPU.
+
+Rendezvous (``init_method``): one node (``job.nodes == 1``) meets through a FileStore in the
+attempt directory (no port to pick, no race). Across nodes every node's runner starts its local
+ranks as global ranks ``node_rank × count + local_rank`` (``Layout``) and they meet through
+torch.distributed's TCP rendezvous, ``tcp://master_addr:master_port``, hosted by global rank 0 on
+node 0; each later set of ranks the runner starts in the same attempt (the profile under nsys)
+meets at ``master_port + 1``, ``+ 2`` … so it never reaches a store of the set before it. The
+local rank is the GPU index (``torch.cuda.set_device(local_rank)``), never the global rank. A node
+whose peer is gone fails, never hangs: its ranks' collectives time out (``--timeout-s``) and the
+runner stops a phase at its budget. ``subgroups`` gives each rank its node's group and its rail
+(the ranks of the same local rank on every node).
 
 Device discipline: NCCL maps only CUDA tensors (a CPU tensor fails with "No backend type
 associated with device type cpu"), so every tensor handed to a collective is created on
@@ -22,9 +34,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +55,51 @@ DEFAULT_TIMEOUT_S = 600.0
 
 class RanksFailed(RuntimeError):
     """A rank exited non-zero; the message holds the tail of its log."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where ranks sit in a cluster of ``nodes`` nodes with ``count`` ranks each (pure).
+
+    Global rank ``g`` runs on node ``g // count`` as local rank (GPU) ``g % count``."""
+
+    nodes: int
+    count: int
+    node_rank: int = 0
+
+    @classmethod
+    def of(cls, job: Job) -> Layout:
+        if job.nodes < 1 or job.count < 1 or not 0 <= job.node_rank < job.nodes:
+            raise ValueError(f"job.json: node_rank {job.node_rank} of {job.nodes} nodes × {job.count} ranks "
+                             "is not a cluster")
+        return cls(job.nodes, job.count, job.node_rank)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.count
+
+    def global_rank(self, local_rank: int) -> int:
+        """This node's ``local_rank`` as a global rank."""
+        return self.node_rank * self.count + local_rank
+
+    def node_groups(self) -> list[list[int]]:
+        """The global ranks of each node, node 0 first."""
+        return [list(range(n * self.count, (n + 1) * self.count)) for n in range(self.nodes)]
+
+    def rail_groups(self) -> list[list[int]]:
+        """One rank per node per rail: the global ranks of local rank ``r`` on every node, rail 0 first."""
+        return [[n * self.count + r for n in range(self.nodes)] for r in range(self.count)]
+
+
+def init_method(job: Job, rendezvous: Path | str, incarnation: int = 0) -> str:
+    """Where the ranks meet: a FileStore at ``rendezvous`` on one node, node 0's TCP store across nodes
+    (``master_port + incarnation``: the attempt's ``incarnation``-th set of ranks)."""
+    if job.nodes == 1:
+        return f"file://{rendezvous}"
+    if not job.master_addr or not job.master_port:
+        raise ValueError(f"job.json: {job.nodes} nodes need master_addr and master_port (node 0's rendezvous)")
+    host = f"[{job.master_addr}]" if ":" in job.master_addr else job.master_addr
+    return f"tcp://{host}:{job.master_port + incarnation}"
 
 
 def uses_gpu(job: Job) -> bool:
@@ -95,39 +154,78 @@ def synchronize(devices: Iterable[torch.device | int]) -> None:
             torch.cuda.synchronize(device)
 
 
-def barrier() -> None:
-    """``dist.barrier`` on the group's device (NCCL: this rank's GPU, named explicitly)."""
+def barrier(group: Any = None) -> None:
+    """``dist.barrier`` of ``group`` (the whole world by default) on the group's device (NCCL:
+    this rank's GPU, named explicitly)."""
     import torch.distributed as dist
 
     device = group_device()
     if device.type == "cuda":
-        dist.barrier(device_ids=[device.index])
+        dist.barrier(group=group, device_ids=[device.index])
     else:
-        dist.barrier()
+        dist.barrier(group=group)
+
+
+def gather_by_slot(values: Sequence[float], slot: int, leader: bool, slots: int) -> list[list[float]]:
+    """Every group's ``values`` on every rank of the world: each group's ``leader`` puts its own
+    in row ``slot`` of a zeroed table (``slots`` rows), summed over the world (one all_reduce on the
+    group's device)."""
+    import torch
+    import torch.distributed as dist
+
+    table = torch.zeros(slots, len(values), dtype=torch.float64, device=group_device())
+    if leader:
+        table[slot] = torch.tensor(list(values), dtype=torch.float64, device=table.device)
+    dist.all_reduce(table)
+    rows: list[list[float]] = table.tolist()
+    return rows
+
+
+_worker: dict[str, Any] = {}
+"""This worker process's job, collective timeout and cached subgroups (set by ``run_worker``)."""
+
+
+def subgroups(job: Job) -> tuple[Any, Any]:
+    """(this rank's node group, this rank's rail group), made once per process with the rank's
+    collective timeout. Every rank must call it at the same point (``new_group`` is collective)."""
+    import torch.distributed as dist
+
+    if "subgroups" not in _worker:
+        layout = Layout.of(job)
+        timeout = timedelta(seconds=max(1.0, float(_worker.get("timeout_s", DEFAULT_TIMEOUT_S))))
+        node, _ = dist.new_subgroups_by_enumeration(layout.node_groups(), timeout=timeout)
+        rail, _ = dist.new_subgroups_by_enumeration(layout.rail_groups(), timeout=timeout)
+        _worker["subgroups"] = (node, rail)
+    groups: tuple[Any, Any] = _worker["subgroups"]
+    return groups
 
 
 CLOSE_GRACE_S = 30.0
 """How long ``Ranks.close`` waits for the ranks to leave the group before killing them."""
 
 Procs = list[tuple[int, subprocess.Popen[bytes], Path]]
-"""(rank, process, log) of each rank."""
+"""(global rank, process, log) of each local rank."""
+_incarnation = 0
+"""Sets of ranks this runner started so far (across nodes, the next set meets at ``master_port`` + this)."""
 
 
 class Ranks:
     """The attempt's rank processes: started at the first ``run``, kept until ``close``.
 
-    ``run(phase)`` has every rank run ``phase`` and returns when all have finished it; it raises
-    RanksFailed (and kills every rank) when a rank exits or ``timeout_s`` passes ("timed out"). The
-    ranks see the environment of their start (``os.environ`` then the job's ``env``). A ``run``
-    after a failure or ``close`` starts fresh ranks."""
+    ``local_ranks`` processes on this node (``job.count``; with ``job.nodes`` > 1 they are this
+    node's share of the world, ``Layout``). ``run(phase)`` has every local rank run ``phase`` and
+    returns, when all have finished it, what the node's first rank returned (a dict, or None); it
+    raises RanksFailed (and kills every rank) when a rank exits or ``timeout_s`` passes ("timed
+    out"). The ranks see the environment of their start (``os.environ`` then the job's ``env``). A
+    ``run`` after a failure or ``close`` starts fresh ranks."""
 
-    def __init__(self, job_path: Path, world_size: int) -> None:
-        self.job_path, self.world_size = job_path, world_size
+    def __init__(self, job_path: Path, local_ranks: int) -> None:
+        self.job_path, self.world_size = job_path, local_ranks
         self._rendezvous = Path()
         self._procs: Procs = []
         self._phases = 0
 
-    def run(self, phase: str, timeout_s: float | None = None) -> None:
+    def run(self, phase: str, timeout_s: float | None = None) -> dict[str, Any] | None:
         if not self._procs:
             self._rendezvous, self._procs = _start(self.job_path, self.world_size, "attempt", [], None, None,
                                                    stdin=subprocess.PIPE)
@@ -144,6 +242,8 @@ class Ranks:
             _stop(self._procs, self._rendezvous, grace_s=0)
             self._procs = []
             raise
+        first = result_file(self._rendezvous, self._procs[0][0], phase)
+        return json.loads(first.read_text()) if first.is_file() else None
 
     def _finished(self) -> bool:
         return all(_read(done_file(self._rendezvous, rank)).count("\n") >= self._phases
@@ -162,6 +262,11 @@ def done_file(rendezvous: Path | str, rank: int) -> Path:
     return Path(f"{rendezvous}.rank{rank}.done")
 
 
+def result_file(rendezvous: Path | str, rank: int, phase: str) -> Path:
+    """Where a rank writes what its phase function returned (JSON), for the runner."""
+    return Path(f"{rendezvous}.rank{rank}.{phase}.json")
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text()
@@ -174,7 +279,7 @@ def launch(job_path: Path, phase: str, world_size: int,
     """Run one phase on ranks started for it alone (logs ``artifacts/logs/<phase>-rank<r>.log``):
     start every rank, wait for all; raise RanksFailed when one fails (the others are killed) or
     when ``timeout_s`` passes ("timed out"). ``wrapper(rank)`` is a command prefix a rank runs
-    under (e.g. a profiler)."""
+    under (e.g. a profiler), ``rank`` the global rank; ``world_size`` is the ranks on this node."""
     rendezvous, procs = _start(job_path, world_size, phase, ["--phase", phase], wrapper, timeout_s)
     try:
         _wait(phase, procs, timeout_s, lambda: all(p.poll() == 0 for _, p, _ in procs), exit_ok=True)
@@ -185,26 +290,36 @@ def launch(job_path: Path, phase: str, world_size: int,
 def _start(job_path: Path, world_size: int, label: str, worker_args: list[str],
            wrapper: Callable[[int], list[str]] | None, timeout_s: float | None,
            stdin: int | None = None) -> tuple[Path, Procs]:
-    """Start one ``python -m payload worker`` per rank, output to ``artifacts/logs/<label>-rank<r>.log``."""
+    """Start one ``python -m payload worker`` per local rank (``world_size`` of them on this node),
+    output to ``artifacts/logs/<label>-rank<r>.log`` (``r`` the global rank), with torchrun's
+    ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` and ``NODE_RANK`` set."""
+    global _incarnation
     workdir = job_path.parent
     logs = workdir / "artifacts" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     rendezvous = workdir / f".rendezvous-{label}-{uuid.uuid4().hex}"
     job = Job.load(job_path)
+    layout = Layout(job.nodes, world_size, job.node_rank) if job.nodes > 1 else Layout(1, world_size)
+    meet = init_method(job, rendezvous, _incarnation)
+    _incarnation += 1
     env = {**os.environ, **job.env}
     package_root = str(Path(__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = omp_threads(job, world_size, os.cpu_count() or 1)
     procs: Procs = []
-    for rank in range(world_size):
+    for local_rank in range(world_size):
+        rank = layout.global_rank(local_rank)
         log_path = logs / f"{label}-rank{rank}.log"
         with log_path.open("wb") as out:
             cmd = [*(wrapper(rank) if wrapper else []), sys.executable, "-m", "payload", "worker", str(job_path),
-                   *worker_args, "--rank", str(rank), "--world-size", str(world_size),
+                   *worker_args, "--rank", str(rank), "--world-size", str(layout.world_size),
+                   "--local-rank", str(local_rank), "--init-method", meet,
                    "--rendezvous", str(rendezvous), "--timeout-s", str(timeout_s or DEFAULT_TIMEOUT_S)]
-            procs.append((rank, subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT, env=env),
-                          log_path))
+            where = {"RANK": rank, "LOCAL_RANK": local_rank, "WORLD_SIZE": layout.world_size,
+                     "LOCAL_WORLD_SIZE": layout.count, "NODE_RANK": layout.node_rank}  # as torchrun sets them
+            procs.append((rank, subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT,
+                                                 env={**env, **{k: str(v) for k, v in where.items()}}), log_path))
     return rendezvous, procs
 
 
@@ -244,31 +359,63 @@ def _failure_message(phase: str, rank: int, proc: subprocess.Popen[bytes], log: 
     return f"{phase} rank {rank} exited with code {proc.returncode}: " + " | ".join(tail)
 
 
-def _rank_functions() -> dict[str, Callable[[Job, int, int, EventLog | None], None]]:
+PARENT_POLL_S = 0.5
+
+
+def follow_parent(poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """End this process (exit code 1) soon after the process that started it is gone. Across
+    nodes a rank orphaned by its runner's death would go on with the other nodes' ranks (until
+    its stdin ends with the phase); ended, its peers' collectives fail at once instead."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print(f"pid {os.getpid()}: the runner (pid {parent}) is gone; leaving", flush=True)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="follow-parent", daemon=True)
+    thread.start()
+    return thread
+
+
+RankFunction = Callable[[Job, int, int, EventLog | None], "dict[str, Any] | None"]
+"""A distributed phase on one rank: (job, global rank, world size, events on global rank 0 else
+None) → None, or a JSON-able dict the runner gets back (``Ranks.run``)."""
+
+
+def _rank_functions() -> dict[str, RankFunction]:
     from .collectives import collectives_rank
-    from .probes import allreduce_rank
+    from .probes import allreduce_rank, cluster_rank
     from .profile import profile_rank
 
-    return {"profile": profile_rank, "collectives": collectives_rank, "preflight_allreduce": allreduce_rank}
+    return {"profile": profile_rank, "collectives": collectives_rank, "preflight_allreduce": allreduce_rank,
+            "preflight_cluster": cluster_rank}
 
 
 def run_worker(job_path: str, phase: str | None, rank: int, world_size: int, rendezvous: str,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
-    """Entry point of one rank: join the group (collectives time out after ``timeout_s``), run
-    ``phase`` or, without one, each phase named on a line of stdin until its end, appending each
-    finished phase's name to ``done_file``; leave the group. An exception ends the process (the
-    runner reads its log's tail)."""
+               timeout_s: float = DEFAULT_TIMEOUT_S, local_rank: int | None = None,
+               init: str | None = None) -> int:
+    """Entry point of one rank (``rank`` global, ``local_rank`` its GPU, the rank itself by
+    default): join the group at ``init`` (an ``init_method``; the FileStore at ``rendezvous`` by
+    default; collectives time out after ``timeout_s``), run ``phase`` or, without one, each phase
+    named on a line of stdin until its end, writing what the phase returned to ``result_file``
+    and appending each finished phase's name to ``done_file``; leave the group. An exception ends
+    the process (the runner reads its log's tail)."""
     import torch
     import torch.distributed as dist
 
     rank_functions = _rank_functions()
     job = Job.load(job_path)
     logs = Path(job_path).parent / "artifacts" / "logs"
+    if job.nodes > 1:
+        follow_parent()
     backend = backend_for(job)
-    local_rank = rank  # one node: the local rank is the rank
+    local_rank = rank if local_rank is None else local_rank
     if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank, world_size=world_size,
+        torch.cuda.set_device(local_rank)  # the GPU index on this node, never the global rank
+    _worker.update(timeout_s=timeout_s)
+    dist.init_process_group(backend, init_method=init or f"file://{rendezvous}", rank=rank, world_size=world_size,
                             **group_options(backend, local_rank, timeout_s))
     print(f"rank {rank} pid {os.getpid()}: joined the {backend} group of {world_size}", flush=True)
     events = EventLog(Path(job_path).parent / "events.jsonl") if rank == 0 else None
@@ -280,7 +427,9 @@ def run_worker(job_path: str, phase: str | None, rank: int, world_size: int, ren
             print(f"rank {rank} pid {os.getpid()}: phase {name}", flush=True)
             seen = {key: os.environ.get(key) for key in job.env}
             (logs / f"{name}-rank{rank}.env.json").write_text(json.dumps(seen))
-            rank_functions[name](job, rank, world_size, events)
+            result = rank_functions[name](job, rank, world_size, events)
+            if result is not None:
+                result_file(rendezvous, rank, name).write_text(json.dumps(result))
             gc.collect()  # the phase's tensors, before the next phase allocates its own
             if backend == "nccl":
                 torch.cuda.empty_cache()
@@ -289,5 +438,6 @@ def run_worker(job_path: str, phase: str | None, rank: int, world_size: int, ren
     finally:
         if events is not None:
             events.close()
+        _worker.pop("subgroups", None)
         dist.destroy_process_group()
     return 0

@@ -6,16 +6,31 @@ one ``nccl-debug.<host>.<pid>.log`` per rank; the checks (``payload.checks``) ju
 Each check is emitted as a ``sample`` event; ``artifacts/preflight.json`` holds ``{verdict, checks,
 elapsed_s}``. A probe still running when the budget is spent makes its check ``fail`` ("timed
 out"). Verdict ``fail`` raises BadNode (runner exit code 3).
+
+Across nodes (``job.nodes`` > 1) the all_reduce probe is the cluster probe instead
+(``payload.probes.cluster_rank``, on every node, CPU included, within what is left of the budget):
+each node's own all_reduce (``probes.json``'s ``allreduce``, judged by the node-local check as on
+one node), each rail's and the whole cluster's (``facts/cluster.json``), judged by
+``payload.cluster_checks``. Every node gets the same figures, so every node reaches the same
+cross-node verdict. A node failing its node-local checks raises BadNode naming itself
+(``node_rank``); a node the cross-node checks name (``intra_node_busbw``) is named by every node;
+a fabric failure (node pair, falloff, rails) raises BadNode naming none. A cluster probe that
+fails or runs out of budget (a peer node gone or failing its own preflight) is ``cluster_probe:
+fail`` and ClusterProbeFailed (exit code 1), never a bad node here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .checks import Expect, Facts, judge, verdict
+from .cluster_checks import bad_node_ranks, judge_cluster
 from .events import EventLog
 from .facts_capture import capture, faults
 from .job import Job
@@ -31,7 +46,16 @@ PROBE_OF_CHECK = {"cuda_init": "cuda_init", "gemm": "gemm_tflops", "hbm": "hbm_g
 
 
 class BadNode(RuntimeError):
-    """Preflight decided this node cannot run the cell."""
+    """Preflight decided a node cannot run the cell: across nodes ``node_rank`` names it (None:
+    this node on one node, or the fabric between nodes, which names no one node)."""
+
+    def __init__(self, message: str, node_rank: int | None = None) -> None:
+        super().__init__(message)
+        self.node_rank = node_rank
+
+
+class ClusterProbeFailed(RuntimeError):
+    """The cross-node probe did not finish: a peer node is gone or failed its own preflight."""
 
 
 def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float,
@@ -59,42 +83,82 @@ def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float,
             timed_out.append(unfinished)
         elif unfinished:
             probes[unfinished] = {"error": reason}
-    if wants_gpu and not timed_out and not probes.get("cuda_init", {}).get("error"):
+    if job.nodes > 1 and not timed_out and not probes.get("cuda_init", {}).get("error"):
+        _cluster(job, job_path, facts_dir, deadline, probes, ranks)
+    elif wants_gpu and not timed_out and not probes.get("cuda_init", {}).get("error"):
         timed_out += _allreduce(job, job_path, facts_dir, deadline, probes, ranks)
     (facts_dir / "probes.json").write_text(json.dumps(probes, indent=2))
     return probes, timed_out
 
 
-def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probes: dict[str, Any],
-               ranks: Ranks | None = None) -> list[str]:
-    import os
-
-    from .distributed import RanksFailed, launch
-
+@contextlib.contextmanager
+def _nccl_debug(facts_dir: Path) -> Iterator[None]:
+    """NCCL's INFO log, one file per rank under ``facts_dir``, for the ranks started inside."""
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(facts_dir / NCCL_DEBUG_FILE)}
     previous = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        budget_s = max(0.0, deadline - time.monotonic())
-        if ranks is None:
-            launch(job_path, "preflight_allreduce", job.count, timeout_s=budget_s)
-        else:  # started here, the attempt's ranks keep this NCCL_DEBUG for their later phases
-            ranks.run("preflight_allreduce", timeout_s=budget_s)
-    except RanksFailed as exc:
-        if "timed out" in str(exc):
-            return ["allreduce"]
-        probes["allreduce"] = {"wrong": -1, "error": str(exc)}
-        return []
+        yield
     finally:
         for key, value in previous.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probes: dict[str, Any],
+               ranks: Ranks | None = None) -> list[str]:
+    from .distributed import RanksFailed, launch
+
+    try:
+        with _nccl_debug(facts_dir):
+            budget_s = max(0.0, deadline - time.monotonic())
+            if ranks is None:
+                launch(job_path, "preflight_allreduce", job.count, timeout_s=budget_s)
+            else:  # started here, the attempt's ranks keep this NCCL_DEBUG for their later phases
+                ranks.run("preflight_allreduce", timeout_s=budget_s)
+    except RanksFailed as exc:
+        if "timed out" in str(exc):
+            return ["allreduce"]
+        probes["allreduce"] = {"wrong": -1, "error": str(exc)}
+        return []
     result = facts_dir / "allreduce.json"
     if result.is_file():
         probes["allreduce"] = json.loads(result.read_text())
     return []
+
+
+def _cluster(job: Job, job_path: Path, facts_dir: Path, deadline: float, probes: dict[str, Any],
+             ranks: Ranks | None = None) -> None:
+    """The cross-node probe on the attempt's ``ranks`` (on ranks of its own without) within the
+    budget: ``probes["cluster"]`` (also ``cluster.json``) the figures or ``{"error": ...}``, and on
+    GPUs ``probes["allreduce"]`` this node's own figure."""
+    from .distributed import Ranks, RanksFailed
+
+    own = ranks if ranks is not None else Ranks(job_path, job.count)
+    budget_s = max(0.0, deadline - time.monotonic())
+    try:
+        with _nccl_debug(facts_dir):
+            result = own.run("preflight_cluster", timeout_s=budget_s)
+    except RanksFailed as exc:
+        reason = (f"the other nodes' ranks did not finish within the {budget_s:.0f} s left of the budget"
+                  if "timed out" in str(exc) else str(exc))
+        probes["cluster"] = {"error": f"{reason}: a peer node is gone or failed its own preflight (see every "
+                                      "node's exit code)"}
+        return
+    finally:
+        if ranks is None:
+            own.close()
+    if not result:
+        probes["cluster"] = {"error": "the cluster probe returned nothing"}
+        return
+    probes["cluster"] = result
+    (facts_dir / "cluster.json").write_text(json.dumps(result, indent=2))
+    mine = [n for n in result.get("intra_node", []) if n["node_rank"] == job.node_rank]
+    if mine and job.gpu.lower() != "cpu":
+        probes["allreduce"] = {"bytes": result["bytes"], **{k: mine[0][k] for k in ("busbw_gbps", "algbw_gbps",
+                                                                                   "wrong")}}
 
 
 def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None = None) -> dict[str, Any]:
@@ -104,12 +168,16 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     workdir = job_path.parent
     facts_dir = workdir / "artifacts" / "facts"
     capture(facts_dir, deadline)
-    _, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
+    probes, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
     checks = judge(Facts(facts_dir), Expect(job.gpu, job.count), thresholds)
     for check in checks:
         if PROBE_OF_CHECK.get(check["name"]) in timed_out:
             check.update(status="fail", hint=f"timed out: the preflight budget of {thresholds['budget_s']:.0f} s "
                                              "ran out during this check")
+    local_failed = [c for c in checks if c["status"] == "fail"]
+    cross = _cross_node_checks(job, probes, thresholds)
+    checks += cross
+    for check in checks:
         check["elapsed_s"] = round(time.monotonic() - started, 3)
         log.emit("sample", phase="preflight", **check)
     result = {"verdict": verdict(checks), "checks": checks, "elapsed_s": round(time.monotonic() - started, 3)}
@@ -118,9 +186,37 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     for path in [report, *sorted(facts_dir.iterdir())]:
         relative = path.relative_to(workdir).as_posix()
         log.emit("artifact", phase="preflight", name=path.name, path=relative, bytes=path.stat().st_size)
-    if result["verdict"] == "fail":
-        failed = [c["name"] for c in checks if c["status"] == "fail"]
-        raise BadNode("preflight failed: " + "; ".join(f"{c['name']}: {c['hint']}" for c in checks
-                                                       if c["name"] in failed))
+    _act(job, local_failed, cross)
     return {"verdict": result["verdict"], "warn": [c["name"] for c in checks if c["status"] == "warn"],
             "elapsed_s": result["elapsed_s"]}
+
+
+def _cross_node_checks(job: Job, probes: dict[str, Any], thresholds: dict[str, float]) -> list[dict[str, Any]]:
+    """The cross-node checks (none on one node); ``cluster_probe: fail`` when the probe did not finish."""
+    if job.nodes == 1:
+        return []
+    cluster = probes.get("cluster")
+    if not cluster:
+        return [{"name": "cluster_probe", "status": "skip", "observed": None, "expected": None,
+                 "hint": "not run: this node's own probes failed or ran out of time"}]
+    if "error" in cluster:
+        return [{"name": "cluster_probe", "status": "fail", "observed": None, "expected": None,
+                 "hint": cluster["error"]}]
+    return judge_cluster(cluster, job.gpu, job.count, thresholds, set(job.preflight_thresholds))
+
+
+def _reasons(checks: list[dict[str, Any]]) -> str:
+    return "; ".join(f"{c['name']}: {c['hint']}" for c in checks if c["status"] == "fail")
+
+
+def _act(job: Job, local_failed: list[dict[str, Any]], cross: list[dict[str, Any]]) -> None:
+    """Raise for a failed verdict: this node's own checks first, then the cluster's (see module doc)."""
+    if local_failed:
+        raise BadNode(("preflight failed: " if job.nodes == 1 else f"preflight failed on node {job.node_rank}: ")
+                      + _reasons(local_failed), job.node_rank if job.nodes > 1 else None)
+    if any(c["name"] == "cluster_probe" and c["status"] == "fail" for c in cross):
+        raise ClusterProbeFailed("preflight's cluster probe failed: " + _reasons(cross))
+    if any(c["status"] == "fail" for c in cross):
+        named = bad_node_ranks(cross)
+        who = f"node {named[0]} is bad" if named else "the fabric between the nodes is bad (no one node named)"
+        raise BadNode(f"preflight failed across nodes, {who}: {_reasons(cross)}", named[0] if named else None)

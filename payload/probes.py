@@ -3,7 +3,8 @@ device-to-device copy GB/s per GPU, and an NCCL all_reduce across all GPUs with 
 ``NCCL_DEBUG=INFO`` logs. Results land in the facts snapshot (``probes.json``, one
 ``nccl-debug.<host>.<pid>.log`` per rank) so the checks judge them like any other fact. The
 per-GPU probes run in a child process that exits (``measure``, ``payload.child``), so their CUDA
-contexts and cached memory are gone before the next phase.
+contexts and cached memory are gone before the next phase. Across nodes the all_reduce is
+``cluster_rank``: each node's, each rail's and the whole cluster's (``payload.cluster_checks``).
 """
 
 from __future__ import annotations
@@ -127,3 +128,77 @@ def allreduce_rank(job: Job, rank: int, world_size: int, events: EventLog | None
         algbw, busbw = bandwidths("all_reduce", ALLREDUCE_BYTES, float(seconds.item()), world_size)
         (events.path.parent / "artifacts" / "facts" / "allreduce.json").write_text(json.dumps(
             {"bytes": ALLREDUCE_BYTES, "busbw_gbps": busbw, "algbw_gbps": algbw, "wrong": int(wrong.item())}))
+
+
+CLUSTER_BYTES_GPU = 8 * 1024**3
+"""The cross-node probe's all_reduce on GPUs: 8 GiB, the size of the published acceptance figures."""
+CLUSTER_BYTES_CPU = 1024**2
+"""On CPU (gloo) the figures judge nothing by default: 1 MiB proves the plumbing, quickly."""
+
+
+def cluster_rank(job: Job, rank: int, world_size: int, events: EventLog | None) -> dict[str, Any]:
+    """Rank function of the ``preflight_cluster`` distributed phase (nodes > 1): the all_reduce
+    busbw of each node's ranks (``intra_node``, every node at once), of each rail (``inter_node``:
+    the ranks of one local rank on every node, one rank per node, every rail at once) and of the
+    whole cluster. Each figure is filled and checked once untimed, then timed alone; a group's time
+    is its slowest rank's. Every rank returns the same dict: ``{bytes, nodes, count, intra_node:
+    [{node_rank, busbw_gbps, algbw_gbps, wrong, ranks}], inter_node: [{rail, ...}], cluster: {...}}``
+    (``intra_node`` is empty with one rank per node)."""
+    import torch
+
+    from .distributed import Layout, gather_by_slot, group_device, subgroups
+
+    layout = Layout.of(job)
+    on_gpu = job.gpu.lower() != "cpu"
+    size = CLUSTER_BYTES_GPU if on_gpu else CLUSTER_BYTES_CPU
+    warmup, iters = (2, 10) if on_gpu else (1, 3)
+    device = group_device()
+    buf = torch.empty(size // 4, device=device)
+    node_group, rail_group = subgroups(job)
+    local_rank = rank % layout.count
+    result: dict[str, Any] = {"bytes": size, "nodes": layout.nodes, "count": layout.count}
+    intra = _timed_allreduce(buf, node_group, warmup, iters) if layout.count > 1 else None
+    rail = _timed_allreduce(buf, rail_group, warmup, iters)
+    whole = _timed_allreduce(buf, None, warmup, iters)
+    result["intra_node"] = [] if intra is None else [
+        {"node_rank": node, **_figures(size, timing, layout.count)}
+        for node, timing in enumerate(gather_by_slot(intra, layout.node_rank, local_rank == 0, layout.nodes))]
+    result["inter_node"] = [
+        {"rail": r, **_figures(size, timing, layout.nodes)}
+        for r, timing in enumerate(gather_by_slot(rail, local_rank, layout.node_rank == 0, layout.count))]
+    result["cluster"] = _figures(size, whole, world_size)
+    return result
+
+
+def _timed_allreduce(buf: Any, group: Any, warmup: int, iters: int) -> tuple[float, int]:
+    """(seconds per all_reduce of ``buf`` in ``group``, the slowest rank's; wrong elements over the
+    group) after one checked untimed run and ``warmup`` more."""
+    import torch
+    import torch.distributed as dist
+
+    from .distributed import synchronize
+
+    size = dist.get_world_size(group)
+    buf.fill_(float(dist.get_rank(group) + 1))
+    dist.all_reduce(buf, group=group)
+    wrong = torch.tensor([int((buf != size * (size + 1) / 2).sum())], device=buf.device)
+    for _ in range(warmup):
+        dist.all_reduce(buf, group=group)
+    synchronize([buf.device])
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(buf, group=group)
+    synchronize([buf.device])
+    seconds = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=buf.device)
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(wrong, group=group)
+    return float(seconds.item()), int(wrong.item())
+
+
+def _figures(size: int, timing: Sequence[float], ranks: int) -> dict[str, Any]:
+    """busbw and algbw of an all_reduce of ``size`` bytes over ``ranks`` from (seconds, wrong)."""
+    from .collective_math import bandwidths
+
+    seconds, wrong = timing
+    algbw, busbw = bandwidths("all_reduce", size, seconds, ranks)
+    return {"busbw_gbps": busbw, "algbw_gbps": algbw, "wrong": int(wrong), "ranks": ranks}

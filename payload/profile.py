@@ -128,7 +128,7 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
         return  # earlier attempts recorded every timed step
     accum = grad_accum_steps(cfg, world_size)
     on_gpu = job.gpu.lower() != "cpu"
-    device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")  # local GPU
     if on_gpu:
         torch.cuda.reset_peak_memory_stats(device)
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -4,6 +4,13 @@ Exit codes: 0 every phase done, 3 preflight says the node is bad, 4 the dead-man
 (``payload.deadman``), 1 any other error. The last
 event is always ``done`` with the exit code (unless the process is killed).
 
+Across nodes (``job.nodes`` > 1) the controller starts this runner on every node with the same
+job but the node's own ``node_rank``; each runs the same phases in the same order on its
+``count`` local ranks of the one world (``payload.distributed``), writes its own events.jsonl and
+exit code; only node 0's events carry samples (global rank 0). A preflight error that names a
+node carries ``bad_node_rank``; one about the fabric between nodes has ``bad_node: true`` alone.
+A peer node that dies makes this one fail (its ranks' collectives error or time out), not hang.
+
 The distributed phases (preflight's all_reduce on GPUs, collectives, profile) run on one set of
 rank processes for the whole attempt (``payload.distributed.Ranks``), started by the first of them
 and closed before a phase that starts its own processes on the GPUs (command, the profile under
@@ -107,8 +114,9 @@ def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks, watch: Sp
         start = time.perf_counter()
         try:
             summary = phases[phase](job, job_path, log)
-        except BadNode as exc:
-            log.emit("error", phase=phase, message=str(exc), bad_node=True)
+        except BadNode as exc:  # across nodes, the node it names (none: the fabric)
+            named = {} if exc.node_rank is None else {"bad_node_rank": exc.node_rank}
+            log.emit("error", phase=phase, message=str(exc), bad_node=True, **named)
             return EXIT_BAD_NODE
         except Exception as exc:  # the controller needs the reason, whatever it is
             log.emit("error", phase=phase, message=f"{type(exc).__name__}: {exc}",

@@ -12,7 +12,19 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "hbm_min_fraction": (0.8, "warn below 80% of the GPU model's expected device-to-device copy GB/s"),
     "allreduce_min_fraction": (0.8, "acceptance practice: more than 20% below the expected busbw (as nccl-tests "
                                     "doc/PERFORMANCE.md defines it) means something is wrong"),
+    # across nodes (nodes > 1; payload.cluster_checks): published pre-launch acceptance of an H100 cluster, nccl-tests
+    # all_reduce at 8 GB. Judged by default on 8× H100_SXM / H200 nodes only, elsewhere (CPU included) when set
+    "intra_node_busbw_min_gbps": (460, "each node's own all_reduce busbw (8× H100 SXM, NVLink 4 through NVSwitch: "
+                                       "460–480 GB/s at 8 GB); a node below it is named and replaced"),
+    "inter_node_busbw_min_gbps": (350, "node-pair all_reduce busbw (2 nodes × 8 H100, 8× NDR-400 InfiniBand + "
+                                       "GPUDirect RDMA: 350–380 GB/s at 8 GB; below 200 something to debug); "
+                                       "judged on 2-node clusters"),
+    "cluster_falloff_max_fraction": (0.25, "the full-cluster all_reduce busbw at most 25% below the nodes' intra-node "
+                                           "figure (published H100 + 8× NDR-400: 2 / 4 / 8 / 16 nodes 350–380 / "
+                                           "320–360 / 280–320 / 240–280 GB/s)"),
 }
+CLUSTER_REFERENCE = {("H100_SXM", 8), ("H200", 8)}
+"""The (GPU model, GPUs per node) the cross-node thresholds' published figures were measured on."""
 
 EXPECTED_GEMM_TFLOPS = {
     # achievable dense bf16 matmul (8192³), about 70% of the published peak

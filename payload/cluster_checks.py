@@ -1,0 +1,136 @@
+"""The cross-node preflight checks (nodes > 1), pure functions of the cluster probe's figures.
+
+The probe (``payload.probes.cluster_rank``, saved as ``facts/cluster.json``) measures an all_reduce
+on each node's ranks, on each rail and on the whole cluster. Judged against the thresholds of
+``payload.thresholds`` (``intra_node_busbw_min_gbps``, ``inter_node_busbw_min_gbps``,
+``cluster_falloff_max_fraction``): by default only on nodes of the configuration the published
+figures were measured on (``CLUSTER_REFERENCE``: 8× H100 SXM / H200), anywhere else (CPU included)
+only when the campaign sets the threshold. Each check is ``{name, status, observed, expected,
+hint}`` as ``payload.checks``; ``intra_node_busbw`` names the nodes that fail it in
+``observed["bad_node_ranks"]`` (the rails and the cluster span every node: they name none).
+
+The published node-pair figure is nccl-tests' all_reduce over both nodes' 16 GPUs (``mpirun -np
+16``, one GPU per process, ``ACCEPTANCE_DOC``), so it is judged on the whole 2-node cluster's
+figure: one rail carries one NIC (NDR-400: 50 GB/s) and can never reach it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from .thresholds import CLUSTER_REFERENCE
+
+Check = dict[str, Any]
+ACCEPTANCE_DOC = "https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests"
+"""The published pre-launch acceptance (nccl-tests on a new H100 cluster) the thresholds come from."""
+FABRIC_CAUSES = ("GPUDirect RDMA not active (no GDRDMA in NCCL's log, nvidia_peermem not loaded), NCCL_IB_HCA "
+                 "missing NICs, the wrong NCCL_IB_GID_INDEX on RoCE, PXN off")
+DEBUG_BELOW_GBPS = 200.0
+"""Published practice for 2 × 8 H100 with 8× NDR-400: a node pair below this is something to debug."""
+
+
+def _check(name: str, status: str, observed: Any, expected: Any, hint: str = "") -> Check:
+    return {"name": name, "status": status, "observed": observed, "expected": expected, "hint": hint}
+
+
+def _gbps(value: float) -> float:
+    return round(float(value), 2)
+
+
+def judge_cluster(cluster: dict[str, Any], gpu: str, count: int, thresholds: dict[str, float],
+                  explicit: Collection[str]) -> list[Check]:
+    """The cross-node checks of one probe result; ``explicit`` names the thresholds the campaign set."""
+    wants_gpu = gpu.lower() != "cpu"
+
+    def applies(name: str) -> bool:
+        return name in explicit or (wants_gpu and (gpu, count) in CLUSTER_REFERENCE)
+
+    return [_intra(cluster, thresholds, applies("intra_node_busbw_min_gbps")), _rails(cluster),
+            _inter(cluster, thresholds, applies("inter_node_busbw_min_gbps")),
+            _falloff(cluster, thresholds, applies("cluster_falloff_max_fraction"))]
+
+
+def _not_judged(name: str) -> str:
+    return f"not judged: no published figure for this configuration; set {name} to judge it"
+
+
+def _intra(cluster: dict[str, Any], th: dict[str, float], judged: bool) -> Check:
+    nodes = cluster.get("intra_node") or []
+    if not nodes:
+        return _check("intra_node_busbw", "skip", None, None, "one rank per node: nothing inside a node to measure")
+    observed: dict[str, Any] = {"busbw_gbps": {f"node{n['node_rank']}": _gbps(n["busbw_gbps"]) for n in nodes},
+                                "bytes": cluster.get("bytes")}
+    wrong = [n["node_rank"] for n in nodes if n["wrong"]]
+    if wrong:
+        observed["bad_node_ranks"] = wrong
+        return _check("intra_node_busbw", "fail", observed, "0 wrong elements",
+                      f"node(s) {', '.join(map(str, wrong))}: all_reduce returned wrong values: replace the node")
+    if not judged:
+        return _check("intra_node_busbw", "pass", observed, None, _not_judged("intra_node_busbw_min_gbps"))
+    floor = th["intra_node_busbw_min_gbps"]
+    slow = [n for n in nodes if n["busbw_gbps"] < floor]
+    if slow:
+        observed["bad_node_ranks"] = [n["node_rank"] for n in slow]
+        named = ", ".join(f"node {n['node_rank']} ({n['busbw_gbps']:.0f} GB/s)" for n in slow)
+        return _check("intra_node_busbw", "fail", observed, f">= {floor:.0f} GB/s per node",
+                      f"{named} below {floor:.0f} GB/s inside the node: an NVLink lane down, NCCL_P2P_DISABLE / "
+                      "NCCL_SHM_DISABLE, GPUs split across NUMA nodes; the node is replaced")
+    return _check("intra_node_busbw", "pass", observed, f">= {floor:.0f} GB/s per node")
+
+
+def _rails(cluster: dict[str, Any]) -> Check:
+    rails = cluster.get("inter_node") or []
+    observed = {"busbw_gbps": {f"rail{r['rail']}": _gbps(r["busbw_gbps"]) for r in rails},
+                "ranks_per_rail": rails[0]["ranks"] if rails else None}
+    wrong = [r["rail"] for r in rails if r["wrong"]]
+    if wrong:
+        return _check("rail_busbw", "fail", observed, "0 wrong elements",
+                      f"rail(s) {', '.join(map(str, wrong))}: all_reduce across nodes returned wrong values")
+    return _check("rail_busbw", "pass", observed, None,
+                  "one rank per node per rail, every rail at once; reported, not judged")
+
+
+def _inter(cluster: dict[str, Any], th: dict[str, float], judged: bool) -> Check:
+    whole = cluster.get("cluster") or {}
+    busbw = float(whole.get("busbw_gbps") or 0.0)
+    nodes = int(cluster.get("nodes") or 0)
+    observed = {"busbw_gbps": _gbps(busbw), "nodes": nodes, "ranks": whole.get("ranks"), "bytes": cluster.get("bytes")}
+    if whole.get("wrong"):
+        return _check("inter_node_busbw", "fail", observed, "0 wrong elements",
+                      "the cluster's all_reduce returned wrong values: " + FABRIC_CAUSES)
+    if nodes != 2:
+        return _check("inter_node_busbw", "pass", observed, None,
+                      "the node-pair figure is judged on 2-node clusters; see cluster_falloff")
+    if not judged:
+        return _check("inter_node_busbw", "pass", observed, None, _not_judged("inter_node_busbw_min_gbps"))
+    floor = th["inter_node_busbw_min_gbps"]
+    if busbw < floor:
+        how = "something to debug" if busbw < DEBUG_BELOW_GBPS else "below the published node-pair figure"
+        return _check("inter_node_busbw", "fail", observed, f">= {floor:.0f} GB/s",
+                      f"node pair at {busbw:.0f} GB/s, {how}; the fabric, not one node: check {FABRIC_CAUSES}")
+    return _check("inter_node_busbw", "pass", observed, f">= {floor:.0f} GB/s")
+
+
+def _falloff(cluster: dict[str, Any], th: dict[str, float], judged: bool) -> Check:
+    nodes = cluster.get("intra_node") or []
+    if not nodes:
+        return _check("cluster_falloff", "skip", None, None, "one rank per node: no intra-node figure to compare")
+    intra = sum(float(n["busbw_gbps"]) for n in nodes) / len(nodes)
+    whole = float((cluster.get("cluster") or {}).get("busbw_gbps") or 0.0)
+    falloff = 1 - whole / intra if intra > 0 else 1.0
+    observed = {"cluster_busbw_gbps": _gbps(whole), "intra_node_mean_gbps": _gbps(intra),
+                "falloff": round(falloff, 4), "nodes": cluster.get("nodes")}
+    if not judged:
+        return _check("cluster_falloff", "pass", observed, None, _not_judged("cluster_falloff_max_fraction"))
+    limit = th["cluster_falloff_max_fraction"]
+    if falloff > limit:
+        return _check("cluster_falloff", "fail", observed, f"<= {limit:.0%} below the intra-node figure",
+                      f"the whole cluster's busbw is {falloff:.0%} below the nodes' own: check {FABRIC_CAUSES}")
+    return _check("cluster_falloff", "pass", observed, f"<= {limit:.0%} below the intra-node figure")
+
+
+def bad_node_ranks(checks: list[Check]) -> list[int]:
+    """The node ranks the failed cross-node checks name (empty: the fabric, no one node)."""
+    return [rank for c in checks if c["status"] == "fail" and isinstance(c.get("observed"), dict)
+            for rank in c["observed"].get("bad_node_ranks", [])]
