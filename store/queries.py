@@ -103,15 +103,17 @@ def new_attempt(engine: Engine, cell_id: int, token: str, provider: str, market:
         return attempt
 
 
-def attach_node(engine: Engine, attempt_id: int, node: dict[str, Any]) -> None:
-    """Record the node an attempt got (``Node.to_dict()``); its billed price and host (the node's
-    ``hourly_usd`` and ``host``) replace the offer's when known."""
+def attach_node(engine: Engine, attempt_id: int, node: dict[str, Any], hourly_usd: float | None = None) -> None:
+    """Record the node an attempt got (``Node.to_dict()``, a cluster's node 0 with its peers); its
+    billed price and host replace the offer's when known: ``hourly_usd`` (that of every node of
+    the attempt), else the node's ``hourly_usd``, and the node's ``host``."""
     with Session(engine) as s:
         attempt = s.get(Attempt, attempt_id)
         assert attempt is not None
         attempt.node_json = json.dumps(node, sort_keys=True)
-        if node.get("hourly_usd") is not None:
-            attempt.hourly_usd = float(node["hourly_usd"])
+        billed = hourly_usd if hourly_usd is not None else node.get("hourly_usd")
+        if billed is not None:
+            attempt.hourly_usd = float(billed)
         if node.get("host"):
             attempt.host = str(node["host"])
         s.commit()
@@ -137,14 +139,6 @@ def attempt_cost(attempt: Attempt, until: float) -> float:
     if attempt.launched_at is None or attempt.hourly_usd is None:
         return 0.0
     return max(0.0, until - attempt.launched_at) / 3600.0 * attempt.hourly_usd
-
-
-def bad_hosts(engine: Engine, campaign_id: int) -> set[str]:
-    """Hosts (provider machine ids or addresses) where preflight failed, in any cell of the campaign."""
-    with Session(engine) as s:
-        rows = s.exec(select(Attempt.host).join(Cell, col(Attempt.cell_id) == col(Cell.id))
-                      .where(Cell.campaign_id == campaign_id).where(Attempt.outcome == "bad_node"))
-        return {host for host in rows if host}
 
 
 def spent_by_outcome(engine: Engine, campaign_id: int, now: float | None = None) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Multi-node cells, first slice of issue 19: ``nodes: N`` in a campaign file is parsed, expanded
 and keyed; ``plan`` and the budget price it at the node's price × N; the leaderboard rows carry it;
-``plan`` refuses it on a provider that cannot rent N nodes as one unit, and ``run`` refuses it on
-every provider (one line, exit 2) until multi-node runs exist."""
+``plan`` and ``run`` refuse it (one line, exit 2) on a provider that cannot rent N nodes as one
+unit; ``run`` rents it on one that can (``test_cluster_engine.py``, ``test_cluster_local.py``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from benchctl.store.models import Cell
 from tests.conftest import cli_here
 from tests.local_campaign import home_store
 
-# device_batch_size × sequence_len = 64 tokens per device; 4096 divides by 64 × {1, 2}.
+# device_batch_size × sequence_len = 64 tokens per device; 4096 divides by 64 × 2 ranks × {1, 2, 4, 16} nodes.
 BASE = """\
 name: nodes
 budget_usd: 50
@@ -99,16 +99,20 @@ def test_plan_shows_the_node_count_through_the_cli(home: Path, tmp_path: Path) -
     assert (row["cell"], row["nodes"], row["hourly_usd"]) == ("local:cpux2:on-demand:nodes=2", 2, 1.0)
 
 
-def test_run_refuses_a_multi_node_cell_in_one_line(home: Path, tmp_path: Path) -> None:
+def test_run_takes_a_multi_node_cell_on_a_provider_that_rents_clusters_and_admits_it_at_every_node(
+        home: Path, tmp_path: Path) -> None:
+    # one node's worst case ($0.50/h × 2.42 h) fits $2, two nodes' does not: the cell ends on budget, unlaunched
     path = tmp_path / "n.yaml"
-    path.write_text(local_cells("", ", nodes: 2"))
+    path.write_text(local_cells(", nodes: 2").replace("budget_usd: 50", "budget_usd: 2"))
     result = cli_here("run", str(path), "--yes", home=home)
-    assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
-    assert result.stderr.strip().splitlines() == [
-        "error: local:cpux2:on-demand:nodes=2: nodes: 2 on local: multi-node runs are not implemented yet "
-        "(issue 19): plan shows the price, run refuses; use nodes: 1 to run it"]
-    assert not (home / "benchctl.db").exists(), "refused before anything was written"
+    assert "multi-node runs are not implemented" not in result.stderr
+    engine = home_store(home)
+    with Session(engine) as s:
+        (cell,) = s.exec(select(Cell)).all()
+    assert (cell.key, cell.state) == ("local:cpux2:on-demand:nodes=2", "failed")
+    assert "$0.50/h × 2 nodes" in (cell.reason or ""), cell.reason
+    assert not list((home / "nodes").glob("*/node.json")), "no node was launched"
 
 
 @pytest.mark.parametrize(("provider", "env", "cell", "why"), [
@@ -160,10 +164,10 @@ class _OneOffer:
 
 
 def test_the_budget_worst_case_counts_every_node() -> None:
-    campaign = parse_campaign(local_cells("", ", nodes: 3"), "n.yaml")
-    one, three = campaign.cells
+    campaign = parse_campaign(local_cells("", ", nodes: 4"), "n.yaml")
+    one, four = campaign.cells
     single = worst_case_spend(campaign, [one], _OneOffer(1.0), 0.0)
-    assert worst_case_spend(campaign, [three], _OneOffer(1.0), 0.0) == pytest.approx(3 * single)
+    assert worst_case_spend(campaign, [four], _OneOffer(1.0), 0.0) == pytest.approx(4 * single)
 
 
 def test_admission_prices_the_attempt_at_every_node(home: Path, tmp_path: Path) -> None:

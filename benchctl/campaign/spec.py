@@ -262,8 +262,8 @@ class CellSpec(_Strict):
     provider: ProviderName
     gpu: str | None = None
     count: int | None = Field(default=None, ge=1, description="GPUs per node")
-    nodes: int = Field(default=1, ge=1, le=MAX_NODES, description="nodes rented as one unit (issue 19: priced and "
-                       "planned; run refuses more than one)")
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES, description="nodes rented as one unit and run as one attempt "
+                       "(count stays GPUs per node)")
     market: Market
     cloud: str | None = Field(default=None, min_length=1, description="skypilot only: the cloud SkyPilot rents from")
     region: str | None = None
@@ -476,12 +476,13 @@ def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: 
 
 def _check_batch(spec: CampaignSpec, cell: CellSpec, file: str, lines: dict[Path_, int], path: Path_) -> None:
     p = spec.payload.profile
-    per_step = p.device_batch_size * p.sequence_len * cell.world_size
+    per_step = p.device_batch_size * p.sequence_len * cell.world_size * cell.nodes  # every rank of every node
+    names, factors = (" × nodes", f" × {cell.nodes}") if cell.nodes > 1 else ("", "")
     if "profile" in spec.payload.phases and spec.target.total_batch_size % per_step:
         raise SpecError(file, line_of(lines, path), format_path(path),
                         f"target.total_batch_size {spec.target.total_batch_size} is not a multiple of "
-                        f"device_batch_size × sequence_len × count = {p.device_batch_size} × {p.sequence_len} × "
-                        f"{cell.world_size} = {per_step}; change one of them")
+                        f"device_batch_size × sequence_len × count{names} = {p.device_batch_size} × "
+                        f"{p.sequence_len} × {cell.world_size}{factors} = {per_step}; change one of them")
 
 
 def _spec_error(exc: ValidationError, file: str, lines: dict[Path_, int], to_path: Any,

@@ -58,7 +58,7 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
     refuse_unfit(campaign)  # before any provider, database or node
     providers = Providers(home(), campaign.spec.providers)
     providers.check(cell.provider for cell in campaign.cells)
-    refuse_multi_node(providers, campaign.cells, running=True)
+    refuse_multi_node(providers, campaign.cells)
     providers.check_cells(campaign.cells, campaign.spec.defaults.image)
     engine = state.engine()
     previous = q.campaigns(engine, campaign.spec.name)

@@ -1,4 +1,4 @@
-"""One attempt on one node: ship the payload, watch it, collect, and always terminate and close.
+"""One attempt on one node or one cluster: ship the payload, watch it, collect, and always terminate and close.
 
 ``drive`` ends in ``finally`` with a last read of the node's events, ``terminate`` and the
 attempt closed at the time the provider says the node stopped billing (else now), whatever
@@ -16,6 +16,11 @@ While the payload runs, every ``status_interval_s`` the driver asks the provider
 state (a preempted node ends the attempt) and checks the campaign's spend against its budget; it
 touches the payload's heartbeat (its dead-man switch) as often, or four times per
 ``max_idle_minutes`` if that is more often.
+A cluster (``nodes`` > 1, ``Node.peers``) is one attempt: it is ready once every member runs, it
+is preempted once any member is preempted or terminated (a payload that failed, or a node that
+could not be read, while a member was gone is that preemption too), every member gets the stage
+with its own ``node_rank`` and runs the payload (``benchctl.engine.workers``), and every member is
+terminated, each whatever the others raise; the attempt ends when the last member stopped billing.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import re
 import shlex
 import shutil
 import tempfile
@@ -34,10 +38,24 @@ from pathlib import Path
 
 from benchctl import payload
 from benchctl.campaign.spec import CellSpec
+from benchctl.engine.bad_hosts import bad_member_host, bad_node_rank
 from benchctl.engine.budget import collect_timeout_s
 from benchctl.engine.cell_states import CellState
+from benchctl.engine.cluster import billed_hourly, cluster_ended_at, cluster_state, terminate_all
 from benchctl.engine.event_sync import sync_events
 from benchctl.engine.run_context import Outcome, OutcomeKind, RunContext
+from benchctl.engine.workers import (
+    EXIT_CODE,
+    EXIT_CODE_BYTES,
+    LOG_READ_BYTES,
+    Worker,
+    collect_workers,
+    failed_worker,
+    member_jobs,
+    tail,
+    unstarted,
+    workers,
+)
 from benchctl.payload.deadman import HEARTBEAT
 from benchctl.payload.job import EXIT_BAD_NODE, EXIT_OK, Job
 from benchctl.provisioners.base import NoCapacity, Node, NodeState, Provider, ProviderError, Transport
@@ -48,11 +66,6 @@ from benchctl.store.models import Artifact, Attempt
 
 MAX_DIR_NAME_BYTES = 120
 """Longer cell keys get a shortened directory name (a file name holds at most 255 bytes)."""
-EXIT_CODE_BYTES = 64
-"""The most read of the node's ``exit_code`` file."""
-LOG_READ_BYTES = 1024 * 1024
-"""The most read of ``payload.log`` for the reason of a failed payload."""
-_EXIT_CODE = re.compile(rb"[0-9]{1,3}")
 
 
 def cell_dir_name(key: str) -> str:
@@ -83,23 +96,29 @@ class AttemptDriver:
                 if not_ready is not None:
                     outcome = not_ready
                     return outcome
-                q.attach_node(self.ctx.engine, attempt.id or 0, node.to_dict())  # a price known once it runs
+                q.attach_node(self.ctx.engine, attempt.id or 0, node.to_dict(),  # a price known once it runs
+                              hourly_usd=billed_hourly(node))
             transport = self.provider.transport(node)  # some providers know the address only once ready
+            peers = workers(self.provider, node)
             if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:
                 reattach = False  # the controller stopped before the payload was started
+            if reattach and (missing := unstarted(peers, attempt.remote_dir)):
+                outcome = Outcome(OutcomeKind.ERROR, "the controller stopped while it started the cluster's payload "
+                                  f"(not started on node {', '.join(map(str, missing))})")
+                return outcome
             if not reattach:
-                self._start_payload(attempt, node, transport)
-            outcome = self._watch(attempt, node, transport)
+                self._start_payload(attempt, node, transport, peers)
+            outcome = self._watch(attempt, node, transport, peers)
             if outcome.kind is OutcomeKind.DONE:
                 self.transition(CellState.COLLECTING)
             if outcome.kind in (OutcomeKind.DONE, OutcomeKind.BAD_NODE):  # a bad node's verdict and facts: evidence
-                outcome = self._collect_in_time(attempt, transport) or outcome
+                outcome = self._collect_in_time(attempt, transport, peers) or outcome
             return outcome
         except NoCapacity as exc:  # found while waiting for the node (SkyPilot fails over, then gives up)
             outcome = Outcome(OutcomeKind.LAUNCH_FAILED, f"no capacity: {exc}")
             return outcome
         except ProviderError as exc:
-            outcome = Outcome(OutcomeKind.ERROR, str(exc))
+            outcome = self._gone_or(node, Outcome(OutcomeKind.ERROR, str(exc)))
             return outcome
         except OSError as exc:  # the node's files, or the attempt's local directory
             outcome = Outcome(OutcomeKind.ERROR, f"{type(exc).__name__}: {exc}")
@@ -122,7 +141,7 @@ class AttemptDriver:
         if outcome.kind is OutcomeKind.ABANDONED:  # the cell's new owner (or `down`) closes it
             return
         try:
-            ended = self.provider.ended_at(node)
+            ended = cluster_ended_at(self.provider, node)
         except Exception as exc:  # then it ended now
             ended = None
             self.ctx.log(f"{self.key}: when node {node.node_id} stopped billing is unknown ({exc}); closing it now")
@@ -138,13 +157,22 @@ class AttemptDriver:
             self.ctx.log(f"{self.key}: could not read attempt {attempt.number}'s last events: {exc}")
 
     def terminate(self, node: Node) -> None:
-        """One ``terminate``: the provider's API call already retries what may pass on retry
-        (``Unavailable``), and a node already gone is success there."""
-        try:
-            self.provider.terminate(node)
-        except ProviderError as exc:
-            self.ctx.log(f"{self.key}: could not terminate {node.node_id} ({exc}): run `benchctl down` or "
-                         "terminate it at the provider")
+        """One ``terminate`` of each member, each whatever the others raise: the provider's API call
+        already retries what may pass on retry (``Unavailable``), and a node already gone is success
+        there. A ``ProviderError`` is logged; anything else is raised once every member was asked."""
+        def one(member: Node) -> None:
+            try:
+                self.provider.terminate(member)
+            except ProviderError as exc:
+                self.ctx.log(f"{self.key}: could not terminate {member.node_id} ({exc}): run `benchctl down` or "
+                             "terminate it at the provider")
+
+        if not node.peers:
+            one(node)
+            return
+        failed = terminate_all(one, node)
+        if failed:
+            raise ProviderError("; ".join(failed))
 
     def _wait_ready(self, node: Node) -> Outcome | None:
         """None once the node runs; else why it never will."""
@@ -152,18 +180,36 @@ class AttemptDriver:
         while time.monotonic() < deadline:
             if (halt := self.halted()) is not None:
                 return halt
-            state = self.provider.status(node)
+            state, which = cluster_state(self.provider, node)
             if state is NodeState.RUNNING:
+                if node.peers:
+                    self.ctx.log(f"{self.key}: all {len(node.members())} nodes running")
                 return None
             if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
                 if not self.ctx.leases.verify(self.cell_id):
                     return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
                 return Outcome(OutcomeKind.PREEMPTED,
-                               f"the provider reports the node {state.value} before it was ready")
+                               f"the provider reports {which} {state.value} before it was ready")
             if self.ctx.budget.exceeded():
                 return Outcome(OutcomeKind.BUDGET, "the campaign's spend reached budget_usd")
             self.ctx.stop.wait(self.ctx.poll_interval_s)
-        return Outcome(OutcomeKind.ERROR, f"the node was not ready after {self.ctx.ready_timeout_s:.0f} s")
+        nodes = f"all {len(node.members())} nodes were" if node.peers else "the node was"
+        return Outcome(OutcomeKind.ERROR, f"{nodes} not ready after {self.ctx.ready_timeout_s:.0f} s")
+
+    def _gone_or(self, node: Node, outcome: Outcome) -> Outcome:
+        """``outcome``, or ``preempted`` when a member of a cluster is gone: a worker that lost its
+        peer fails, and a gone node cannot be read, before the status poll tells why."""
+        if not node.peers:
+            return outcome
+        try:
+            state, which = cluster_state(self.provider, node)
+        except ProviderError:
+            return outcome
+        if state not in (NodeState.PREEMPTED, NodeState.TERMINATED):
+            return outcome
+        if not self.ctx.leases.verify(self.cell_id):
+            return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
+        return Outcome(OutcomeKind.PREEMPTED, f"the provider reports {which} {state.value} ({outcome.detail})")
 
     def _job(self, attempt: Attempt, node: Node) -> Job:
         campaign = self.ctx.campaign
@@ -184,26 +230,34 @@ class AttemptDriver:
         ended = {e.phase for e in q.events(self.ctx.engine, self.cell_id, kind="phase_end") if e.phase}
         return sorted(ended - {"preflight"})
 
-    def _start_payload(self, attempt: Attempt, node: Node, transport: Transport) -> None:
+    def _start_payload(self, attempt: Attempt, node: Node, transport: Transport,
+                       peers: list[Worker] | None = None) -> None:
+        """Ship the stage to every member (its own ``job.json``), then start node 0, then the others
+        (``peers``: their transports, made here when not given)."""
+        peers = workers(self.provider, node) if peers is None else peers
         job = self._job(attempt, node)
+        jobs = member_jobs(job, self.provider, node, attempt.token)
+        transports = [transport, *(worker.transport for worker in peers)]
         with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
             shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload", symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            (Path(stage) / "job.json").write_text(job.to_json())
             (Path(stage) / HEARTBEAT).touch()
             upload = self.ctx.campaign.command_upload()
             if upload is not None and "command" in job.pending_phases():
                 shutil.copytree(upload, Path(stage) / "work", symlinks=True,
                                 ignore=shutil.ignore_patterns("__pycache__"))
-            transport.put(stage, attempt.remote_dir)
+            for member_job, member in zip(jobs, transports, strict=True):
+                (Path(stage) / "job.json").write_text(member_job.to_json())
+                member.put(stage, attempt.remote_dir)
         if job.profile_steps_done:
             self.ctx.log(f"{self.key}: attempt {attempt.number} measures the profile's remaining "
                          f"{max(0, job.profile.steps - job.profile_steps_done) if job.profile else 0} timed steps")
         self.transition(CellState.PREFLIGHT if "preflight" in job.pending_phases() else CellState.RUNNING)
-        transport.start(f"{transport.python} -m payload run job.json > payload.log 2>&1; echo $? > exit_code",
-                        cwd=attempt.remote_dir)
+        for member in transports:
+            member.start(f"{member.python} -m payload run job.json > payload.log 2>&1; echo $? > exit_code",
+                         cwd=attempt.remote_dir)
 
-    def _watch(self, attempt: Attempt, node: Node, transport: Transport) -> Outcome:
+    def _watch(self, attempt: Attempt, node: Node, transport: Transport, peers: list[Worker]) -> Outcome:
         last_status = last_beat = float("-inf")
         beat_every = min(self.ctx.status_interval_s, self.ctx.campaign.spec.max_idle_minutes * 60 / 4)
         timeout = time.monotonic() + self.ctx.campaign.spec.payload.timeout_minutes * 60
@@ -215,41 +269,48 @@ class AttemptDriver:
             exit_code = transport.read_from(f"{attempt.remote_dir}/exit_code", 0, limit=EXIT_CODE_BYTES).strip()
             if exit_code:
                 sync_events(self.ctx.engine, attempt, transport)
-                if not _EXIT_CODE.fullmatch(exit_code):
-                    return Outcome(OutcomeKind.ERROR,
-                                   f"the node's exit_code file holds {exit_code[:20]!r}, not an exit status")
-                return self._exit_outcome(int(exit_code), attempt, transport)
+                if not EXIT_CODE.fullmatch(exit_code):
+                    return self._gone_or(node, Outcome(
+                        OutcomeKind.ERROR, f"the node's exit_code file holds {exit_code[:20]!r}, not an exit status"))
+                return self._exit_outcome(int(exit_code), attempt, node, transport)
+            if (failed := failed_worker(peers, attempt.remote_dir)) is not None:
+                return self._gone_or(node, Outcome(OutcomeKind.ERROR, failed))
             if (halt := self.halted()) is not None:
                 return halt
             if time.monotonic() - last_status >= self.ctx.status_interval_s:
                 last_status = time.monotonic()
-                state = self.provider.status(node)
+                state, which = cluster_state(self.provider, node)
                 if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
                     if not self.ctx.leases.verify(self.cell_id):  # `benchctl down` (or a takeover) ended it
                         return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
-                    return Outcome(OutcomeKind.PREEMPTED, f"the provider reports the node {state.value}")
+                    return Outcome(OutcomeKind.PREEMPTED, f"the provider reports {which} {state.value}")
                 if self.ctx.budget.exceeded():
                     return Outcome(OutcomeKind.BUDGET, "the campaign's spend reached budget_usd while this attempt ran")
             if time.monotonic() - last_beat >= beat_every:
                 last_beat = time.monotonic()
-                with contextlib.suppress(ProviderError):
-                    transport.run(f"touch {shlex.quote(attempt.remote_dir)}/{HEARTBEAT}", timeout=30)
+                for member in (transport, *(worker.transport for worker in peers)):
+                    with contextlib.suppress(ProviderError):
+                        member.run(f"touch {shlex.quote(attempt.remote_dir)}/{HEARTBEAT}", timeout=30)
             if time.monotonic() > timeout:
                 return Outcome(OutcomeKind.ERROR, f"payload ran past payload.timeout_minutes "
                                f"({self.ctx.campaign.spec.payload.timeout_minutes})")
             self.ctx.stop.wait(self.ctx.poll_interval_s)
 
-    def _exit_outcome(self, code: int, attempt: Attempt, transport: Transport) -> Outcome:
+    def _exit_outcome(self, code: int, attempt: Attempt, node: Node, transport: Transport) -> Outcome:
         if code == EXIT_OK:
             return Outcome(OutcomeKind.DONE)
-        errors = [json.loads(e.data_json).get("message", "") for e in q.events(self.ctx.engine, self.cell_id, "error")
+        errors = [json.loads(e.data_json) for e in q.events(self.ctx.engine, self.cell_id, "error")
                   if e.attempt_id == attempt.id]
-        detail = errors[-1] if errors else _tail(transport.read_from(f"{attempt.remote_dir}/payload.log", 0,
-                                                                       limit=LOG_READ_BYTES))
-        return Outcome(OutcomeKind.BAD_NODE if code == EXIT_BAD_NODE else OutcomeKind.ERROR,
-                       f"payload exit {code}: {detail}")
+        detail = str(errors[-1].get("message", "")) if errors else tail(
+            transport.read_from(f"{attempt.remote_dir}/payload.log", 0, limit=LOG_READ_BYTES))
+        if code != EXIT_BAD_NODE:
+            return self._gone_or(node, Outcome(OutcomeKind.ERROR, f"payload exit {code}: {detail}"))
+        rank = bad_node_rank(errors)
+        bad_host = bad_member_host(node, rank)
+        where = f" (node {rank} of {len(node.members())}: {bad_host})" if bad_host else ""
+        return Outcome(OutcomeKind.BAD_NODE, f"payload exit {code}: {detail}{where}", bad_host=bad_host)
 
-    def _collect_in_time(self, attempt: Attempt, transport: Transport) -> Outcome | None:
+    def _collect_in_time(self, attempt: Attempt, transport: Transport, peers: list[Worker]) -> Outcome | None:
         """Collect within ``collect_timeout_s`` while the budget is watched; None when it ended in
         time, else how the attempt ends (``budget`` when the spend reached the budget meanwhile)."""
         deadline = Deadline(collect_timeout_s(self.ctx.campaign.spec))
@@ -257,6 +318,9 @@ class AttemptDriver:
                                    self.ctx.status_interval_s):
             try:
                 self._collect(attempt, transport, deadline)
+                collect_workers(peers, attempt.remote_dir, self.ctx.artifacts_dir / cell_dir_name(self.key)
+                                / str(attempt.number), deadline, transport.max_artifact_bytes,
+                                lambda line: self.ctx.log(f"{self.key}: attempt {attempt.number}: {line}"))
             except TransferTimeout as exc:
                 return Outcome(OutcomeKind.BUDGET if deadline.cancelled else OutcomeKind.ERROR,
                                f"collecting artifacts: {exc}")
@@ -305,6 +369,3 @@ def _sha256(path: Path) -> str:
             digest.update(block)
     return digest.hexdigest()
 
-
-def _tail(data: bytes, lines: int = 3) -> str:
-    return " | ".join(data.decode(errors="replace").strip().splitlines()[-lines:])

@@ -8,6 +8,9 @@ runs, else closed at the time the provider says the node ended. The runner holds
 ``max_attempts`` counts launches and launches refused for any reason but capacity; a capacity
 refusal (``NoCapacity``) backs off and moves to the next offer (``benchctl.engine.capacity``), and
 waiting for a busy node or for budget is no attempt either.
+A cell of ``nodes`` > 1 rents its nodes as one unit (``Provider.launch_cluster``, all or nothing),
+admitted by the budget at every node's price; a crashed controller's open attempt is matched to
+every member it launched (``of_attempt``).
 """
 
 from __future__ import annotations
@@ -19,12 +22,22 @@ from dataclasses import dataclass
 
 from benchctl.campaign.spec import CellSpec
 from benchctl.engine.attempt_driver import AttemptDriver, cell_dir_name
+from benchctl.engine.bad_hosts import campaign_bad_hosts
 from benchctl.engine.budget import Admission
 from benchctl.engine.capacity import CapacityWait
 from benchctl.engine.cell_states import CellState, check_transition
+from benchctl.engine.cluster import cluster_state
 from benchctl.engine.providers import offer_request
 from benchctl.engine.run_context import Outcome, OutcomeKind, RunContext
-from benchctl.provisioners.base import NoCapacity, Node, NodeState, OfferRequest, Provider, ProviderError
+from benchctl.provisioners.base import (
+    NoCapacity,
+    Node,
+    NodeState,
+    OfferRequest,
+    Provider,
+    ProviderError,
+    of_attempt,
+)
 from benchctl.results.cell_result import compute_result
 from benchctl.store import queries as q
 from benchctl.store.models import Attempt
@@ -168,8 +181,8 @@ class CellRunner:
         controller never take the same offer). Offers refused for capacity lately are skipped
         (``capacity``). Never waits: the caller does, without the lock."""
         with self.ctx.providers.launch_lock(self.spec.provider):
-            request = self._request()
-            excluded = bad_hosts | set(request.exclude_hosts)
+            request = self._request(bad_hosts)
+            excluded = set(request.exclude_hosts)
             listed = [o for o in self.provider.offers(request) if o.host not in excluded]
             if not listed:
                 return Rented(RentStatus.BUSY if self.provider.all_busy(request) else RentStatus.NO_OFFER)
@@ -178,16 +191,20 @@ class CellRunner:
                 return Rented(RentStatus.ALL_HELD, f"every {self.spec.provider} offer refused the launch for "
                               "capacity; asking for offers again", wait_s=capacity.all_held())
             offer = offers[0]
-            with self.ctx.budget.admit(offer.hourly_usd) as (verdict, why):
+            nodes = self.spec.nodes
+            with self.ctx.budget.admit(offer.hourly_usd, nodes=nodes) as (verdict, why):
                 if verdict is Admission.WAIT:
                     return Rented(RentStatus.BUDGET_WAIT, why)
                 if verdict is Admission.OVER:
                     return Rented(RentStatus.OVER_BUDGET, why)
                 remote_dir = f"benchctl/{self.ctx.campaign.spec.name}/{cell_dir_name(self.key)}/{{number}}"
                 attempt = q.new_attempt(self.ctx.engine, self.cell_id, f"bc-{uuid.uuid4().hex[:16]}", offer.provider,
-                                        offer.market, remote_dir, offer.hourly_usd, offer.host)
+                                        offer.market, remote_dir, offer.hourly_usd * nodes, offer.host)
             try:
-                node = self.provider.launch(offer, attempt.token, self.ctx.campaign_tag)
+                if nodes > 1:
+                    node = self.provider.launch_cluster(offer, nodes, attempt.token, self.ctx.campaign_tag)
+                else:
+                    node = self.provider.launch(offer, attempt.token, self.ctx.campaign_tag)
             except NoCapacity as exc:
                 q.close_attempt(self.ctx.engine, _id(attempt), OutcomeKind.LAUNCH_FAILED.value, str(exc))
                 return Rented(RentStatus.NO_CAPACITY, f"no capacity at {offer.host or offer.offer_id}: {exc}", attempt,
@@ -216,8 +233,9 @@ class CellRunner:
             self.transition(CellState.FAILED, f"budget: {outcome.detail}; raise budget_usd and `benchctl resume`")
             return True
         if outcome.kind is OutcomeKind.BAD_NODE:
-            if attempt is not None and attempt.host:
-                bad_hosts.add(attempt.host)
+            host = outcome.bad_host or (attempt.host if attempt is not None else None)
+            if host:
+                bad_hosts.add(host)
             self.transition(CellState.BAD_NODE, outcome.detail)
         elif outcome.kind is OutcomeKind.PREEMPTED:
             self.transition(CellState.PREEMPTED, outcome.detail)
@@ -225,22 +243,25 @@ class CellRunner:
             self.ctx.log(f"{self.key}: attempt {attempt.number} failed: {outcome.detail}")
         return False
 
-    def _request(self) -> OfferRequest:
-        return offer_request(self.spec, self.key, q.bad_hosts(self.ctx.engine, self.ctx.campaign_id),
-                             image=self.ctx.campaign.spec.defaults.image)
+    def _request(self, bad_hosts: set[str] | None = None) -> OfferRequest:
+        """The cell's request, every host found bad excluded (the campaign's and this run's: a
+        provider renting a cluster avoids them for every member)."""
+        excluded = campaign_bad_hosts(self.ctx.engine, self.ctx.campaign_id) | (bad_hosts or set())
+        return offer_request(self.spec, self.key, excluded, image=self.ctx.campaign.spec.defaults.image)
 
     def _reconcile(self, attempt: Attempt) -> Outcome:
-        """An attempt left open by a crashed controller: re-attach if its node still runs."""
-        if attempt.node_json is None:
+        """An attempt left open by a crashed controller: re-attach if its node (every node of its
+        cluster) still runs; else end it, every member terminated."""
+        if attempt.node_json is None:  # the launch (of some of a cluster's nodes) may have happened
             for node in self.provider.owned(self.ctx.campaign_tag):
-                if node.token == attempt.token:
+                if of_attempt(node.token, attempt.token):
                     self.provider.terminate(node)
             q.close_attempt(self.ctx.engine, _id(attempt), OutcomeKind.LOST.value,
                             "controller stopped before the launch returned")
             return Outcome(OutcomeKind.ERROR, "lost at launch")
         node = Node.from_dict(json.loads(attempt.node_json))
         try:
-            state = self.provider.status(node)
+            state, which = cluster_state(self.provider, node)
         except ProviderError as exc:  # e.g. SkyPilot found the cluster unhealthy: end the attempt, node and all
             outcome = Outcome(OutcomeKind.ERROR, str(exc))
             self.driver.end(attempt, node, outcome)
@@ -248,7 +269,8 @@ class CellRunner:
         if state is NodeState.RUNNING:
             self.ctx.log(f"{self.key}: re-attaching to attempt {attempt.number} on {node.node_id}")
             return self.driver.drive(attempt, node, reattach=True)
-        outcome = Outcome(OutcomeKind.PREEMPTED, "node gone while the controller was away")
+        gone = "node" if not node.peers else f"{which} ({state.value})"
+        outcome = Outcome(OutcomeKind.PREEMPTED, f"{gone} gone while the controller was away")
         self.driver.end(attempt, node, outcome)
         return outcome
 

@@ -8,7 +8,7 @@ memory estimate per GPU and the card's memory (``benchctl.campaign.memory_fit``)
 (no offer now, its provider unusable or unreachable) has an unknown worst case (None), never 0,
 and so has the matrix then. A cell of ``nodes`` > 1 is priced as its nodes together (each $/hr ×
 nodes) on a provider that can rent them as one unit; on one that cannot, ``refuse_multi_node``
-stops the plan with one line (exit 2), and ``run`` refuses every such cell (issue 19). A provider
+stops the plan (and ``run``) with one line (exit 2). A provider
 that cannot be used (no SDK, no credentials) is asked nothing: its cells say what it needs
 (``unavailable``). A provider whose offers fail is asked once (``failed``): one line per provider.
 When no provider answered at all there is no plan: ``NoProviderAnswered``.
@@ -103,22 +103,15 @@ def _usable(providers: Providers, cells: list[CellSpec], image: str | None) -> d
     return unavailable
 
 
-MULTI_NODE_NOT_YET = "multi-node runs are not implemented yet (issue 19): plan shows the price, run refuses"
-
-
-def refuse_multi_node(providers: Providers, cells: list[CellSpec], running: bool = False) -> None:
+def refuse_multi_node(providers: Providers, cells: list[CellSpec]) -> None:
     """UsageError (one line, exit 2) when a cell asks for ``nodes`` > 1 on a provider that cannot
-    rent them as one unit (``Provider.multi_node_refusal``), or, with ``running``, on any provider:
-    a multi-node cell is planned and priced, never run, in this version."""
+    rent them as one unit (``Provider.multi_node_refusal``); ``plan`` and ``run`` both ask."""
     refused = []
     for cell in (c for c in cells if c.nodes > 1):
         why = providers.get(cell.provider).multi_node_refusal
         if why is not None:
             refused.append(f"{cell.key}: nodes: {cell.nodes} on {cell.provider} cannot be planned or run: {why}; "
                            "use nodes: 1")
-        elif running:
-            refused.append(f"{cell.key}: nodes: {cell.nodes} on {cell.provider}: {MULTI_NODE_NOT_YET}; use nodes: 1 "
-                           "to run it")
     if refused:
         more = f" (and {len(refused) - 1} more cell(s) like it)" if len(refused) > 1 else ""
         raise UsageError(refused[0] + more)

@@ -110,8 +110,11 @@ def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = (),
 
 
 def _extra(cell: CellSpec) -> dict[str, Any]:
-    """Provider-specific coordinates: the local provider's faults, SkyPilot's cloud."""
+    """Provider-specific coordinates: the local provider's faults, SkyPilot's cloud, and a
+    cluster's node count (``nodes``, only above 1: a provider may list what a cluster needs)."""
     extra: dict[str, Any] = {}
+    if cell.nodes > 1:
+        extra["nodes"] = cell.nodes
     if cell.faults:
         extra["faults"] = cell.faults.model_dump(exclude_none=True)
     if cell.cloud:

@@ -57,3 +57,6 @@ class Outcome:
 
     kind: OutcomeKind
     detail: str = ""
+    bad_host: str | None = None
+    """A ``bad_node`` outcome of a cluster whose preflight named the bad member (``bad_node_rank``):
+    that member's host, excluded from the next cluster (None: node 0's, the attempt's host)."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from benchctl.engine.cell_runner import CellRunner
 from benchctl.engine.cell_states import CellState
 from benchctl.engine.run_context import RunContext
+from benchctl.provisioners.base import of_attempt
 from benchctl.store import queries as q
 
 
@@ -52,9 +53,9 @@ def terminate_orphans(ctx: RunContext) -> list[str]:
         nodes = provider.owned(ctx.campaign_tag)
         if not nodes:
             continue
-        open_tokens = {a.token for a in q.campaign_attempts(ctx.engine, ctx.campaign_id) if a.open}
-        for node in nodes:
-            if node.token not in open_tokens:
+        open_tokens = [a.token for a in q.campaign_attempts(ctx.engine, ctx.campaign_id) if a.open]
+        for node in nodes:  # a cluster's members carry their own tokens (``member_token``)
+            if not any(of_attempt(node.token, token) for token in open_tokens):
                 provider.terminate(node)
                 ctx.log(f"terminated {name} node {node.node_id}: it carried this campaign's tag but no "
                         "open attempt knew it")

@@ -4,7 +4,8 @@ Order matters: the leases are revoked first (a controller still running the camp
 its next renewal or state change, stops launching, and terminates what it launched), then every
 node the providers list with the campaign's tag and every node an open attempt knows is
 terminated, the open attempts are closed at the time their node stopped billing, and the
-unfinished cells become ``cancelled`` (``benchctl resume`` continues them).
+unfinished cells become ``cancelled`` (``benchctl resume`` continues them). A cluster's attempt is
+closed once every member is terminated, at the time the last one stopped billing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from benchctl.engine.cell_states import FINISHED, CellState
+from benchctl.engine.cluster import cluster_ended_at
 from benchctl.engine.providers import Providers
 from benchctl.provisioners.base import Node, ProviderError
 from benchctl.store import leases
@@ -58,10 +60,10 @@ def down_campaign(engine: Engine, campaign_id: int, campaign_tag: str, provider_
         ended = None
         if attempt.node_json is not None:
             node = Node.from_dict(json.loads(attempt.node_json))
-            if not stop(node):
+            if not all([stop(member) for member in node.members()]):  # every member asked, whatever one says
                 continue  # still billing: leave the attempt open so a later `down`/`resume` retries
             with contextlib.suppress(ProviderError):
-                ended = providers.get(node.provider).ended_at(node)
+                ended = cluster_ended_at(providers.get(node.provider), node)
         q.close_attempt(engine, attempt.id, "down", "stopped by `benchctl down`", terminated_at=ended)
         closed += 1
     cancelled = 0

@@ -1,8 +1,9 @@
 """The leader process of a local node that is to be preempted (fault injection).
 
-``python -m benchctl.provisioners.local.leader NODE_DIR TOKEN [--after-s S] [--at-step K]`` waits until
-``S`` seconds have passed or ``K`` timed profile samples appear in an ``events.jsonl`` under the
-node's home, then writes ``NODE_DIR/ended_at`` and kills every process of the node, itself
+``python -m benchctl.provisioners.local.leader NODE_DIR TOKEN [--home HOME] [--after-s S] [--at-step K]``
+waits until ``S`` seconds have passed or ``K`` timed profile samples appear in an ``events.jsonl``
+under ``HOME`` (default: the node's home; a cluster's worker watches node 0's, which writes the
+samples), then writes ``NODE_DIR/ended_at`` and kills every process of the node, itself
 last: the node vanishes the way a reclaimed spot node does, without our ``terminate``.
 """
 
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="local_leader")
     parser.add_argument("node_dir", type=Path)
     parser.add_argument("token")
+    parser.add_argument("--home", type=Path)
     parser.add_argument("--after-s", type=float)
     parser.add_argument("--at-step", type=int)
     args = parser.parse_args(argv)
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         time.sleep(0.1)
         if args.after_s is not None and time.monotonic() - start >= args.after_s:
             break
-        if args.at_step is not None and timed_samples(args.node_dir / "home") >= args.at_step:
+        if args.at_step is not None and timed_samples(args.home or args.node_dir / "home") >= args.at_step:
             break
     (args.node_dir / "ended_at").write_text(repr(time.time()))
     me = os.getpid()

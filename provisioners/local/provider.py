@@ -5,6 +5,13 @@ would be). Launch starts a long-lived leader process in its own session; every p
 node carries the node's marker (``local_processes``), so ``terminate`` finds and kills them all,
 from any terminal. A leader that died without our ``terminate`` reads as ``preempted``, the way
 a vanished spot node does.
+
+A cluster (``launch_cluster``) is N such nodes on N of the virtual hosts, node 0 on the offer's
+host and the others on the next hosts not excluded, each tagged with its member token; each
+holds the machine lock under its own token, so the lock goes back with the last member. The
+rendezvous is on 127.0.0.1. A preemption fault of a cluster kills node rank 1 (its leader counts
+node 0's timed samples), so a node lost mid-profile can be tested; the other faults go to each
+member whose host is faulty.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from benchctl.provisioners.base import (
@@ -30,6 +37,7 @@ from benchctl.provisioners.base import (
     Provider,
     ProviderError,
     Transport,
+    launch_members,
 )
 from benchctl.provisioners.local import machine_lock as local_machine_lock
 from benchctl.provisioners.local.processes import kill_node_processes, node_env, process_alive
@@ -48,7 +56,7 @@ class LocalProvider(Provider):
     delay is drawn in ×[0.5, 1.5] of ``preempt_after_s``."""
 
     name = "local"
-    multi_node_refusal = None  # N "nodes" of processes on this machine (issue 19): planned, not run yet
+    multi_node_refusal = None  # N "nodes" of processes on this machine, on N of its virtual hosts
     max_parallel_nodes = 1  # local nodes share this machine's CPUs and GPUs: across processes too
     # (``local_machine_lock``): while another process runs a local node, there is no offer and
     # ``all_busy`` holds, so a cell waits rather than skew both measurements.
@@ -64,16 +72,15 @@ class LocalProvider(Provider):
             return []
         faults = dict(request.extra.get("faults") or {})
         faulty = int(faults.pop("hosts", 1)) if faults else 0
-        offers = []
-        for index in range(self.hosts):
-            host = f"local-{index}"
-            if host in request.exclude_hosts:
-                continue
-            offers.append(Offer(provider=self.name, offer_id=host, gpu=request.gpu, count=request.count,
-                                vcpus=os.cpu_count() or 1, region="local", hourly_usd=request.price_usd_per_hour or 0.0,
-                                market=request.market, host=host,
-                                details={"faults": faults, "cell": request.label} if index < faulty else {}))
-        return offers
+        hosts = {f"local-{index}": {"faults": faults, "cell": request.label} if index < faulty else {}
+                 for index in range(self.hosts) if f"local-{index}" not in request.exclude_hosts}
+        cluster = int(request.extra.get("nodes") or 1) > 1  # the hosts a cluster's other nodes may take
+        return [Offer(provider=self.name, offer_id=host, gpu=request.gpu, count=request.count,
+                      vcpus=os.cpu_count() or 1, region="local", hourly_usd=request.price_usd_per_hour or 0.0,
+                      market=request.market, host=host,
+                      details={**details, "peers": {other: d for other, d in hosts.items() if other != host}}
+                      if cluster else details)
+                for host, details in hosts.items()]
 
     def all_busy(self, request: OfferRequest) -> bool:
         return local_machine_lock.held_elsewhere()
@@ -87,6 +94,13 @@ class LocalProvider(Provider):
             local_machine_lock.give_back(token)
             raise
 
+    def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
+        """``nodes`` nodes on the offer's host and the next ones not excluded, all or nothing."""
+        return launch_members(self, _member_offers(offer, nodes, self.root / token / "home"), token, campaign_tag)
+
+    def rendezvous_address(self, node: Node) -> str:
+        return "127.0.0.1"
+
     def _launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         node_dir = self.root / token
         (node_dir / "home").mkdir(parents=True, exist_ok=True)
@@ -95,12 +109,14 @@ class LocalProvider(Provider):
                                  "created_at": time.time(), "offer": asdict(offer)})
         faults = offer.details.get("faults") or {}
         env = {**node_env(token), **faults.get("env", {})}
+        watched = str(offer.details.get("samples_home") or node_dir / "home")
         if faults:
             env["BENCHCTL_FAULTS"] = json.dumps(faults)
         command = ["sleep", "infinity"]
         preemption = self._preemption(faults, campaign_tag, str(offer.details.get("cell", "")))
         if preemption:
-            command = [sys.executable, "-m", "benchctl.provisioners.local.leader", str(node_dir), token, *preemption]
+            command = [sys.executable, "-m", "benchctl.provisioners.local.leader", str(node_dir), token,
+                       "--home", watched, *preemption]
         leader = subprocess.Popen(command, start_new_session=True, env=env,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Until exec, the child still shows our environment: wait for the marker so that the node
@@ -198,6 +214,37 @@ class LocalProvider(Provider):
         if self.status(node) is not NodeState.TERMINATED:
             raise ProviderError(f"node {node.node_id} is still running: terminate it first")
         shutil.rmtree(self.root / node.node_id, ignore_errors=True)
+
+
+PREEMPTION_FAULTS = ("preempt_after_s", "preempt_at_step", "preemptions", "seed")
+"""The faults that preempt a node: in a cluster, node rank 1's alone."""
+PREEMPTED_RANK = 1
+
+
+def _member_offers(offer: Offer, nodes: int, head_home: Path) -> list[Offer]:
+    """The offer of each member of a ``nodes``-node cluster: node 0 on the offer's host, the others
+    on the next hosts it lists as peers (each with its own host's faults); the cluster's
+    preemption faults move to node rank 1, whose leader counts node 0's samples (``head_home``)."""
+    peers = list((offer.details.get("peers") or {}).items())[:nodes - 1]
+    if len(peers) < nodes - 1:
+        raise ProviderError(f"a {nodes}-node local cluster needs {nodes} hosts that preflight has not marked bad; "
+                            f"{len(peers) + 1} are left")
+    head_faults = dict(offer.details.get("faults") or {})
+    preemption = {k: head_faults.pop(k) for k in PREEMPTION_FAULTS if k in head_faults}
+    members = [replace(offer, details=_with_faults(offer.details, head_faults))]
+    for rank, (host, details) in enumerate(peers, start=1):
+        faults = {k: v for k, v in (details.get("faults") or {}).items() if k not in PREEMPTION_FAULTS}
+        if rank == PREEMPTED_RANK and preemption:
+            faults.update(preemption)
+            details = {**details, "cell": offer.details.get("cell", ""), "samples_home": str(head_home)}
+        members.append(replace(offer, offer_id=host, host=host, details=_with_faults(details, faults)))
+    return members
+
+
+def _with_faults(details: dict, faults: dict) -> dict:
+    """A member's offer details: ``faults`` (none: no key), no peers."""
+    kept = {k: v for k, v in details.items() if k not in ("faults", "peers")}
+    return {**kept, "faults": faults} if faults else kept
 
 
 def _visible_gpus() -> int:

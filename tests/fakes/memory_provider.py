@@ -8,6 +8,12 @@ files in memory: ``put`` reads the job the controller ships, ``start`` starts th
 every read of ``events.jsonl`` is one poll and appends the next batch of event lines the payload
 would have written (``payload/events.py``'s format), and ``exit_code`` appears once every batch is
 out. No thread, no subprocess, no clock of its own.
+
+Clusters (``launch_cluster``, the base class's: each member launched in turn, all or nothing):
+member k runs on the host of the k-th offer the last ``offers`` call listed after node 0's (the
+same host where there are too few). A worker (``node_rank`` > 0 in its job) writes no events:
+every read of its ``exit_code`` is one poll, and its exit code appears after as many polls as
+node 0 has batches; its ``preempt_at_poll`` counts those polls.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ class Script:
     starting_polls: int = 0
     """How many ``status`` calls say ``starting`` before the node runs."""
     preempt_at_poll: int | None = None
-    """The node vanishes (``preempted``) at this read of ``events.jsonl`` (1-based), before its batch."""
+    """The node vanishes (``preempted``) at this read of ``events.jsonl`` (1-based), before its batch
+    (a worker: at this read of its ``exit_code``)."""
     log: str = ""
     """``payload.log``'s text."""
     artifacts: dict[str, bytes] = field(default_factory=dict)
@@ -77,8 +84,16 @@ class MemoryNode:
         if self.gone is None:
             self.gone, self.ended_at = state, time.time()
 
+    @property
+    def worker(self) -> bool:
+        return int((self.job or {}).get("node_rank") or 0) > 0
+
     def exit_code(self) -> bytes:
         script = self.script
+        if self.worker and self.started and self.gone is None and self.batches is not None:
+            self.reads += 1
+            if script.preempt_at_poll is not None and self.reads >= script.preempt_at_poll:
+                self.vanish(NodeState.PREEMPTED)
         done = self.batches is not None and self.reads >= len(self.batches)
         if not self.started or self.gone is not None or not done or script.exit_code is None:
             return b""
@@ -91,11 +106,18 @@ class MemoryProvider(Provider):
     name: ClassVar[str] = "memory"
 
     def __init__(self, offers: list[Offer], scripts: list[Script] | None = None, launch_failures: int = 0,
-                 max_parallel: int | None = None) -> None:
+                 max_parallel: int | None = None, failing_launches: tuple[int, ...] = ()) -> None:
         self._offers = offers
         self._scripts = scripts or [Script()]
         self.launch_failures = launch_failures
         """How many launches raise ``ProviderError`` first."""
+        self.failing_launches = set(failing_launches)
+        """Which calls of ``launch`` (1-based, counting the failed ones) raise ``ProviderError``."""
+        self.launch_calls = 0
+        self.listed: list[Offer] = []
+        """What the last ``offers`` call returned."""
+        self.terminate_raises: dict[str, Exception] = {}
+        """Node id → what its ``terminate`` raises (after counting the call, the node left running)."""
         self.max_parallel_nodes = max_parallel  # type: ignore[misc]  # per instance in this fake
         self.nodes: dict[str, MemoryNode] = {}
         self._ids = itertools.count(1)
@@ -104,15 +126,18 @@ class MemoryProvider(Provider):
     def offers(self, request: OfferRequest) -> list[Offer]:
         fits = [o for o in self._offers if o.gpu == request.gpu and o.count == request.count
                 and o.market == request.market and o.host not in request.exclude_hosts]
-        return sorted(fits, key=lambda o: o.hourly_usd)
+        self.listed = sorted(fits, key=lambda o: o.hourly_usd)
+        return list(self.listed)
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
-        if self.launch_failures > 0:
-            self.launch_failures -= 1
+        self.launch_calls += 1
+        if self.launch_failures > 0 or self.launch_calls in self.failing_launches:
+            self.launch_failures = max(0, self.launch_failures - 1)
             raise ProviderError(f"launching {offer.offer_id} failed (scripted)")
+        offer = self._member_offer(offer, token)
         number = next(self._ids)
         node = Node(provider=self.name, node_id=f"mem-{number}", token=token, campaign_tag=campaign_tag,
-                    offer=offer, details={"host": offer.host})
+                    offer=offer, details={"host": offer.host}, host=offer.host or None)
         script = self._scripts[min(number - 1, len(self._scripts) - 1)]
         self.nodes[node.node_id] = MemoryNode(node, script)
         return node
@@ -124,12 +149,22 @@ class MemoryProvider(Provider):
             return state.gone
         return NodeState.STARTING if state.status_calls <= state.script.starting_polls else NodeState.RUNNING
 
+    def _member_offer(self, offer: Offer, token: str) -> Offer:
+        """Member k of a cluster (token ``…-n<k>``): the k-th other offer listed, else ``offer``."""
+        _, sep, index = token.rpartition("-n")
+        if not sep or not index.isdigit():
+            return offer
+        others = [o for o in self.listed if o.host != offer.host]
+        return others[int(index) - 1] if int(index) <= len(others) else offer
+
     def transport(self, node: Node) -> Transport:
         return MemoryTransport(self.nodes[node.node_id])
 
     def terminate(self, node: Node) -> None:
         state = self.nodes[node.node_id]
         state.terminate_calls += 1
+        if node.node_id in self.terminate_raises:
+            raise self.terminate_raises[node.node_id]
         state.vanish(NodeState.TERMINATED)
 
     def owned(self, campaign_tag: str) -> list[Node]:

@@ -1,0 +1,63 @@
+"""Hosts that failed preflight: excluded from every later attempt of the campaign.
+
+A single node's bad verdict marks its host. A cluster's marks the host of the member the
+payload's error event names (``bad_node_rank``), else node 0's (the attempt's host): a bad
+worker node is replaced, not the whole cluster's hosts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from benchctl.engine.cluster import member_hosts
+from benchctl.outcomes import OutcomeKind
+from benchctl.provisioners.base import Node
+from benchctl.store import queries as q
+from benchctl.store.models import Attempt
+
+
+def bad_node_rank(errors: list[dict[str, Any]]) -> int | None:
+    """The node rank the payload's last error event that names one names bad (``bad_node_rank``);
+    None when none does, or when it is no node rank (the node is not trusted)."""
+    for error in reversed(errors):
+        rank = error.get("bad_node_rank")
+        if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+            return rank
+    return None
+
+
+def bad_member_host(node: Node, rank: int | None) -> str | None:
+    """The host of the cluster's member ``rank`` when it is a worker (1 … N-1); None otherwise."""
+    hosts = member_hosts(node)
+    return hosts[rank] if node.peers and rank is not None and 0 < rank < len(hosts) else None
+
+
+def campaign_bad_hosts(engine: Engine, campaign_id: int) -> set[str]:
+    """Every host a ``bad_node`` attempt of the campaign found bad."""
+    hosts: set[str] = set()
+    errors_by_cell: dict[int, list[Any]] = {}
+    for attempt in q.campaign_attempts(engine, campaign_id):
+        if attempt.outcome != OutcomeKind.BAD_NODE.value:
+            continue
+        host = _cluster_bad_host(engine, attempt, errors_by_cell) or attempt.host
+        if host:
+            hosts.add(host)
+    return hosts
+
+
+def _cluster_bad_host(engine: Engine, attempt: Attempt, errors_by_cell: dict[int, list[Any]]) -> str | None:
+    if attempt.node_json is None:
+        return None
+    try:
+        node = Node.from_dict(json.loads(attempt.node_json))
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not node.peers:
+        return None
+    if attempt.cell_id not in errors_by_cell:
+        errors_by_cell[attempt.cell_id] = q.events(engine, attempt.cell_id, "error")
+    errors = [json.loads(e.data_json) for e in errors_by_cell[attempt.cell_id] if e.attempt_id == attempt.id]
+    return bad_member_host(node, bad_node_rank([e for e in errors if isinstance(e, dict)]))

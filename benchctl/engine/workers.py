@@ -1,0 +1,98 @@
+"""The worker nodes of a cluster attempt (node ranks 1 … N-1): their jobs, their exit codes, their logs.
+
+Node 0 is driven as a single node is (its events, its exit code, its artifacts); each worker runs
+the same payload with its own ``node_rank`` and reports only its exit code. A worker's non-zero
+(or unreadable) exit code ends the attempt as an error with the tail of its ``payload.log``. Its
+``payload.log`` and ``artifacts/logs`` are collected into ``node-<k>/`` of the attempt's
+directory; a worker whose files cannot be read is logged, never fatal (node 0 holds the results).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchctl.engine.cluster import rendezvous_port
+from benchctl.payload.job import EXIT_OK, Job
+from benchctl.provisioners.base import Node, Provider, ProviderError, Transport
+from benchctl.provisioners.transfer_deadline import Deadline, TransferTimeout
+
+EXIT_CODE_BYTES = 64
+"""The most read of a node's ``exit_code`` file."""
+LOG_READ_BYTES = 1024 * 1024
+"""The most read of ``payload.log`` for the reason of a failed payload."""
+EXIT_CODE = re.compile(rb"[0-9]{1,3}")
+
+
+@dataclass(frozen=True)
+class Worker:
+    rank: int
+    node: Node
+    transport: Transport
+
+
+def workers(provider: Provider, node: Node) -> list[Worker]:
+    """A transport to each member but node 0 (none for a single node)."""
+    return [Worker(rank, member, provider.transport(member)) for rank, member in enumerate(node.members()) if rank]
+
+
+def member_jobs(job: Job, provider: Provider, node: Node, token: str) -> list[Job]:
+    """``job`` for each member in node-rank order: the cluster's size, the member's rank, node 0's
+    rendezvous address (``Provider.rendezvous_address``), the attempt's port (``rendezvous_port``),
+    and the member's own idle shutdown and spot notice (``job`` has node 0's)."""
+    members = node.members()
+    if len(members) == 1:
+        return [job]
+    address = provider.rendezvous_address(members[0])
+    return [dataclasses.replace(job, nodes=len(members), node_rank=rank, master_addr=address,
+                                master_port=rendezvous_port(token),
+                                idle_shutdown=provider.idle_shutdown_command(member),
+                                spot_notice=provider.spot_notice(member))
+            for rank, member in enumerate(members)]
+
+
+def unstarted(found: list[Worker], remote_dir: str) -> list[int]:
+    """The node ranks of the workers whose payload was never started (no ``payload.log``)."""
+    return [w.rank for w in found if w.transport.run(f"test -e {shlex.quote(remote_dir)}/payload.log").code != 0]
+
+
+def failed_worker(found: list[Worker], remote_dir: str) -> str | None:
+    """Why the attempt ends, when a worker's payload ended other than well: its exit status and
+    the tail of its log; None while every worker runs or ended with 0."""
+    for worker in found:
+        code = worker.transport.read_from(f"{remote_dir}/exit_code", 0, limit=EXIT_CODE_BYTES).strip()
+        if not code:
+            continue
+        if not EXIT_CODE.fullmatch(code):
+            return f"node {worker.rank}'s exit_code file holds {code[:20]!r}, not an exit status"
+        if int(code) != EXIT_OK:
+            log = worker.transport.read_from(f"{remote_dir}/payload.log", 0, limit=LOG_READ_BYTES)
+            return f"node {worker.rank}: payload exit {int(code)}: {tail(log)}"
+    return None
+
+
+def collect_workers(found: list[Worker], remote_dir: str, local: Path, deadline: Deadline, max_bytes: int,
+                    log: Callable[[str], None]) -> None:
+    """Each worker's ``payload.log`` and ``artifacts/logs`` into ``local/node-<k>/`` (its
+    ``artifacts/logs`` as ``node-<k>/artifacts/logs``). Raises only ``TransferTimeout``."""
+    for worker in found:
+        target = local / f"node-{worker.rank}"
+        (target / "artifacts").mkdir(mode=0o700, parents=True, exist_ok=True)
+        worker.transport.max_artifact_bytes = max_bytes
+        for remote, into in (("payload.log", target), ("artifacts/logs", target / "artifacts")):
+            try:
+                worker.transport.get(f"{remote_dir}/{remote}", str(into), timeout=deadline)
+            except TransferTimeout:
+                raise
+            except ProviderError as exc:
+                log(f"node {worker.rank}'s {remote} was not collected: {exc}")
+        for refused in worker.transport.refused_members():
+            log(f"refused from node {worker.rank}'s files: {refused}")
+
+
+def tail(data: bytes, lines: int = 3) -> str:
+    return " | ".join(data.decode(errors="replace").strip().splitlines()[-lines:])
