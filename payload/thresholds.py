@@ -21,7 +21,8 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
                                        "judged on 2-node clusters"),
     "cluster_falloff_max_fraction": (0.25, "the full-cluster all_reduce busbw at most 25% below the nodes' intra-node "
                                            "figure (published H100 + 8× NDR-400: 2 / 4 / 8 / 16 nodes 350–380 / "
-                                           "320–360 / 280–320 / 240–280 GB/s)"),
+                                           "320–360 / 280–320 / 240–280 GB/s; unless set, widened to those "
+                                           "figures' own falloff on 4+ nodes: payload.cluster_checks.falloff_limit)"),
 }
 CLUSTER_REFERENCE = {("H100_SXM", 8), ("H200", 8)}
 """The (GPU model, GPUs per node) the cross-node thresholds' published figures were measured on."""
