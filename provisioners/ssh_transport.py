@@ -177,10 +177,12 @@ class SSHTransport(Transport):
 
     def vanished(self) -> list[int]:
         """The process groups ``start`` began that are gone without their command having ended:
-        killed with everything else on the machine (it restarted, or was taken back)."""
+        killed with everything else on the machine (it restarted, or was taken back). A group is
+        gone when its leader (the ``sh`` we started) is no process, or a zombie no one reaps."""
         pids, ended = self._ours("pids"), self._ours("ended")
-        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do kill -0 -$p 2>/dev/null || "
-                  f"grep -qx \"$p\" {ended} 2>/dev/null || echo $p; done; exit 0")
+        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do "
+                  f"case \"$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null)\" in ''|Z|X) "
+                  f"grep -qx \"$p\" {ended} 2>/dev/null || echo $p;; esac; done; exit 0")
         result = self.run(script, timeout=30)
         if result.code != 0:
             raise ProviderError(f"could not list our processes on {self.endpoint.host}: {result.err.strip()}")
