@@ -168,8 +168,8 @@ class SSHTransport(Transport):
     def kill_all(self) -> None:
         """End every process group this transport's token started (TERM, then KILL)."""
         pids = self._ours("pids")
-        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do kill -TERM -- -$p 2>/dev/null; done; "
-                  f"sleep 2; for p in $(cat {pids}); do kill -KILL -- -$p 2>/dev/null; done; "
+        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do kill -TERM -$p 2>/dev/null; done; "
+                  f"sleep 2; for p in $(cat {pids}); do kill -KILL -$p 2>/dev/null; done; "
                   f"rm -f {pids} {self._ours('ended')}; exit 0")
         result = self.run(script, timeout=30)
         if result.code != 0:
