@@ -60,6 +60,11 @@ def _timed_step_taken(machine: Path) -> bool:
     return False
 
 
+def _end_every_node(machines: Path) -> None:
+    for pids in machines.glob("*/.benchctl/*.pids"):
+        kill_container(pids.parent.parent, pids.stem)
+
+
 def _processes_under(root: Path) -> list[int]:
     """The processes running in a directory under ``root`` (a payload runs in its attempt's)."""
     found = []
@@ -75,6 +80,7 @@ def _processes_under(root: Path) -> list[int]:
 @pytest.mark.slow
 def test_a_two_node_ssh_cell_survives_node_1s_machine_restarted_mid_profile(home: Path, tmp_path: Path) -> None:
     with ExitStack() as stack, ExitStack() as box_b:
+        stack.callback(_end_every_node, tmp_path / "machines")  # last: whatever a failure left running
         servers = {"box-a": stack.enter_context(running_sshd(tmp_path / "sshd-a")),
                    "box-b": box_b.enter_context(running_sshd(tmp_path / "sshd-b"))}
         cli = start(home, "run", str(_campaign(tmp_path, servers)), *FAST_POLLS)
@@ -101,12 +107,15 @@ def test_a_two_node_ssh_cell_survives_node_1s_machine_restarted_mid_profile(home
         members = Node.from_dict(json.loads(attempt.node_json or "{}")).members()
         assert [(m.token, m.details["machine"]) for m in members] == [(attempt.token, "box-a"),
                                                                       (f"{attempt.token}-n1", "box-b")]
+        ends = []
         for rank, member in enumerate(members):
             record = json.loads((home / "ssh" / "nodes" / f"{member.token}.json").read_text())
             assert record["terminated"], f"node {rank} of attempt {attempt.number} was terminated"
+            ends.append(record["terminated_at"])
             job = json.loads((tmp_path / "machines" / member.details["machine"] / attempt.remote_dir
                               / "job.json").read_text())
             assert (job["nodes"], job["node_rank"], job["master_addr"]) == (2, rank, "127.0.0.1")
+        assert attempt.terminated_at == max(ends), "billed until the last member was let go"
     assert (home / "artifacts" / "sshpair" / KEY / str(last.number) / "node-1" / "payload.log").is_file()
     (row, _, _), = q.results(engine)
     assert row.timed_steps == STEPS
