@@ -12,6 +12,10 @@ unit: the offer's machine as node 0, then the cheapest other free ones (in the c
 claimed as a node of its own (token ``member_token``); all or nothing. Fewer such machines in the
 campaign than N is an error; fewer free now is ``NoCapacity`` (the cell waits). The rendezvous
 is node 0's ``rendezvous_host`` (default its ``host``).
+
+Nothing here is preempted by a provider, but a machine can be lost under an attempt: ``status``
+reports ``preempted`` once the machine answers and a process we started there is gone without
+having ended (it restarted, or our processes were killed), so a cluster resumes on a new one.
 """
 
 from __future__ import annotations
@@ -139,8 +143,18 @@ class SSHProvider(Provider):
         return str(node.details.get("rendezvous_host") or SSHEndpoint(**node.details["endpoint"]).host)
 
     def status(self, node: Node) -> NodeState:
+        """Terminated once ``terminate`` ended it; preempted when the machine answers and a process
+        we started there is gone without having ended (the machine restarted, or our processes were
+        killed: the attempt's work is lost); else running (a machine that does not answer too: the
+        transport's calls fail, saying why)."""
         record = self._read_record(node.token)
-        return NodeState.TERMINATED if record is None or record["terminated"] else NodeState.RUNNING
+        if record is None or record["terminated"]:
+            return NodeState.TERMINATED
+        try:
+            vanished = self.transport(node).vanished()
+        except ProviderError:
+            return NodeState.RUNNING
+        return NodeState.PREEMPTED if vanished else NodeState.RUNNING
 
     def ended_at(self, node: Node) -> float | None:
         record = self._read_record(node.token) or {}

@@ -13,7 +13,8 @@
   unreachable, reset) is retried with backoff, bounded, because a booting node refuses for a while.
 - ``start`` runs the command under ``setsid nohup`` (it survives a dropped connection) and
   appends its process group id to ``.benchctl/<token>.pids`` under the work dir, so ``kill_all``
-  ends exactly our processes.
+  ends exactly our processes; the group adds its id to ``.benchctl/<token>.ended`` when its
+  command ends, so ``vanished`` tells a group that ended from one killed with the machine.
 """
 
 from __future__ import annotations
@@ -150,9 +151,15 @@ class SSHTransport(Transport):
         return CommandResult(proc.returncode, proc.stdout.decode(errors="replace"),
                              proc.stderr.decode(errors="replace"))
 
+    def _ours(self, suffix: str) -> str:
+        """``.benchctl/<token>.<suffix>`` as a shell word, relative to the work dir."""
+        return f".benchctl/{shlex.quote(self.token)}.{suffix}"
+
     def start(self, cmd: str, cwd: str) -> None:
-        pids = f".benchctl/{shlex.quote(self.token)}.pids"
-        detached = f"setsid nohup sh -c {shlex.quote(cmd)} </dev/null >/dev/null 2>&1"
+        pids = self._ours("pids")
+        ended = f"{self._base()}/{self._ours('ended')}"
+        script = f"{cmd}\nstatus=$?; echo $$ >> {ended}; exit $status"
+        detached = f"setsid nohup sh -c {shlex.quote(script)} </dev/null >/dev/null 2>&1"
         launch = f"mkdir -p .benchctl && cd {shlex.quote(cwd)} && ({detached} & echo $! >> {self._base()}/{pids})"
         result = self.run(launch, timeout=30)
         if result.code != 0:
@@ -160,12 +167,26 @@ class SSHTransport(Transport):
 
     def kill_all(self) -> None:
         """End every process group this transport's token started (TERM, then KILL)."""
-        pids = f".benchctl/{shlex.quote(self.token)}.pids"
-        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do kill -TERM -- -$p 2>/dev/null; done; "
-                  f"sleep 2; for p in $(cat {pids}); do kill -KILL -- -$p 2>/dev/null; done; rm -f {pids}; exit 0")
+        pids = self._ours("pids")
+        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do kill -TERM -$p 2>/dev/null; done; "
+                  f"sleep 2; for p in $(cat {pids}); do kill -KILL -$p 2>/dev/null; done; "
+                  f"rm -f {pids} {self._ours('ended')}; exit 0")
         result = self.run(script, timeout=30)
         if result.code != 0:
             raise ProviderError(f"could not stop our processes on {self.endpoint.host}: {result.err.strip()}")
+
+    def vanished(self) -> list[int]:
+        """The process groups ``start`` began that are gone without their command having ended:
+        killed with everything else on the machine (it restarted, or was taken back). A group is
+        gone when its leader (the ``sh`` we started) is no process, or a zombie no one reaps."""
+        pids, ended = self._ours("pids"), self._ours("ended")
+        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do "
+                  f"case \"$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null)\" in ''|Z|X) "
+                  f"grep -qx \"$p\" {ended} 2>/dev/null || echo $p;; esac; done; exit 0")
+        result = self.run(script, timeout=30)
+        if result.code != 0:
+            raise ProviderError(f"could not list our processes on {self.endpoint.host}: {result.err.strip()}")
+        return [int(word) for word in result.out.split() if word.isdigit()]
 
     def put(self, local_dir: str, remote_dir: str, timeout: float | Deadline = 300.0) -> None:
         deadline = Deadline.of(timeout)

@@ -45,13 +45,13 @@ def start(home: Path, *args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 60.0) -> object:
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, every: float = 0.1) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(every)
     raise AssertionError("condition not reached in time")
 
 

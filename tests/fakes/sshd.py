@@ -1,8 +1,13 @@
-"""A real OpenSSH server on 127.0.0.1 for the tests: its own host key, one client key, any port."""
+"""A real OpenSSH server on 127.0.0.1 for the tests: its own host key, one client key, any port.
+Started again on the same ``root`` and ``port`` it is the same machine back (its keys are kept);
+stopped, it goes with its connections, as a machine powered off does."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -31,13 +36,18 @@ def _free_port() -> int:
 
 
 def _keygen(path: Path) -> None:
+    if path.exists():  # the same machine started again keeps its keys
+        return
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
 @contextmanager
-def running_sshd(root: Path, client_key: Path | None = None, extra_config: str = "") -> Iterator[SSHServer]:
+def running_sshd(root: Path, client_key: Path | None = None, extra_config: str = "",
+                 port: int | None = None) -> Iterator[SSHServer]:
     """Start sshd (``-D``: in the foreground, ours to stop) and wait until it accepts connections.
-    ``extra_config``: more sshd_config lines (e.g. a ``ForceCommand`` that plays a hostile node)."""
+    ``extra_config``: more sshd_config lines (e.g. a ``ForceCommand`` that plays a hostile node);
+    ``port``: a given one (the same machine back), else a free one. At the end its sessions are
+    ended too (a client's master connection goes, as from a machine powered off)."""
     if not Path(SSHD).exists():
         raise RuntimeError(f"{SSHD} is missing: install openssh-server (scripts/test.sh does)")
     root.mkdir(parents=True, exist_ok=True)
@@ -47,7 +57,7 @@ def running_sshd(root: Path, client_key: Path | None = None, extra_config: str =
         client_key = root / "client_ed25519"
         _keygen(client_key)
     (root / "authorized_keys").write_text(Path(f"{client_key}.pub").read_text())
-    port = _free_port()
+    port = port or _free_port()
     config = root / "sshd_config"
     config.write_text(f"""\
 Port {port}
@@ -80,5 +90,20 @@ LogLevel ERROR
     try:
         yield SSHServer(host="127.0.0.1", port=port, user=getpass.getuser(), key=client_key, root=root)
     finally:
+        sessions = _children(proc.pid)
         proc.terminate()
         proc.wait(timeout=10)
+        for pid in sessions:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (sshd's sessions, one per connection)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found

@@ -4,14 +4,17 @@ each member reached over real SSH on its own sshd (two, three on 127.0.0.1)."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from benchctl.engine.cluster import cluster_state
 from benchctl.provisioners.base import NoCapacity, Node, NodeState, OfferRequest, ProviderError, of_attempt
 from benchctl.provisioners.ssh import SSHNode, SSHProvider
+from tests.fakes.eviction import kill_container
 from tests.fakes.sshd import SSHServer, running_sshd
 
 
@@ -91,3 +94,24 @@ def test_a_member_that_cannot_be_claimed_releases_the_others(tmp_path: Path, ssh
         provider.launch_cluster(offer, 2, "bc-5", "camp")
     assert provider.owned("camp") == [], "all or nothing: box-a is free again"
     assert len(provider.offers(REQUEST)) == 3
+
+
+def test_a_member_that_lost_our_processes_is_preempted_one_whose_command_ended_runs(tmp_path: Path,
+                                                                                    sshds: list[SSHServer]) -> None:
+    provider = _provider(tmp_path, sshds)
+    node = provider.launch_cluster(provider.offers(REQUEST)[0], 2, "bc-6", "camp")
+    head, worker = node.members()
+    provider.transport(head).start("true", cwd=".")
+    provider.transport(worker).start("sleep 30", cwd=".")
+    ended = tmp_path / "machines" / "box-a" / ".benchctl" / "bc-6.ended"
+    deadline = time.monotonic() + 10
+    while not ended.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [provider.status(m) for m in (head, worker)] == [NodeState.RUNNING] * 2, "ended well, or still running"
+    kill_container(tmp_path / "machines" / "box-c", worker.token)  # box-c restarted: everything on it killed
+    assert provider.status(worker) is NodeState.PREEMPTED
+    assert cluster_state(provider, node) == (NodeState.PREEMPTED, "node 1 of 2")
+    for member in (head, worker):
+        provider.terminate(member)
+    assert [provider.status(m) for m in (head, worker)] == [NodeState.TERMINATED] * 2
+    assert not list((tmp_path / "machines").rglob(".benchctl/bc-6*")), "terminate cleared our records there"

@@ -51,7 +51,18 @@ def test_run_put_get_and_read_from(sshd: SSHServer, tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["sub"]
 
 
-def test_started_command_survives_and_kill_all_ends_it(sshd: SSHServer, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def sh_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    """A node whose login shell is ``sh`` (dash here): every command runs as ``sh -c``."""
+    with running_sshd(tmp_path_factory.mktemp("sh-sshd"),
+                      extra_config='ForceCommand sh -c "$SSH_ORIGINAL_COMMAND"\n') as server:
+        yield server
+
+
+@pytest.mark.parametrize("login_shell", ["bash", "sh"])
+def test_started_command_survives_and_kill_all_ends_it(login_shell: str, request: pytest.FixtureRequest,
+                                                       tmp_path: Path) -> None:
+    sshd = request.getfixturevalue("sshd" if login_shell == "bash" else "sh_sshd")
     marker = f"{uuid.uuid4().int % 10**6 + 1000}.25"
     t = _transport(sshd, tmp_path, token=f"tok-{marker}")
     t.run("mkdir -p job")
