@@ -39,6 +39,32 @@ TWO_LOCAL_CELLS = """\
 """
 
 
+RUN_FIRST = (
+    "tests/test_two_controllers.py",
+    "tests/test_preflight_engine.py",
+    "tests/test_resilience.py",
+    "tests/test_aws_campaign.py",
+    "tests/test_ssh_provider.py",
+    "tests/test_skypilot_campaign.py",
+    "tests/test_cloud_campaign.py",
+    "tests/test_progress.py",
+    "tests/test_engine.py",
+    "tests/test_report.py",
+    "tests/chaos/test_chaos.py",
+    "tests/test_cli.py",
+    "tests/payload/test_runner.py",
+    "tests/payload/test_one_process.py",
+)
+"""Files whose tests take longest (``--durations``), longest first: they start first, so that with
+``-n 2 --dist load --maxschedchunk 1`` (scripts/test.sh) the workers' last tests are short ones and
+neither is left alone with a long test at the end."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(RUN_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(RUN_FIRST)))  # stable: file order kept
+
+
 @pytest.fixture(autouse=True)
 def _private_local_machine_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's local nodes take a lock of their own (``benchctl.provisioners.local.machine_lock``), so
