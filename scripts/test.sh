@@ -26,6 +26,4 @@ fi
 .venv/bin/lint-imports --no-cache
 # Two workers: most tests wait on subprocesses and polls, so this machine's 2 cores fit two of them.
 # The whole suite runs here; `scripts/test.sh -m "not slow"` is the fast tier (no end-to-end runs).
-# --dist load --maxschedchunk 1: a worker takes the next test when it is free; the longest tests come
-# first (tests/conftest.py's RUN_FIRST), so the run does not end on one worker's long test.
-.venv/bin/python -m pytest -q -n 2 --dist load --maxschedchunk 1 --durations=15 "$@"
+.venv/bin/python -m pytest -q -n 2 --durations=15 "$@"

@@ -39,40 +39,6 @@ TWO_LOCAL_CELLS = """\
 """
 
 
-RUN_FIRST = (
-    "tests/test_preflight_engine.py::test_bad_nodes_are_replaced_remembered_and_accounted",
-    "tests/test_ssh_provider.py::test_campaign_runs_over_ssh_and_frees_the_machines",
-    "tests/test_cloud_campaign.py",
-    "tests/test_resilience.py::test_injected_preemptions_lose_no_sample_and_measure_each_step_once",
-    "tests/test_report.py",
-    "tests/test_progress.py::test_live_table_on_a_terminal",
-    "tests/test_skypilot_campaign.py",
-    "tests/test_two_controllers.py",
-    "tests/test_resilience.py",
-    "tests/test_aws_campaign.py",
-    "tests/test_engine.py",
-    "tests/chaos/test_chaos.py",
-    "tests/test_cli.py",
-    "tests/test_progress.py",
-    "tests/payload/test_runner.py",
-    "tests/payload/test_one_process.py",
-    "tests/test_namespace.py",
-)
-"""Tests (a node id) and files whose tests take longest (``--durations``), longest first: they start
-first, so that with ``-n 2 --dist load --maxschedchunk 1`` (scripts/test.sh) each worker takes the
-longest test left when it is free, the many short ones fill in at the end, and neither worker is
-left alone with a long test at the end of the run."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(RUN_FIRST)}
-
-    def first(item: pytest.Item) -> int:
-        return rank.get(item.nodeid, rank.get(item.nodeid.split("::", 1)[0], len(RUN_FIRST)))
-
-    items.sort(key=first)  # stable: the collection's order otherwise
-
-
 @pytest.fixture(autouse=True)
 def _private_local_machine_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's local nodes take a lock of their own (``benchctl.provisioners.local.machine_lock``), so
