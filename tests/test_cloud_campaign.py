@@ -26,6 +26,8 @@ from tests.local_campaign import home_store, no_live_nodes, wait_for
 
 pytestmark = pytest.mark.slow
 
+STEPS = 80
+"""A node is reclaimed once it has measured a timed step: ≥ 1.5 s of profile left for that."""
 CAMPAIGN = """\
 name: cloudy
 budget_usd: 5
@@ -33,7 +35,7 @@ target: {{model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, tot
 defaults: {{market: on-demand, max_attempts: 3, image: "example/pytorch:cpu"}}
 payload:
   phases: [preflight, profile]
-  profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: 200}}
+  profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: {steps}}}
 providers:
   runpod: {{python: "{python}", workdir: "{pods}"}}
   vastai: {{python: "{python}", workdir: "{vast}"}}
@@ -81,7 +83,7 @@ def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path,
                                                                       clouds: Clouds) -> None:
     sshd = clouds.sshd
     path = tmp_path / "cloudy.yaml"
-    path.write_text(CAMPAIGN.format(python=sys.executable, pods=tmp_path / "pods", vast=tmp_path / "vast",
+    path.write_text(CAMPAIGN.format(steps=STEPS, python=sys.executable, pods=tmp_path / "pods", vast=tmp_path / "vast",
                                     host=sshd.host, port=sshd.port, user=sshd.user, key=sshd.key,
                                     work=tmp_path / "machines"))
     proc = subprocess.Popen([sys.executable, "-m", "benchctl", "run", str(path), "--poll-interval", "0.2",
@@ -110,7 +112,7 @@ def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path,
         timed = sorted(json.loads(e.data_json)["timed_index"]
                        for e in q.events(engine, cells[key].id or 0, kind="sample", phase="profile")
                        if not json.loads(e.data_json)["warmup"])
-        assert timed == list(range(200)), key
+        assert timed == list(range(STEPS)), key
     assert clouds.runpod.inventory() == [] and clouds.vast.inventory() == [], "nothing left billing"
     no_live_nodes(home)
     time.sleep(0.5)

@@ -1,7 +1,8 @@
 """The engine through the real CLI: preemption, a killed controller, Ctrl-C, orphan nodes, failures.
 
 Each test drives ``benchctl`` in a subprocess against a private BENCHCTL_HOME and injects the
-fault from outside, as it would happen for real.
+fault from outside, as it would happen for real. Tests that only read a finished run, or go on from
+one, share the tiny two-cell campaign run once per test run (``run_once``, as ``test_cli.py``).
 """
 
 from __future__ import annotations
@@ -15,16 +16,32 @@ import pytest
 from benchctl.provisioners.base import Node, NodeState
 from benchctl.provisioners.local.provider import LocalProvider
 from benchctl.store import queries as q
-from tests.conftest import FAST_POLLS, cli_here, run_cli
+from tests.conftest import FAST_POLLS, TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli_here, copy_home, run_cli, run_once
 from tests.local_campaign import home_store, no_live_nodes, only_cell, running_profile_node, start, wait_for
 
 ONE_CELL = "  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 2.0}\n"
+NO_OFFER = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
+
+
+@pytest.fixture
+def finished(home: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny two-cell campaign (``TWO_LOCAL_CELLS``, default ``--concurrency`` 4), run once per
+    test run through the real CLI; ``home`` is a private copy of its store and nodes, and the
+    returned campaign file a private copy the test may edit."""
+    shared_home, path, output = run_once(tmp_path_factory, "tiny", TINY_CAMPAIGN.format(
+        name="tiny", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2))
+    assert output.startswith("exit 0\n"), output
+    copy_home(shared_home, home)
+    mine = tmp_path / path.name
+    mine.write_text(path.read_text())
+    return mine
 
 
 @pytest.mark.slow
 def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_campaign) -> None:
-    path = write_campaign(matrix=ONE_CELL, steps=150)
-    proc = start(home, "run", str(path), "--poll-interval", "0.1")
+    steps = 60  # ≥ 1.2 s of profile after the first timed step: the preemption lands mid-profile
+    path = write_campaign(matrix=ONE_CELL, steps=steps)
+    proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
     LocalProvider(home / "nodes").preempt(node)  # the node vanishes without our terminate
@@ -43,16 +60,16 @@ def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_
     kept = [s["timed_index"] for a, s in samples if a == first.id and not s["warmup"]]
     assert kept == list(range(len(kept))) and kept, "timed steps measured before the preemption are kept"
     rest = [s["timed_index"] for a, s in samples if a == second.id and not s["warmup"]]
-    assert rest == list(range(len(kept), 150)), "the new node measures only the steps not yet recorded"
+    assert rest == list(range(len(kept), steps)), "the new node measures only the steps not yet recorded"
     (result, _, _), = q.results(engine)
-    assert result.timed_steps == 150
+    assert result.timed_steps == steps
     assert "preempted" in err
     no_live_nodes(home)
 
 
 @pytest.mark.slow
 def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write_campaign) -> None:
-    path = write_campaign(matrix=ONE_CELL, steps=120)
+    path = write_campaign(matrix=ONE_CELL, steps=40)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
@@ -69,7 +86,7 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
     assert attempt.outcome == "done" and not attempt.open
     samples = q.events(engine, cell.id or 0, kind="sample", phase="profile")
     steps = [json.loads(e.data_json)["step"] for e in samples]
-    assert steps == list(range(121)), "every step recorded exactly once"
+    assert steps == list(range(41)), "every step recorded exactly once"
     assert provider.status(node) is NodeState.TERMINATED
     no_live_nodes(home)
 
@@ -77,7 +94,8 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campaign, sig: signal.Signals) -> None:
-    path = write_campaign(steps=150)
+    # one 1-rank cell, interrupted mid-profile (≥ 2 s of it left): its own node is the one to terminate
+    path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n", steps=100)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
     wait_for(lambda: running_profile_node(home))
     proc.send_signal(sig)
@@ -89,7 +107,7 @@ def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campai
     engine = home_store(home)
     (campaign,) = q.campaigns(engine)
     states = {c.state for c in q.cells(engine, campaign.id or 0)}
-    assert "cancelled" in states
+    assert states == {"cancelled"}
     assert all(not a.open for c in q.cells(engine, campaign.id or 0) for a in q.attempts(engine, c.id or 0))
     resumed = run_cli("resume", "tiny", *FAST_POLLS, home=home)
     assert resumed.returncode == 0, resumed.stderr
@@ -97,11 +115,10 @@ def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campai
 
 
 @pytest.mark.slow
-def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, write_campaign) -> None:
+def test_orphans_are_terminated_but_another_stores_nodes_are_not(home: Path, finished: Path) -> None:
     from benchctl.provisioners.base import OfferRequest
 
-    path = write_campaign(matrix=ONE_CELL)
-    assert run_cli("run", str(path), *FAST_POLLS, home=home).returncode == 0
+    path = finished
     (campaign,) = q.campaigns(home_store(home))
     assert len(campaign.uid) == 12
     provider = LocalProvider(home / "nodes")
@@ -128,12 +145,11 @@ def test_cell_without_offer_fails_with_reason(home: Path, write_campaign) -> Non
 
 
 @pytest.mark.slow
-def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> None:
-    result = run_cli("run", str(write_campaign()), *FAST_POLLS, home=home)
-    assert result.returncode == 0, result.stderr
+def test_nothing_left_running_after_a_normal_run(home: Path, finished: Path) -> None:
     no_live_nodes(home)
     engine = home_store(home)
     (campaign,) = q.campaigns(engine)
+    assert LocalProvider(home / "nodes").owned(f"bc-tiny-{campaign.uid}") == []
     assert LocalProvider(home / "nodes").owned("bc-tiny") == []
     spent = q.spent_usd(engine, campaign.id or 0)
     costs = [a.cost_usd for c in q.cells(engine, campaign.id or 0) for a in q.attempts(engine, c.id or 0)]
@@ -141,22 +157,24 @@ def test_nothing_left_running_after_a_normal_run(home: Path, write_campaign) -> 
 
 
 @pytest.mark.slow
-def test_cell_removed_from_the_file_does_not_run_again(home: Path, write_campaign) -> None:
-    no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
-    first = run_cli("run", str(write_campaign(matrix=ONE_CELL + no_offer)), *FAST_POLLS, home=home)
+def test_cell_removed_from_the_file_does_not_run_again(home: Path, finished: Path) -> None:
+    both = finished.read_text()
+    finished.write_text(both + NO_OFFER)
+    first = run_cli("run", str(finished), *FAST_POLLS, home=home)
     assert first.returncode == 1 and "local:H100_SXMx2:on-demand: failed" in first.stderr
-    second = run_cli("run", str(write_campaign(matrix=ONE_CELL)), *FAST_POLLS, home=home)
+    finished.write_text(both)
+    second = run_cli("run", str(finished), *FAST_POLLS, home=home)
     assert second.returncode == 0, second.stderr
     assert "H100_SXM" not in second.stderr and "campaign tiny is complete" in second.stdout
     status = json.loads(cli_here("status", "--format", "json", home=home).stdout)
-    assert {c["key"]: c["state"] for c in status["campaigns"][0]["cells"]} == {
-        "local:cpux2:on-demand": "done", "local:H100_SXMx2:on-demand": "failed"}
+    assert {c["key"]: (c["state"], c["attempts"]) for c in status["campaigns"][0]["cells"]} == {
+        "local:cpux1:on-demand": ("done", 1), "local:cpux2:on-demand": ("done", 1),
+        "local:H100_SXMx2:on-demand": ("failed", 0)}
 
 
 @pytest.mark.slow
-def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
-    result = run_cli("run", str(write_campaign()), "--concurrency", "4", *FAST_POLLS, home=home)
-    assert result.returncode == 0, result.stderr
+def test_local_nodes_never_run_side_by_side(home: Path, finished: Path) -> None:
+    # ``finished`` ran with run's default --concurrency 4: both cells could have run at once
     engine = home_store(home)
     (campaign,) = q.campaigns(engine)
     spans = sorted((a.launched_at or 0, a.terminated_at or 0) for c in q.cells(engine, campaign.id or 0)
@@ -167,26 +185,26 @@ def test_local_nodes_never_run_side_by_side(home: Path, write_campaign) -> None:
 
 @pytest.mark.slow
 def test_resume_goes_through_every_campaign(home: Path, write_campaign) -> None:
-    no_offer = "  - {provider: local, gpu: H100_SXM, count: 2, price_usd_per_hour: 20.0}\n"
     for name in ("first", "second"):
-        assert run_cli("run", str(write_campaign(name=name, matrix=no_offer)), home=home).returncode == 1
+        assert run_cli("run", str(write_campaign(name=name, matrix=NO_OFFER)), home=home).returncode == 1
     resumed = run_cli("resume", home=home)
     assert resumed.returncode == 1
     assert "campaign first is not complete" in resumed.stderr and "campaign second is not complete" in resumed.stderr
 
 
 @pytest.mark.slow
-def test_changed_payload_is_refused_and_changed_target_recomputes(home: Path, write_campaign) -> None:
-    path = write_campaign(matrix=ONE_CELL)
-    assert run_cli("run", str(path), *FAST_POLLS, home=home).returncode == 0
-    before = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)[0]
+def test_changed_payload_is_refused_and_changed_target_recomputes(home: Path, finished: Path) -> None:
+    path = finished
+    before = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)
     path.write_text(path.read_text().replace("steps: 3", "steps: 4"))
     refused = run_cli("run", str(path), home=home)
     assert refused.returncode == 2 and "different payload section" in refused.stderr
     path.write_text(path.read_text().replace("steps: 4", "steps: 3").replace("ratio: 8.5", "ratio: 17"))
     again = run_cli("run", str(path), *FAST_POLLS, home=home)
     assert again.returncode == 0, again.stderr
-    after = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)[0]
-    assert after["step_time_ms"] == before["step_time_ms"]
-    assert after["target_steps"] == 2 * before["target_steps"]
-    assert after["cost_to_train_usd"] == pytest.approx(2 * before["cost_to_train_usd"], rel=1e-3)
+    after = json.loads(cli_here("leaderboard", "--format", "json", home=home).stdout)
+    assert len(after) == len(before) == 2
+    for old, new in zip(sorted(before, key=lambda r: r["cell"]), sorted(after, key=lambda r: r["cell"]), strict=True):
+        assert new["step_time_ms"] == old["step_time_ms"]
+        assert new["target_steps"] == 2 * old["target_steps"]
+        assert new["cost_to_train_usd"] == pytest.approx(2 * old["cost_to_train_usd"], rel=1e-3)

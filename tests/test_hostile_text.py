@@ -20,7 +20,7 @@ from benchctl.store import queries as q
 from benchctl.store.database import open_store
 from benchctl.store.models import Result
 from benchctl.terminal_text import clean
-from tests.conftest import FAST_POLLS, cli_here, copy_home, run_cli
+from tests.conftest import cli_here, copy_home, run_cli, run_once
 
 CLEAR, TITLE, CLIPBOARD, CSI8 = "\x1b[2J", "\x1b]0;TITLE\x07", "\x1b]52;c;Y2xpcA==\x07", "\x9b31m"
 LEFTOVERS = ("\x1b", "\x9b", "\x07", "TITLE", "Y2xpcA")
@@ -52,12 +52,12 @@ def assert_clean(text: str) -> None:
 
 @pytest.fixture(scope="module")
 def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    root = tmp_path_factory.mktemp("hostile")
-    path = root / "hostile.yaml"
-    path.write_text(HOSTILE_CAMPAIGN)
-    result = run_cli("run", str(path), *FAST_POLLS, home=root / "home")
-    assert result.returncode == 1 and "is not complete" in result.stderr, result.stdout + result.stderr
-    return root / "home", result.stdout + result.stderr
+    """(BENCHCTL_HOME, what ``benchctl run`` printed) of the hostile campaign, run once per test run
+    (``run_once``: xdist workers share it); read the home, or copy it."""
+    home, _, ran = run_once(tmp_path_factory, "hostile", HOSTILE_CAMPAIGN)
+    code, _, printed = ran.partition("\n")
+    assert code == "exit 1" and "is not complete" in printed, ran
+    return home, printed
 
 
 def test_clean_strips_sequences_and_controls_and_keeps_text() -> None:

@@ -8,28 +8,40 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from benchctl.provisioners import vastai
+from tests.conftest import REPO, cli_here, run_cli
 from tests.fakes.aws_fake import FakeAWS, running_fake_aws
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 from tests.fakes.skypilot_standin import SkyPilotStandIn
 from tests.fakes.sshd import running_sshd
-from tests.fakes.vastai_fake import FakeVast, running_fake_vast
+from tests.fakes.vastai_fake import RATE_LIMITS, FakeVast, running_fake_vast
+
+VAST_RATE_SCALE = 0.05
+"""``plan`` runs in this process, where Vast's rate limiter (one per API key) outlives a call: the
+fake enforces Vast's intervals ×0.05 and the provider keeps them ×0.075, as in test_vastai.py."""
 
 
 @pytest.fixture
-def fakes(tmp_path: Path) -> Iterator[tuple[FakeRunPod, FakeVast, dict[str, str]]]:
+def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeRunPod, FakeVast, dict[str, str]]]:
+    """RunPod, Vast.ai and moto's EC2 on loopback, their URLs and keys in this process's environment
+    (``plan`` runs in this process: ``cli_here``) and in the returned dict (for a ``run_cli``)."""
     runpod = FakeRunPod("rp", ssh_port=22, authorized_keys=tmp_path / "keys", workdir=tmp_path / "w")
-    vast = FakeVast("va", ssh_port=22, authorized_keys=tmp_path / "keys", workdir=tmp_path / "w")
+    vast = FakeVast("va", ssh_port=22, authorized_keys=tmp_path / "keys", workdir=tmp_path / "w",
+                    rate_scale=VAST_RATE_SCALE)
+    for endpoint, interval in RATE_LIMITS.items():
+        monkeypatch.setitem(vastai.MIN_INTERVAL_S, endpoint, interval * VAST_RATE_SCALE * 1.5)
     aws = FakeAWS(tmp_path / "keys", tmp_path / "w")
     with running_fake_runpod(runpod) as runpod_url, running_fake_vast(vast) as vast_url, running_fake_aws(aws):
-        yield runpod, vast, {"RUNPOD_API_BASE_URL": runpod_url, "RUNPOD_API_KEY": "rp", "VAST_URL": vast_url,
-                             "VAST_API_KEY": "va"}
+        env = {"RUNPOD_API_BASE_URL": runpod_url, "RUNPOD_API_KEY": "rp", "VAST_URL": vast_url, "VAST_API_KEY": "va"}
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        yield runpod, vast, env
 
 
 @pytest.mark.slow
 def test_the_h100_matrix_is_planned_from_the_providers_offers(home: Path, fakes) -> None:  # type: ignore[no-untyped-def]
-    runpod, vast, env = fakes  # and moto's EC2 for the aws cell, through AWS_ENDPOINT_URL
-    result = run_cli("plan", str(REPO / "campaigns" / "h100-matrix.yaml"), "--format", "json", home=home, env=env)
+    runpod, vast, _ = fakes  # and moto's EC2 for the aws cell, through AWS_ENDPOINT_URL
+    result = cli_here("plan", str(REPO / "campaigns" / "h100-matrix.yaml"), "--format", "json", home=home)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     rows = {r["cell"]: r for r in plan["cells"]}
@@ -52,10 +64,9 @@ def test_the_h100_matrix_is_planned_from_the_providers_offers(home: Path, fakes)
 
 @pytest.mark.slow
 def test_a_cell_without_offer_is_a_warning(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
-    _, _, env = fakes
     path = tmp_path / "p.yaml"
     path.write_text((REPO / "campaigns" / "h100-matrix.yaml").read_text().replace("min_vcpus: 128", "min_vcpus: 512"))
-    result = run_cli("plan", str(path), home=home, env=env)
+    result = cli_here("plan", str(path), home=home)
     assert result.returncode == 0, result.stderr
     assert "warning: vastai:H100_SXMx8:spot:min_vcpus=512: no offer now" in result.stdout
     assert "worst case $" in result.stdout
@@ -63,11 +74,10 @@ def test_a_cell_without_offer_is_a_warning(home: Path, tmp_path: Path, fakes) ->
 
 @pytest.mark.slow
 def test_a_region_aws_does_not_have_stops_plan_naming_the_cell(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
-    _, _, env = fakes
     path = tmp_path / "p.yaml"
     path.write_text((REPO / "campaigns" / "h100-matrix.yaml").read_text().replace(
         "instance_type: p5.48xlarge, region: us-east-1", "instance_type: p5.48xlarge, region: us_east_1"))
-    result = run_cli("plan", str(path), home=home, env=env)
+    result = cli_here("plan", str(path), home=home)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == ("error: aws:p5.48xlarge:spot:region=us_east_1: aws has no region 'us_east_1' "
                                      "(e.g. us-east-1, us-west-2, eu-west-1); fix `region`")
@@ -199,11 +209,11 @@ matrix:
 
 @pytest.mark.slow
 def test_plan_fails_when_no_provider_answers_for_offers(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
-    runpod, vast, env = fakes
+    runpod, vast, _ = fakes
     runpod.faults, vast.faults = ["401"] * 20, ["401"] * 20  # the keys pass the offline check, then are refused
     path = tmp_path / "p.yaml"
     path.write_text(RUNPOD_AND_VAST % 128)
-    result = run_cli("plan", str(path), "--format", "json", home=home, env=env)
+    result = cli_here("plan", str(path), "--format", "json", home=home)
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert result.stdout == "" and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
@@ -214,16 +224,15 @@ def test_plan_fails_when_no_provider_answers_for_offers(home: Path, tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_cell_without_offer_has_an_unknown_worst_case(home: Path, tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
-    _, _, env = fakes
     path = tmp_path / "p.yaml"
     path.write_text(RUNPOD_AND_VAST % 4096)  # no vast machine has 4096 vCPUs
-    result = run_cli("plan", str(path), "--format", "json", home=home, env=env)
+    result = cli_here("plan", str(path), "--format", "json", home=home)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     rows = {r["cell"]: r for r in plan["cells"]}
     assert rows["vastai:H100_SXMx8:on-demand:min_vcpus=4096"]["worst_case_usd"] is None, "unknown, not $0"
     assert rows["runpod:H100_SXMx8:on-demand"]["worst_case_usd"] > 0
     assert plan["worst_case_usd"] is None, "the matrix's worst case is unknown while a cell has no price"
-    table = run_cli("plan", str(path), home=home, env=env)
+    table = cli_here("plan", str(path), home=home)
     assert table.returncode == 0, table.stderr
     assert "unknown for the 1 cell(s) without an offer" in table.stdout

@@ -72,16 +72,17 @@ def test_preflight_command(home: Path, tmp_path: Path) -> None:
     from tests.conftest import REPO
 
     fixtures = REPO / "tests" / "fixtures" / "preflight"
-    nvl = run_cli("preflight", "--replay", str(fixtures / "h100-nvl-pairs"), "--format", "json", home=home)
+    # in this process (``cli_here``): preflight starts no node and installs no signal handler
+    nvl = cli_here("preflight", "--replay", str(fixtures / "h100-nvl-pairs"), "--format", "json", home=home)
     assert nvl.returncode == 3
     report = json.loads(nvl.stdout)
     assert report["verdict"] == "fail" and report["expect"] == {"gpu": "H100_NVL", "count": 8}
-    sold_as = run_cli("preflight", "--replay", str(fixtures / "h100-pcie"), "--expect", "gpu=H100_SXM,count=8",
-                      home=home)
+    sold_as = cli_here("preflight", "--replay", str(fixtures / "h100-pcie"), "--expect", "gpu=H100_SXM,count=8",
+                       home=home)
     assert sold_as.returncode == 3 and "verdict: fail" in sold_as.stdout
-    here = run_cli("preflight", "--out", str(tmp_path / "facts"), "--format", "json", home=home)
+    here = cli_here("preflight", "--out", str(tmp_path / "facts"), "--format", "json", home=home)
     assert here.returncode == 0, here.stderr
     assert json.loads(here.stdout)["verdict"] in ("pass", "warn")
     assert (tmp_path / "facts" / "env.txt").is_file() and (tmp_path / "facts" / "probes.json").is_file()
-    bad = run_cli("preflight", "--replay", str(fixtures / "cpu-only"), "--expect", "gpus=8", home=home)
+    bad = cli_here("preflight", "--replay", str(fixtures / "cpu-only"), "--expect", "gpus=8", home=home)
     assert bad.returncode == 2 and "gpu=NAME" in bad.stderr

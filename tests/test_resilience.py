@@ -32,7 +32,8 @@ def _timed_indexes(engine, cell_id: int) -> list[int]:  # type: ignore[no-untype
 
 @pytest.mark.slow
 def test_injected_preemptions_lose_no_sample_and_measure_each_step_once(home: Path, write_campaign) -> None:
-    steps = 120
+    steps = 40  # the 1-rank cell is preempted at its 4th step twice; the 2-rank one ~3.5 s after launch,
+    # before its ranks (≥ 1.5 s to start) could have profiled 40 steps
     path = write_campaign(matrix=PREEMPTED_CELLS, steps=steps, max_attempts=4)
     result = run_cli("run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5", home=home, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -144,11 +145,11 @@ def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(hom
 
 @pytest.mark.slow
 def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign) -> None:
-    path = write_campaign(steps=150)
+    path = write_campaign(steps=80)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
-    down = run_cli("down", "tiny", home=home)
+    down = cli_here("down", "tiny", home=home)  # in this process: starts nothing, no signal handler
     assert down.returncode == 0, down.stderr
     assert "terminated 1 node(s)" in down.stdout and "cancelled 2 cell(s)" in down.stdout
     _, err = proc.communicate(timeout=60)

@@ -22,6 +22,8 @@ from tests.local_campaign import home_store, wait_for
 
 pytestmark = pytest.mark.slow
 
+STEPS = 80
+"""The spot cluster is reclaimed once it has measured a timed step: ≥ 1.5 s of profile left for that."""
 CAMPAIGN = """\
 name: skyrun
 budget_usd: 5
@@ -29,7 +31,7 @@ target: {{model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, tot
 defaults: {{market: on-demand, max_attempts: 3}}
 payload:
   phases: [preflight, profile]
-  profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: 200}}
+  profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: {steps}}}
 providers:
   skypilot: {{python: "{python}", workdir: "{work}", autodown_idle_minutes: 20}}
 matrix:
@@ -67,7 +69,7 @@ def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path
     from benchctl.cli.main import main
 
     path = tmp_path / "skyrun.yaml"
-    path.write_text(CAMPAIGN.format(python=sys.executable, work=tmp_path / "work"))
+    path.write_text(CAMPAIGN.format(steps=STEPS, python=sys.executable, work=tmp_path / "work"))
     preempted: list[str] = []
     failures: list[BaseException] = []
 
@@ -101,7 +103,7 @@ def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path
     timed = sorted(json.loads(e.data_json)["timed_index"]
                    for e in q.events(engine, cells[SPOT].id or 0, kind="sample", phase="profile")
                    if not json.loads(e.data_json)["warmup"])
-    assert timed == list(range(200)), "every timed step exactly once across the two clusters"
+    assert timed == list(range(STEPS)), "every timed step exactly once across the two clusters"
     launches = [(e["use_spot"], e["instance_type"], e["autodown_idle_minutes"]) for e in sky.launched]
     assert sorted(launches) == [(False, "cpu_1x", 20), (True, "cpu_1x", 20), (True, "cpu_1x", 20)]
     assert len({e["cluster"] for e in sky.launched}) == 3, "a new cluster for the new attempt"

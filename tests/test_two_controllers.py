@@ -14,7 +14,7 @@ from benchctl.campaign.spec import load_campaign
 from benchctl.cli.run import register_campaign
 from benchctl.store import queries as q
 from benchctl.store.database import open_store
-from tests.conftest import REPO
+from tests.conftest import REPO, cli_here
 from tests.local_campaign import no_live_nodes, wait_for
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,10 @@ THREE_CELLS = """\
 
 def _resume(home: Path, db: str) -> subprocess.Popen[str]:
     env = {**os.environ, "BENCHCTL_HOME": str(home), "BENCHCTL_DB": db}
-    return subprocess.Popen([sys.executable, "-m", "benchctl", "resume", "tiny", "--poll-interval", "0.1"],
+    # --status-interval 0.5: a cell that finds the machine's local node lock taken by the other
+    # controller waits one status interval before it asks again (5 s by default)
+    return subprocess.Popen([sys.executable, "-m", "benchctl", "resume", "tiny", "--poll-interval", "0.1",
+                             "--status-interval", "0.5"],
                             cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -47,7 +50,9 @@ def _assert_each_cell_ran_once(engine, campaign_id: int) -> None:  # type: ignor
 
 
 def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, write_campaign) -> None:
-    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=120))
+    # the first controller holds every cell's lease and runs them one at a time (local nodes): the
+    # second one's start, its run and the status below take seconds; the first's three cells longer
+    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=20))
     first = _resume(home, pg_url)
     wait_for(lambda: any(a.open for a in q.campaign_attempts(engine, campaign_id)))
     second = _resume(home, pg_url)
@@ -55,8 +60,7 @@ def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, 
     assert second.returncode == 1, second_err
     assert second_err.count("skipped: controller ") >= 1, second_err  # cells the first finished meanwhile are done
     assert "run by controller" in second_err
-    status = subprocess.run([sys.executable, "-m", "benchctl", "--db", pg_url, "status", "tiny", "--format", "json"],
-                            cwd=REPO, capture_output=True, text=True, env={**os.environ, "BENCHCTL_HOME": str(home)})
+    status = cli_here("--db", pg_url, "status", "tiny", "--format", "json", home=home)
     holders = [c["controller"] for c in json.loads(status.stdout)["campaigns"][0]["cells"]]
     assert len(set(holders) - {None}) == 1, "status names the one controller running the cells (None: done)"
     _, first_err = first.communicate(timeout=300)

@@ -28,6 +28,7 @@ from benchctl.payload.child import run_in_child
 from benchctl.payload.events import EventLog
 from benchctl.payload.job import CollectivesConfig, Job
 from benchctl.payload.profile import PHASES, PhaseClock
+from tests.payload.child_targets import fail, hang, report_pid
 
 
 @pytest.fixture
@@ -127,24 +128,9 @@ def test_p2p_times_each_copy_on_its_source_and_destination(monkeypatch: pytest.M
     assert timed == [pair for pair in pairs for _ in range(4)], "bandwidth and latency, peer and host, both ends"
 
 
-def _report_pid(report: Callable[[Any], None], extra: str) -> None:
-    report(os.getpid())
-    report(extra)
-
-
-def _hang(report: Callable[[Any], None]) -> None:
-    report("started")
-    time.sleep(3600)
-
-
-def _fail(report: Callable[[Any], None]) -> None:
-    report("first")
-    raise ValueError("boom")
-
-
 @pytest.mark.slow
 def test_a_child_process_reports_back_and_is_gone() -> None:
-    values, reason = run_in_child(_report_pid, ("x",))
+    values, reason = run_in_child(report_pid, ("x",))
     assert reason is None and values[1] == "x"
     assert values[0] != os.getpid()
     with pytest.raises(ProcessLookupError):
@@ -154,16 +140,16 @@ def test_a_child_process_reports_back_and_is_gone() -> None:
 @pytest.mark.slow
 def test_a_hung_child_is_killed_at_the_deadline() -> None:
     started = time.monotonic()
-    # A spawned child imports this module (and torch) first: on a loaded 2-core machine that alone
-    # can take several seconds, so the deadline leaves room for it to report before it hangs.
-    values, reason = run_in_child(_hang, deadline=started + 15)
+    # The spawned child imports only the standard library (``child_targets``): the deadline leaves
+    # it seconds to report before it hangs, even on a loaded 2-core machine.
+    values, reason = run_in_child(hang, deadline=started + 4)
     assert (values, reason) == (["started"], "timed out")
-    assert time.monotonic() - started < 25
+    assert time.monotonic() - started < 14
 
 
 @pytest.mark.slow
 def test_an_error_in_the_child_comes_back() -> None:
-    assert run_in_child(_fail) == (["first"], "ValueError: boom")
+    assert run_in_child(fail) == (["first"], "ValueError: boom")
 
 
 @pytest.mark.slow
