@@ -245,6 +245,11 @@ class Ranks:
         first = result_file(self._rendezvous, self._procs[0][0], phase)
         return json.loads(first.read_text()) if first.is_file() else None
 
+    @property
+    def started(self) -> bool:
+        """The ranks run (started by a ``run`` and neither failed nor closed since)."""
+        return bool(self._procs)
+
     def _finished(self) -> bool:
         return all(_read(done_file(self._rendezvous, rank)).count("\n") >= self._phases
                    for rank, _, _ in self._procs)
@@ -386,11 +391,12 @@ None) → None, or a JSON-able dict the runner gets back (``Ranks.run``)."""
 
 def _rank_functions() -> dict[str, RankFunction]:
     from .collectives import collectives_rank
+    from .facts_capture import torch_facts_rank
     from .probes import allreduce_rank, cluster_rank
     from .profile import profile_rank
 
     return {"profile": profile_rank, "collectives": collectives_rank, "preflight_allreduce": allreduce_rank,
-            "preflight_cluster": cluster_rank}
+            "preflight_cluster": cluster_rank, "preflight_torch": torch_facts_rank}
 
 
 def run_worker(job_path: str, phase: str | None, rank: int, world_size: int, rendezvous: str,

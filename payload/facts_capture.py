@@ -67,8 +67,10 @@ def write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
-def capture(directory: Path, deadline: float) -> list[str]:
-    """Write the snapshot; return the names of the files written."""
+def capture(directory: Path, deadline: float, torch_json: bool = True) -> list[str]:
+    """Write the snapshot; return the names of the files written. ``torch_json=False`` leaves
+    ``torch.json`` to the caller (preflight takes it from the attempt's ranks, which import torch
+    anyway, so the runner itself never does)."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     # GNU nproc honours OMP_NUM_THREADS / OMP_THREAD_LIMIT: count the machine's CPUs, not a setting
@@ -86,10 +88,20 @@ def capture(directory: Path, deadline: float) -> list[str]:
             written.append(name)
     write_private(directory / "env.txt", redacted_env(dict(os.environ)))
     written.append("env.txt")
-    (directory / "torch.json").write_text(json.dumps(torch_facts(), indent=2))
-    written.append("torch.json")
+    if torch_json:
+        write_torch_json(directory, torch_facts())
+        written.append("torch.json")
     _inject(directory, faults())
     return written
+
+
+def write_torch_json(directory: Path, facts: dict[str, Any]) -> None:
+    (directory / "torch.json").write_text(json.dumps(facts, indent=2))
+
+
+def torch_facts_rank(job: Any, rank: int, world_size: int, events: Any) -> dict[str, Any]:
+    """The ``preflight_torch`` rank phase: ``torch_facts`` as a rank process sees them."""
+    return torch_facts()
 
 
 def torch_facts() -> dict[str, Any]:

@@ -33,7 +33,7 @@ from .checks import Expect, Facts, judge, verdict
 from .cluster_checks import bad_node_ranks, judge_cluster
 from .events import EventLog
 from .fabric_checks import FabricExpect, fabric_checks
-from .facts_capture import capture, faults
+from .facts_capture import capture, faults, torch_facts, write_torch_json
 from .job import Job
 from .thresholds import resolve
 
@@ -168,8 +168,9 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     deadline = started + thresholds["budget_s"]
     workdir = job_path.parent
     facts_dir = workdir / "artifacts" / "facts"
-    capture(facts_dir, deadline)
+    capture(facts_dir, deadline, torch_json=False)
     probes, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
+    write_torch_json(facts_dir, _torch_facts(job, facts_dir, deadline, ranks))
     checks = judge(Facts(facts_dir), Expect(job.gpu, job.count), thresholds) + _fabric(job, facts_dir)
     for check in checks:
         if PROBE_OF_CHECK.get(check["name"]) in timed_out:
@@ -190,6 +191,24 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     _act(job, local_failed, cross)
     return {"verdict": result["verdict"], "warn": [c["name"] for c in checks if c["status"] == "warn"],
             "elapsed_s": result["elapsed_s"]}
+
+
+def _torch_facts(job: Job, facts_dir: Path, deadline: float, ranks: Ranks | None) -> dict[str, Any]:
+    """torch's view of the node (``torch.json``) from the attempt's ranks, which import torch for
+    the later phases anyway (the runner never does: one ``import torch`` less per attempt). In the
+    runner itself only without ranks, when they fail, or across nodes once the ranks are gone
+    (starting a new set would wait for the other nodes)."""
+    from .distributed import RanksFailed
+
+    if ranks is not None and (job.nodes == 1 or ranks.started) and deadline > time.monotonic():
+        try:
+            with _nccl_debug(facts_dir):  # ranks started here keep NCCL's log for their later phases
+                facts = ranks.run("preflight_torch", timeout_s=max(5.0, deadline - time.monotonic()))
+            if facts:
+                return facts
+        except RanksFailed:
+            pass  # judged from the runner's own view below
+    return torch_facts()
 
 
 def _fabric(job: Job, facts_dir: Path) -> list[dict[str, Any]]:

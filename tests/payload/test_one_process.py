@@ -63,7 +63,9 @@ def test_every_distributed_phase_runs_in_one_process_per_rank(tmp_path: Path) ->
     assert sorted(lines) == ["attempt-rank0.log", "attempt-rank1.log"]  # no log of a per-phase process
     for rank in (0, 1):
         seen = lines[f"attempt-rank{rank}.log"]
-        assert [what for _, _, what in seen] == ["joined the gloo group of 2", "phase collectives", "phase profile"]
+        # preflight asks the ranks for torch's view of the node (the runner never imports torch)
+        assert [what for _, _, what in seen] == ["joined the gloo group of 2", "phase preflight_torch",
+                                                 "phase collectives", "phase profile"]
         assert {(r, pid) for r, pid, _ in seen} == {(rank, seen[0][1])}  # one process, one group init
         assert not _alive(seen[0][1])
     # each phase's samples came out of its process while the phases ran one after the other
@@ -181,3 +183,20 @@ def test_preflight_runs_its_all_reduce_on_the_attempts_ranks_with_its_nccl_log_a
     ((phase, timeout_s, debug, debug_file),) = calls
     assert (phase, debug, debug_file) == ("preflight_allreduce", "INFO", str(tmp_path / "nccl-debug.%h.%p.log"))
     assert timeout_s is not None and 50 < timeout_s <= 60
+
+
+def test_the_runner_never_imports_torch_when_it_has_ranks(tmp_path: Path) -> None:
+    """torch.json comes from the attempt's ranks (which import torch for the later phases anyway):
+    the runner process itself stays free of torch, one import less per attempt."""
+    workdir = tmp_path / "a"
+    workdir.mkdir()
+    (workdir / "job.json").write_text(json.dumps(_job(1, ["preflight"])))
+    probe = ("import runpy, sys; sys.argv = ['payload', 'run', 'job.json']\n"
+             "try:\n    runpy.run_module('payload', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print('TORCH_IN_RUNNER', 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=workdir, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
+    assert "TORCH_IN_RUNNER False" in out, out
+    torch_json = json.loads((workdir / "artifacts" / "facts" / "torch.json").read_text())
+    assert torch_json["torch"].startswith("2.") and torch_json["cuda_available"] is False
