@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
+from tests.fakes.skypilot_standin import SkyPilotStandIn
+from tests.fakes.sshd import running_sshd
 
 
 @pytest.fixture
@@ -19,3 +21,18 @@ def runpod_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fak
         monkeypatch.setenv("RUNPOD_API_BASE_URL", url)
         monkeypatch.setenv("RUNPOD_API_KEY", "rp-key")
         yield server
+
+
+@pytest.fixture
+def sky_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HOME of the test's own: SkyPilot keeps a user hash under ~/.sky."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+
+
+@pytest.fixture
+def standin(tmp_path: Path, sky_home: None) -> Iterator[SkyPilotStandIn]:
+    """SkyPilot's SDK stand-in, its nodes served by a real sshd; no cluster may be left up."""
+    with running_sshd(tmp_path / "sshd") as sshd:
+        sky = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.3)
+        yield sky
+        assert sky.inventory() == [], "a test left a cluster up"

@@ -3,8 +3,8 @@ status / down path through the SDK stand-in, with SSH over the real sshd via the
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +15,8 @@ from benchctl.provisioners.base import NoCapacity, Node, NodeState, OfferRequest
 from benchctl.provisioners.skypilot.provider import SkyPilotProvider, SkyPilotSettings, cluster_state
 from benchctl.provisioners.skypilot.task import task_config, validate
 from tests.fakes.skypilot_standin import SkyPilotStandIn
-from tests.fakes.sshd import running_sshd
 
-
-@pytest.fixture(autouse=True)
-def _sky_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # SkyPilot keeps a user hash under ~/.sky
-
-
-@pytest.fixture
-def standin(tmp_path: Path) -> Iterator[SkyPilotStandIn]:
-    with running_sshd(tmp_path / "sshd") as sshd:
-        sky = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.3)
-        yield sky
-        assert sky.inventory() == [], "a test left a cluster up"
+pytestmark = pytest.mark.usefixtures("sky_home")
 
 
 def _provider(tmp_path: Path, sky: SkyPilotStandIn, sleeps: list[float] | None = None) -> SkyPilotProvider:
@@ -229,7 +217,14 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     node = provider.launch(offer, "bc-tok5", "bc-camp-1")
     _wait_running(provider, node)
     transport = provider.transport(node)
-    assert transport.run("true").code == 0  # an ssh session without a PTY: not "busy" to SkyPilot
+    # an ssh session without a PTY: not "busy" to SkyPilot. The first connection may take longer than
+    # an idle period on a loaded machine: the controller renews meanwhile, as it does while it works.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        session = pool.submit(transport.run, "true")
+        while not session.done():
+            assert provider.status(node) is NodeState.RUNNING
+            time.sleep(0.05)
+    assert session.result().code == 0
     idle_s = 4 * standin.minute_s
     end = time.monotonic() + 2 * idle_s  # two idle periods: without renewals it would be gone
     while time.monotonic() < end:

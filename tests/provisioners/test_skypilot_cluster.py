@@ -4,7 +4,6 @@ head and workers as members, through the SDK stand-in with SSH on the real sshd.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,24 +12,12 @@ import pytest
 from benchctl.provisioners.base import Node, NodeState, OfferRequest, ProviderError, of_attempt
 from benchctl.provisioners.skypilot.provider import SkyPilotProvider, SkyPilotSettings
 from tests.fakes.skypilot_standin import SkyPilotStandIn
-from tests.fakes.sshd import running_sshd
+
+pytestmark = pytest.mark.usefixtures("sky_home")
 
 
-@pytest.fixture(autouse=True)
-def _sky_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # SkyPilot keeps a user hash under ~/.sky
-
-
-@pytest.fixture
-def sky(tmp_path: Path) -> Iterator[SkyPilotStandIn]:
-    with running_sshd(tmp_path / "sshd") as sshd:
-        standin = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.2)
-        yield standin
-        assert standin.inventory() == [], "a test left a cluster up"
-
-
-def _provider(tmp_path: Path, sky: SkyPilotStandIn) -> SkyPilotProvider:
-    provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work")), client=sky)
+def _provider(tmp_path: Path, standin: SkyPilotStandIn) -> SkyPilotProvider:
+    provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work")), client=standin)
     provider.sleep = lambda _: None
     return provider
 
@@ -49,10 +36,10 @@ def _running(provider: SkyPilotProvider, node: Node) -> None:
 
 
 def test_a_cluster_is_one_launch_with_num_nodes_and_its_members_are_head_and_workers(
-        tmp_path: Path, sky: SkyPilotStandIn) -> None:
-    provider = _provider(tmp_path, sky)
+        tmp_path: Path, standin: SkyPilotStandIn) -> None:
+    provider = _provider(tmp_path, standin)
     node = _cluster(provider, 3)
-    (launched,) = sky.launched
+    (launched,) = standin.launched
     assert (launched["cluster"], launched["num_nodes"]) == ("camp--bc-1", 3)
     members = node.members()
     assert [m.node_id for m in members] == ["camp--bc-1", "camp--bc-1#1", "camp--bc-1#2"]
@@ -71,27 +58,27 @@ def test_a_cluster_is_one_launch_with_num_nodes_and_its_members_are_head_and_wor
 
 
 def test_a_worker_reaches_its_own_node_and_terminating_any_member_downs_the_cluster(
-        tmp_path: Path, sky: SkyPilotStandIn) -> None:
-    provider = _provider(tmp_path, sky)
+        tmp_path: Path, standin: SkyPilotStandIn) -> None:
+    provider = _provider(tmp_path, standin)
     node = _cluster(provider, 2, "bc-2")
     peer = Node.from_dict(node.to_dict()).peers[0]  # as the store keeps it
     _running(provider, peer)
     provider.transport(peer)
-    assert peer.details["ssh"] == {"host": sky.sshd.host, "port": sky.sshd.port, "user": sky.sshd.user}
+    assert peer.details["ssh"] == {"host": standin.sshd.host, "port": standin.sshd.port, "user": standin.sshd.user}
     provider.terminate(peer)
-    assert sky.inventory() == [], "downing a worker downs the cluster"
+    assert standin.inventory() == [], "downing a worker downs the cluster"
     assert [provider.status(m) for m in node.members()] == [NodeState.TERMINATED] * 2
-    sky.faults.append(RuntimeError("down called again"))
+    standin.faults.append(RuntimeError("down called again"))
     provider.terminate(node)  # the cluster is down already: nothing is asked
-    assert len(sky.faults) == 1
-    sky.faults.clear()
-    other = _provider(tmp_path / "controller2", sky)  # another controller ends what is already gone
+    assert len(standin.faults) == 1
+    standin.faults.clear()
+    other = _provider(tmp_path / "controller2", standin)  # another controller ends what is already gone
     other.terminate(node)
-    assert sky.inventory() == []
+    assert standin.inventory() == []
 
 
-def test_a_worker_the_handle_does_not_list_yet_has_no_transport(tmp_path: Path, sky: SkyPilotStandIn) -> None:
-    provider = _provider(tmp_path, sky)
+def test_a_worker_the_handle_does_not_list_yet_has_no_transport(tmp_path: Path, standin: SkyPilotStandIn) -> None:
+    provider = _provider(tmp_path, standin)
     node = _cluster(provider, 2, "bc-3")
     _running(provider, node)
     ghost = Node.from_dict({**node.peers[0].to_dict(), "details": {**node.peers[0].details, "node_rank": 5}})
@@ -100,13 +87,13 @@ def test_a_worker_the_handle_does_not_list_yet_has_no_transport(tmp_path: Path, 
     provider.terminate(node)
 
 
-def test_a_worker_is_running_before_the_handle_lists_its_address(tmp_path: Path, sky: SkyPilotStandIn,
+def test_a_worker_is_running_before_the_handle_lists_its_address(tmp_path: Path, standin: SkyPilotStandIn,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    provider = _provider(tmp_path, sky)
+    provider = _provider(tmp_path, standin)
     node = _cluster(provider, 2, "bc-4")
     _running(provider, node)
-    clusters = sky.clusters
-    monkeypatch.setattr(sky, "clusters", lambda names: [replace(c, nodes=()) for c in clusters(names)])
+    clusters = standin.clusters
+    monkeypatch.setattr(standin, "clusters", lambda names: [replace(c, nodes=()) for c in clusters(names)])
     assert provider.status(node.peers[0]) is NodeState.RUNNING
     with pytest.raises(ProviderError, match="lists no node 1 of camp--bc-4 yet"):
         provider.transport(node.peers[0])
