@@ -1,8 +1,14 @@
-"""``benchctl preflight``: judge this machine, or a saved facts snapshot (``--replay DIR``)."""
+"""``benchctl preflight``: judge this machine, or a saved facts snapshot (``--replay DIR``).
+
+A snapshot of one node of a cluster (its ``cluster.json``, the cluster probe's figures) is judged
+as the payload judged it: the node's own checks, then its fabric checks (GPU snapshots) and the
+cross-node checks (``payload.cluster_checks``), with the default thresholds.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,7 +25,7 @@ def _expectation(text: str | None, replay: str | None) -> tuple[str, int]:
         from benchctl.payload.node_facts import parse_query_csv
 
         rows = parse_query_csv(facts.text("nvidia-smi-query.csv") or "")
-        return (detected_model(facts) or "cpu", len(rows)) if rows else ("cpu", 1)
+        return (detected_model(facts) or "cpu", len(rows)) if rows else ("cpu", _cluster_count(Path(replay)))
     fields = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
@@ -30,6 +36,17 @@ def _expectation(text: str | None, replay: str | None) -> tuple[str, int]:
     if not count.isdigit() or int(count) < 1:
         raise UsageError(f"--expect {text!r}: count must be a whole number >= 1")
     return _known_gpu(fields["gpu"], text), int(count)
+
+
+def _cluster_count(directory: Path) -> int:
+    """The ranks per node a cluster snapshot's ``cluster.json`` names; 1 without a readable one."""
+    import json
+
+    try:
+        count = json.loads((directory / "cluster.json").read_text()).get("count")
+    except (OSError, ValueError, AttributeError):
+        return 1
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1
 
 
 def _known_gpu(name: str, text: str) -> str:
@@ -71,16 +88,51 @@ def preflight_command(replay: str | None, expect_text: str | None, out: str | No
         directory = Path(out) if out else Path(tempfile.mkdtemp(prefix="benchctl-preflight-"))
         _capture_here(directory, gpu, count, started + resolve()["budget_s"])
     checks = judge(Facts(directory), Expect(gpu, count), resolve())
+    nodes = None
+    if replay is not None:
+        nodes, cross = _cross_node(directory, gpu, count)
+        checks += cross
     result = {"verdict": verdict(checks), "checks": checks, "elapsed_s": round(time.monotonic() - started, 3),
               "expect": {"gpu": gpu, "count": count}, "facts": str(directory)}
+    if nodes is not None:
+        result["nodes"] = nodes
     if fmt == "json":
         click.echo(json.dumps(result, indent=2, default=str))
     else:
         rows = [{**c, "observed": json.dumps(c["observed"], default=str)[:60]} for c in checks]
         click.echo(render(rows, ["name", "status", "observed", "hint"], "table"))
-        click.echo(f"verdict: {result['verdict']} ({count}× {gpu}, {result['elapsed_s']:.1f} s; facts in {directory})")
+        shape = f"{count}× {gpu}" + (f", a node of {nodes}" if nodes is not None else "")
+        click.echo(f"verdict: {result['verdict']} ({shape}, {result['elapsed_s']:.1f} s; facts in {directory})")
     if result["verdict"] == CheckStatus.FAIL:
         sys.exit(3)
+
+
+def _cross_node(directory: Path, gpu: str, count: int) -> tuple[int | None, list[dict[str, Any]]]:
+    """(nodes, checks) of a snapshot with a ``cluster.json``: its fabric checks (GPU only, as the
+    payload) and the cross-node checks; (None, []) without one. UsageError for a ``cluster.json``
+    that is no cluster probe result."""
+    import json
+
+    from benchctl.errors import UsageError
+    from benchctl.payload.checks import Facts
+    from benchctl.payload.cluster_checks import judge_cluster
+    from benchctl.payload.fabric_checks import FabricExpect, fabric_checks
+    from benchctl.payload.thresholds import resolve
+
+    path = directory / "cluster.json"
+    if not path.is_file():
+        return None, []
+    try:
+        cluster = json.loads(path.read_text())
+        nodes = cluster["nodes"]
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 2:
+            raise ValueError(f"nodes is {nodes!r}, not a cluster's 2 or more")
+        cross = judge_cluster(cluster, gpu, count, resolve(), set())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"{path} is not a cluster probe result ({type(exc).__name__}: {exc}); "
+                         "replay the facts/ directory of a cluster attempt as the payload wrote it") from None
+    fabric = [] if gpu.lower() == "cpu" else fabric_checks(Facts(directory), {}, FabricExpect.for_cell(gpu, count))
+    return nodes, fabric + cross
 
 
 def _capture_here(directory: Path, gpu: str, count: int, deadline: float) -> None:
