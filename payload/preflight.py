@@ -84,9 +84,10 @@ def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float,
             timed_out.append(unfinished)
         elif unfinished:
             probes[unfinished] = {"error": reason}
-    if job.nodes > 1 and not timed_out and not probes.get("cuda_init", {}).get("error"):
+    cuda_failed = wants_gpu and bool(probes.get("cuda_init", {}).get("error"))  # on CPU its check skips
+    if job.nodes > 1 and not timed_out and not cuda_failed:  # a node that passes always joins the cluster probe
         _cluster(job, job_path, facts_dir, deadline, probes, ranks)
-    elif wants_gpu and not timed_out and not probes.get("cuda_init", {}).get("error"):
+    elif wants_gpu and not timed_out and not cuda_failed:
         timed_out += _allreduce(job, job_path, facts_dir, deadline, probes, ranks)
     (facts_dir / "probes.json").write_text(json.dumps(probes, indent=2))
     return probes, timed_out

@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
@@ -242,13 +242,17 @@ class CampaignSpec(_Strict):
 
 
 class LocalFaults(_Strict):
-    """Faults the local provider injects into the first ``hosts`` of its virtual hosts."""
+    """Faults the local provider injects into the first ``hosts`` of its virtual hosts (with
+    ``node_ranks``, into ``local-<rank>`` for each rank: a cluster's worker alone)."""
 
     cuda_init: Literal["error", "hang"] | None = None
     numa: Literal["split"] | None = None
     shm_mb: int | None = Field(default=None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)
     hosts: int = Field(default=1, ge=1)
+    node_ranks: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None, min_length=1, description="a cluster's cell: fault the hosts these node ranks take in a "
+        "cluster on the first hosts (local-<rank>); `hosts` is then unused")
     preempt_after_s: float | None = Field(default=None, gt=0, description="preempt the node this long after launch")
     preempt_at_step: int | None = Field(default=None, ge=0,
                                         description="preempt the node once it recorded this many timed profile steps")
@@ -322,11 +326,22 @@ class CellSpec(_Strict):
             raise ValueError("cloud is for skypilot cells (the cloud SkyPilot rents from); remove it from this cell")
         if self.faults is not None and self.provider != "local":
             raise ValueError("faults are injected by the local provider only; remove them from this cell")
+        if self.faults is not None and self.faults.node_ranks is not None:
+            self._check_fault_ranks(self.faults)
         if self.provider not in PRICED_BY_USER and self.price_usd_per_hour is not None:
             where = ("each node's price_usd_per_hour in providers.ssh.nodes" if self.provider == "ssh"
                      else "its own price")
             raise ValueError(f"price_usd_per_hour is for local cells; {self.provider} uses {where}: remove it")
         return self
+
+    def _check_fault_ranks(self, faults: LocalFaults) -> None:
+        ranks = faults.node_ranks or []
+        if self.nodes == 1 or any(rank >= self.nodes for rank in ranks):
+            raise ValueError(f"faults.node_ranks {ranks}: name node ranks of this cell's cluster (0 … {self.nodes - 1}"
+                             f"{'; the cell has one node: use faults.hosts' if self.nodes == 1 else ''})")
+        if faults.preempt_after_s is not None or faults.preempt_at_step is not None:
+            raise ValueError("faults.node_ranks is for preflight faults; a cluster's preemption already hits node "
+                             "rank 1: remove node_ranks")
 
     @property
     def key(self) -> str:

@@ -21,6 +21,9 @@ is preempted once any member is preempted or terminated (a payload that failed, 
 could not be read, while a member was gone is that preemption too), every member gets the stage
 with its own ``node_rank`` and runs the payload (``benchctl.engine.workers``), and every member is
 terminated, each whatever the others raise; the attempt ends when the last member stopped billing.
+The cell is ``running`` once node 0 started a later phase and every worker's preflight passed (a
+worker's own verdict can come after node 0's); a worker's exit 3 ends the attempt ``bad_node``
+naming the node its preflight named (``benchctl.engine.bad_hosts``), also when node 0 then failed.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 
 from benchctl import payload
 from benchctl.campaign.spec import CellSpec
-from benchctl.engine.bad_hosts import bad_member_host, bad_node_rank
+from benchctl.engine.bad_hosts import bad_member_host, bad_node_rank, naming, worker_bad_rank
 from benchctl.engine.budget import collect_timeout_s
 from benchctl.engine.cell_states import CellState
 from benchctl.engine.cluster import billed_hourly, cluster_ended_at, cluster_state, terminate_all
@@ -49,12 +52,15 @@ from benchctl.engine.workers import (
     EXIT_CODE_BYTES,
     LOG_READ_BYTES,
     Worker,
+    WorkerFailure,
     collect_workers,
     failed_worker,
     member_jobs,
     tail,
     unstarted,
+    worker_errors,
     workers,
+    workers_passed_preflight,
 )
 from benchctl.payload.deadman import HEARTBEAT
 from benchctl.payload.job import EXIT_BAD_NODE, EXIT_OK, Job
@@ -261,20 +267,22 @@ class AttemptDriver:
         last_status = last_beat = float("-inf")
         beat_every = min(self.ctx.status_interval_s, self.ctx.campaign.spec.max_idle_minutes * 60 / 4)
         timeout = time.monotonic() + self.ctx.campaign.spec.payload.timeout_minutes * 60
+        past_preflight = False  # node 0 started a later phase; running once every worker passed its own too
         while True:
             for event in sync_events(self.ctx.engine, attempt, transport):
-                if event.get("kind") == "phase_start" and event.get("phase") != "preflight" \
-                        and q.cell(self.ctx.engine, self.cell_id).state == CellState.PREFLIGHT.value:
-                    self.transition(CellState.RUNNING)
+                past_preflight |= event.get("kind") == "phase_start" and event.get("phase") != "preflight"
+            if past_preflight and q.cell(self.ctx.engine, self.cell_id).state == CellState.PREFLIGHT.value \
+                    and workers_passed_preflight(peers, attempt.remote_dir):
+                self.transition(CellState.RUNNING)
             exit_code = transport.read_from(f"{attempt.remote_dir}/exit_code", 0, limit=EXIT_CODE_BYTES).strip()
             if exit_code:
                 sync_events(self.ctx.engine, attempt, transport)
                 if not EXIT_CODE.fullmatch(exit_code):
                     return self._gone_or(node, Outcome(
                         OutcomeKind.ERROR, f"the node's exit_code file holds {exit_code[:20]!r}, not an exit status"))
-                return self._exit_outcome(int(exit_code), attempt, node, transport)
+                return self._exit_outcome(int(exit_code), attempt, node, transport, peers)
             if (failed := failed_worker(peers, attempt.remote_dir)) is not None:
-                return self._gone_or(node, Outcome(OutcomeKind.ERROR, failed))
+                return self._worker_outcome(failed, attempt, node, peers)
             if (halt := self.halted()) is not None:
                 return halt
             if time.monotonic() - last_status >= self.ctx.status_interval_s:
@@ -296,7 +304,10 @@ class AttemptDriver:
                                f"({self.ctx.campaign.spec.payload.timeout_minutes})")
             self.ctx.stop.wait(self.ctx.poll_interval_s)
 
-    def _exit_outcome(self, code: int, attempt: Attempt, node: Node, transport: Transport) -> Outcome:
+    def _exit_outcome(self, code: int, attempt: Attempt, node: Node, transport: Transport,
+                      peers: list[Worker]) -> Outcome:
+        """Node 0's exit: done, its bad node, or an error (a worker's bad node first: node 0 fails
+        when a worker left after its own preflight failed)."""
         if code == EXIT_OK:
             return Outcome(OutcomeKind.DONE)
         errors = [json.loads(e.data_json) for e in q.events(self.ctx.engine, self.cell_id, "error")
@@ -304,11 +315,30 @@ class AttemptDriver:
         detail = str(errors[-1].get("message", "")) if errors else tail(
             transport.read_from(f"{attempt.remote_dir}/payload.log", 0, limit=LOG_READ_BYTES))
         if code != EXIT_BAD_NODE:
+            failed = None
+            with contextlib.suppress(ProviderError):  # a worker that cannot be read: node 0's error stands
+                failed = failed_worker(peers, attempt.remote_dir)
+            if failed is not None and failed.code == EXIT_BAD_NODE:
+                return self._worker_outcome(failed, attempt, node, peers)
             return self._gone_or(node, Outcome(OutcomeKind.ERROR, f"payload exit {code}: {detail}"))
-        rank = bad_node_rank(errors)
+        return self._bad_node(node, f"payload exit {code}: {detail}", bad_node_rank(errors))
+
+    def _worker_outcome(self, failed: WorkerFailure, attempt: Attempt, node: Node, peers: list[Worker]) -> Outcome:
+        """A worker's payload ended other than well: its bad node (exit 3, named by its own error
+        events), else an error (or the preemption of a member that is gone)."""
+        if failed.code != EXIT_BAD_NODE:
+            return self._gone_or(node, Outcome(OutcomeKind.ERROR, failed.reason))
+        worker = next(w for w in peers if w.rank == failed.rank)
+        errors = worker_errors(worker, attempt.remote_dir)
+        detail = f"node {failed.rank}: payload exit {failed.code}: {errors[-1].get('message', '')}" if errors \
+            else failed.reason
+        return self._bad_node(node, detail, worker_bad_rank(errors, failed.rank))
+
+    def _bad_node(self, node: Node, detail: str, rank: int | None) -> Outcome:
+        """``bad_node``, naming the cluster's member ``rank`` when it is a worker (see ``bad_hosts``)."""
         bad_host = bad_member_host(node, rank)
-        where = f" (node {rank} of {len(node.members())}: {bad_host})" if bad_host else ""
-        return Outcome(OutcomeKind.BAD_NODE, f"payload exit {code}: {detail}{where}", bad_host=bad_host)
+        where = f" {naming(rank, len(node.members()), bad_host)}" if bad_host and rank is not None else ""
+        return Outcome(OutcomeKind.BAD_NODE, f"{detail}{where}", bad_host=bad_host)
 
     def _collect_in_time(self, attempt: Attempt, transport: Transport, peers: list[Worker]) -> Outcome | None:
         """Collect within ``collect_timeout_s`` while the budget is watched; None when it ended in

@@ -1,13 +1,16 @@
 """Hosts that failed preflight: excluded from every later attempt of the campaign.
 
 A single node's bad verdict marks its host. A cluster's marks the host of the member the
-payload's error event names (``bad_node_rank``), else node 0's (the attempt's host): a bad
-worker node is replaced, not the whole cluster's hosts.
+payload's error event names (``bad_node_rank``: node 0's events, or a worker's that exited 3,
+``worker_bad_rank``), else node 0's (the attempt's host): a bad worker node is replaced, not the
+whole cluster's hosts. Only node 0's events are stored, so the attempt's detail names the member
+(``naming``), and ``campaign_bad_hosts`` reads it back from there (``named_in``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -35,6 +38,34 @@ def bad_member_host(node: Node, rank: int | None) -> str | None:
     return hosts[rank] if node.peers and rank is not None and 0 < rank < len(hosts) else None
 
 
+def worker_bad_rank(errors: list[dict[str, Any]], worker_rank: int) -> int | None:
+    """The node a worker's bad-node exit (3) names, from its error events: their ``bad_node_rank``;
+    None when they say the fabric (``bad_node`` without a rank); the worker itself without either."""
+    named = bad_node_rank(errors)
+    if named is not None:
+        return named
+    return None if any(error.get("bad_node") is True for error in errors) else worker_rank
+
+
+def naming(rank: int, nodes: int, host: str) -> str:
+    """How an attempt's detail names the bad member of its cluster (read back by ``named_in``)."""
+    return f"(node {rank} of {nodes}: {host})"
+
+
+_NAMING = re.compile(r"\(node ([0-9]{1,4}) of ([0-9]{1,4}): ([^()]*)\)")
+
+
+def named_in(detail: str | None, node: Node) -> str | None:
+    """The host of the worker an attempt's ``detail`` names (``naming``): the last mention that
+    is a worker of ``node``'s cluster on its own host (text a node wrote names no other host)."""
+    hosts = member_hosts(node)
+    for found in reversed(list(_NAMING.finditer(detail or ""))):
+        rank, nodes, host = int(found[1]), int(found[2]), found[3]
+        if nodes == len(hosts) and 0 < rank < nodes and hosts[rank] == host:
+            return host
+    return None
+
+
 def campaign_bad_hosts(engine: Engine, campaign_id: int) -> set[str]:
     """Every host a ``bad_node`` attempt of the campaign found bad."""
     hosts: set[str] = set()
@@ -60,4 +91,5 @@ def _cluster_bad_host(engine: Engine, attempt: Attempt, errors_by_cell: dict[int
     if attempt.cell_id not in errors_by_cell:
         errors_by_cell[attempt.cell_id] = q.events(engine, attempt.cell_id, "error")
     errors = [json.loads(e.data_json) for e in errors_by_cell[attempt.cell_id] if e.attempt_id == attempt.id]
-    return bad_member_host(node, bad_node_rank([e for e in errors if isinstance(e, dict)]))
+    return bad_member_host(node, bad_node_rank([e for e in errors if isinstance(e, dict)])) \
+        or named_in(attempt.detail, node)

@@ -1,8 +1,11 @@
 """The worker nodes of a cluster attempt (node ranks 1 … N-1): their jobs, their exit codes, their logs.
 
 Node 0 is driven as a single node is (its events, its exit code, its artifacts); each worker runs
-the same payload with its own ``node_rank`` and reports only its exit code. A worker's non-zero
-(or unreadable) exit code ends the attempt as an error with the tail of its ``payload.log``. Its
+the same payload with its own ``node_rank`` and reports its exit code. A worker's non-zero (or
+unreadable) exit code ends the attempt as an error with the tail of its ``payload.log``; its exit
+3 (preflight found a bad node) ends it ``bad_node``, the node named by the worker's own error
+event (``worker_errors``: its ``bad_node_rank``, else none, the fabric; without a readable error
+event, the worker itself). Its
 ``payload.log`` and ``artifacts/logs`` are collected into ``node-<k>/`` of the attempt's
 directory; a worker whose files cannot be read is logged, never fatal (node 0 holds the results).
 """
@@ -15,9 +18,11 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchctl.engine.cluster import rendezvous_port
-from benchctl.payload.job import EXIT_OK, Job
+from benchctl.engine.event_sync import parse_lines
+from benchctl.payload.job import EXIT_BAD_NODE, EXIT_OK, Job
 from benchctl.provisioners.base import Node, Provider, ProviderError, Transport
 from benchctl.provisioners.transfer_deadline import Deadline, TransferTimeout
 
@@ -60,19 +65,55 @@ def unstarted(found: list[Worker], remote_dir: str) -> list[int]:
     return [w.rank for w in found if w.transport.run(f"test -e {shlex.quote(remote_dir)}/payload.log").code != 0]
 
 
-def failed_worker(found: list[Worker], remote_dir: str) -> str | None:
-    """Why the attempt ends, when a worker's payload ended other than well: its exit status and
-    the tail of its log; None while every worker runs or ended with 0."""
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A worker whose payload ended other than well: its node rank, exit status (None: the
+    ``exit_code`` file holds none) and why, for the attempt's detail."""
+
+    rank: int
+    code: int | None
+    reason: str
+
+
+def failed_worker(found: list[Worker], remote_dir: str) -> WorkerFailure | None:
+    """The first worker whose payload ended other than well, a bad node's (exit 3) before any
+    other's; None while every worker runs or ended with 0."""
+    failures = []
     for worker in found:
         code = worker.transport.read_from(f"{remote_dir}/exit_code", 0, limit=EXIT_CODE_BYTES).strip()
         if not code:
             continue
         if not EXIT_CODE.fullmatch(code):
-            return f"node {worker.rank}'s exit_code file holds {code[:20]!r}, not an exit status"
-        if int(code) != EXIT_OK:
+            failures.append(WorkerFailure(worker.rank, None, f"node {worker.rank}'s exit_code file holds "
+                                                               f"{code[:20]!r}, not an exit status"))
+        elif int(code) != EXIT_OK:
             log = worker.transport.read_from(f"{remote_dir}/payload.log", 0, limit=LOG_READ_BYTES)
-            return f"node {worker.rank}: payload exit {int(code)}: {tail(log)}"
-    return None
+            failures.append(WorkerFailure(worker.rank, int(code), f"node {worker.rank}: payload exit {int(code)}: "
+                                                                  f"{tail(log)}"))
+    return next((f for f in failures if f.code == EXIT_BAD_NODE), failures[0] if failures else None)
+
+
+def worker_errors(worker: Worker, remote_dir: str) -> list[dict[str, Any]]:
+    """The error events of a worker's ``events.jsonl`` (a worker writes no samples: its first
+    ``LOG_READ_BYTES`` hold them); none when it cannot be read."""
+    return [event for event in _events(worker, remote_dir) or [] if event.get("kind") == "error"]
+
+
+def _events(worker: Worker, remote_dir: str) -> list[dict[str, Any]] | None:
+    """The events in a worker's ``events.jsonl`` (its first ``LOG_READ_BYTES``), each line checked
+    as node 0's are (``event_sync.parse_lines``); None when it cannot be read."""
+    try:
+        data = worker.transport.read_from(f"{remote_dir}/events.jsonl", 0, limit=LOG_READ_BYTES)
+    except (ProviderError, OSError):
+        return None
+    return parse_lines(data)[0]
+
+
+def workers_passed_preflight(found: list[Worker], remote_dir: str) -> bool:
+    """Every worker's ``events.jsonl`` has ended its preflight phase (``phase_end``): no bad-node
+    verdict can come from the workers any more. True without workers."""
+    return all(any(e.get("kind") == "phase_end" and e.get("phase") == "preflight" for e in _events(w, remote_dir) or [])
+               for w in found)
 
 
 def collect_workers(found: list[Worker], remote_dir: str, local: Path, deadline: Deadline, max_bytes: int,

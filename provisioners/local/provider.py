@@ -11,7 +11,7 @@ host and the others on the next hosts not excluded, each tagged with its member 
 holds the machine lock under its own token, so the lock goes back with the last member. The
 rendezvous is on 127.0.0.1. A preemption fault of a cluster kills node rank 1 (its leader counts
 node 0's timed samples), so a node lost mid-profile can be tested; the other faults go to each
-member whose host is faulty.
+member whose host is faulty (``faults.node_ranks: [1]`` makes that node rank 1's host alone).
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ from benchctl.provisioners.node_records import write_private
 class LocalProvider(Provider):
     """This machine, offered as ``hosts`` virtual hosts (``local-0`` …) so that a host marked bad
     by preflight can be avoided like a real one. ``request.extra["faults"]`` (the cell's
-    ``faults``) is injected into the first ``faults.hosts`` hosts (default 1): ``cuda_init: error``,
+    ``faults``) is injected into the first ``faults.hosts`` hosts (default 1), or with
+    ``faults.node_ranks`` into ``local-<rank>`` for each rank: the host that node rank takes in a
+    cluster on the first hosts (``[1]``: a cluster on ``local-0`` has its worker on the faulty
+    ``local-1``; once that host is excluded, the next cluster is healthy): ``cuda_init: error``,
     ``numa: split``, ``shm_mb: N`` (read by the payload from ``BENCHCTL_FAULTS``), ``env`` (set
     for real in the node's environment), and preemption: ``preempt_after_s`` / ``preempt_at_step``
     kill the node (``local_leader``) in the first ``preemptions`` launches of the cell (counted
@@ -71,8 +74,8 @@ class LocalProvider(Provider):
         if local_machine_lock.held_elsewhere():
             return []
         faults = dict(request.extra.get("faults") or {})
-        faulty = int(faults.pop("hosts", 1)) if faults else 0
-        hosts = {f"local-{index}": {"faults": faults, "cell": request.label} if index < faulty else {}
+        faulty = _faulty_hosts(faults)
+        hosts = {f"local-{index}": {"faults": faults, "cell": request.label} if index in faulty else {}
                  for index in range(self.hosts) if f"local-{index}" not in request.exclude_hosts}
         cluster = int(request.extra.get("nodes") or 1) > 1  # the hosts a cluster's other nodes may take
         return [Offer(provider=self.name, offer_id=host, gpu=request.gpu, count=request.count,
@@ -219,6 +222,15 @@ class LocalProvider(Provider):
 PREEMPTION_FAULTS = ("preempt_after_s", "preempt_at_step", "preemptions", "seed")
 """The faults that preempt a node: in a cluster, node rank 1's alone."""
 PREEMPTED_RANK = 1
+
+
+def _faulty_hosts(faults: dict) -> set[int]:
+    """The indexes of the hosts that get ``faults`` (``hosts`` and ``node_ranks`` taken out of it):
+    ``local-<rank>`` for each of ``node_ranks``, else the first ``hosts`` (default 1); none without faults."""
+    count, ranks = int(faults.pop("hosts", 1)), faults.pop("node_ranks", None)
+    if not faults:
+        return set()
+    return {int(rank) for rank in ranks} if ranks else set(range(count))
 
 
 def _member_offers(offer: Offer, nodes: int, head_home: Path) -> list[Offer]:

@@ -1,0 +1,213 @@
+"""A cluster's worker that fails its own preflight. End to end (slow): a 2-node local cell whose
+worker's host is faulty (``faults.node_ranks: [1]``) ends that attempt ``bad_node`` naming node 1's
+host, the next cluster leaves that host out (node 0's is kept) and finishes the cell; the campaign's
+bad hosts are that host alone. Then the engine's parts of it against scripted nodes (fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchctl.payload.job import EXIT_BAD_NODE, EXIT_ERROR
+from benchctl.provisioners.base import Node
+from tests.conftest import cli_here, run_cli
+from tests.local_campaign import no_live_nodes, only_cell
+
+CAMPAIGN = """\
+name: badworker
+budget_usd: 5
+target: {model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 64}
+defaults: {market: on-demand, max_attempts: 3}
+payload:
+  phases: [preflight, collectives]
+  collectives: {ops: [all_reduce], min_bytes: 8, max_bytes: 1K, factor: 32, warmup_iters: 1, iters: 2}
+matrix:
+  - {provider: local, gpu: cpu, count: 1, nodes: 2, price_usd_per_hour: 0.5,
+     faults: {env: {NCCL_SHM_DISABLE: "1"}, node_ranks: [1]}}
+"""
+KEY = "local:cpux1:on-demand:nodes=2"
+
+
+@pytest.mark.slow
+def test_a_bad_worker_is_named_and_replaced_and_the_next_cluster_finishes(home: Path, tmp_path: Path) -> None:
+    from benchctl.engine.bad_hosts import campaign_bad_hosts
+    from benchctl.engine.cluster import member_hosts
+    from benchctl.store import queries as q
+
+    path = tmp_path / "badworker.yaml"
+    path.write_text(CAMPAIGN)
+    result = run_cli("run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5", home=home, timeout=400)
+    engine, cell = only_cell(home)
+    attempts = q.attempts(engine, cell.id or 0)
+    assert (cell.key, cell.state) == (KEY, "done"), (cell.reason, [(a.outcome, a.detail) for a in attempts],
+                                                     result.stderr[-3000:])
+    assert result.returncode == 0, result.stderr
+    clusters = [member_hosts(Node.from_dict(json.loads(a.node_json or "{}"))) for a in attempts]
+    assert clusters == [["local-0", "local-1"], ["local-0", "local-2"]], "node 0's host kept, the worker's replaced"
+    first, last = attempts
+    assert first.outcome == "bad_node", first.detail
+    assert "node 1 of 2: local-1" in (first.detail or "") and "NCCL_SHM_DISABLE" in (first.detail or ""), first.detail
+    assert last.outcome == "done"
+    assert campaign_bad_hosts(engine, cell.campaign_id) == {"local-1"}, "node 0's host is not blamed"
+    facts = home / "artifacts" / "badworker" / KEY / str(last.number) / "artifacts" / "facts"
+    replay = cli_here("preflight", "--replay", str(facts), "--format", "json", home=home)
+    report = json.loads(replay.stdout)
+    assert (replay.returncode, report["nodes"]) == (0, 2), replay.stdout
+    assert {"intra_node_busbw", "inter_node_busbw", "cluster_falloff"} <= {c["name"] for c in report["checks"]}
+    no_live_nodes(home)
+
+
+# -- the engine against scripted in-memory nodes (fast) ------------------------------------------
+
+PREFLIGHT_START = {"t": 1.0, "kind": "phase_start", "phase": "preflight"}
+PREFLIGHT_END = {"t": 1.0, "kind": "phase_end", "phase": "preflight", "elapsed_s": 1.0, "summary": {}}
+
+
+def _bad_worker_run(tmp_path: Path, head: Any, worker: Any) -> Any:
+    from tests.fakes.memory_provider import MemoryProvider, Script
+    from tests.memory_campaign import memory_run
+    from tests.memory_campaign import offer as any_offer
+
+    offers = [any_offer(host, price, count=1) for host, price in (("host-a", 1.0), ("host-b", 2.0), ("host-c", 3.0))]
+    provider = MemoryProvider(offers, [head, worker, Script(), Script()])
+    run = memory_run(tmp_path, provider, matrix="  - {provider: local, gpu: cpu, count: 1, nodes: 2, "
+                     "price_usd_per_hour: 2.0}\n", max_attempts=2, budget_usd=500.0)
+    return run, provider
+
+
+def _hosts_and_bad_hosts(run: Any, provider: Any) -> tuple[list[str | None], set[str]]:
+    from benchctl.engine.bad_hosts import campaign_bad_hosts
+    from benchctl.engine.scheduler import run_campaign
+
+    assert run_campaign(run.ctx, concurrency=1).complete, [(a.outcome, a.detail) for a in run.attempts(MEMORY_KEY)]
+    return [n.node.host for n in provider.launched()], campaign_bad_hosts(run.engine, run.ctx.campaign_id)
+
+
+MEMORY_KEY = "local:cpux1:on-demand:nodes=2"
+
+
+def test_a_workers_own_bad_verdict_ends_the_attempt_bad_node_naming_its_host(tmp_path: Path) -> None:
+    from tests.fakes.memory_provider import Script
+
+    run, provider = _bad_worker_run(tmp_path, Script(events=[[PREFLIGHT_START]], exit_code=None),
+                                    Script(events=[[]], exit_code=EXIT_BAD_NODE, log="preflight failed on node 1\n"))
+    hosts, bad = _hosts_and_bad_hosts(run, provider)
+    first, second = run.attempts(MEMORY_KEY)
+    assert first.outcome == "bad_node", first.detail  # was: error, and no host named
+    assert first.detail == "node 1: payload exit 3: preflight failed on node 1 (node 1 of 2: host-b)"
+    assert hosts == ["host-a", "host-b", "host-a", "host-c"] and second.outcome == "done"
+    assert bad == {"host-b"}, "read back from the attempt: node 0's events do not name the worker"
+
+
+def test_node_0_failing_after_a_worker_left_bad_is_still_the_workers_bad_node(tmp_path: Path) -> None:
+    from tests.fakes.memory_provider import Script
+
+    gone = {"t": 2.0, "kind": "error", "phase": "preflight", "message": "ClusterProbeFailed: a peer node is gone"}
+    run, provider = _bad_worker_run(tmp_path, Script(events=[[PREFLIGHT_START], [gone]], exit_code=EXIT_ERROR),
+                                    Script(events=[[], []], exit_code=EXIT_BAD_NODE, log="bad\n"))
+    hosts, bad = _hosts_and_bad_hosts(run, provider)
+    first, _ = run.attempts(MEMORY_KEY)
+    assert (first.outcome, bad) == ("bad_node", {"host-b"}), first.detail  # was: error (node 0's exit 1)
+    assert hosts[2:] == ["host-a", "host-c"]
+
+
+def test_the_cell_is_not_running_before_every_worker_passed_its_preflight(tmp_path: Path) -> None:
+    from tests.fakes.memory_provider import Script
+
+    later = {"t": 2.0, "kind": "phase_start", "phase": "collectives"}
+    run, provider = _bad_worker_run(tmp_path, Script(events=[[PREFLIGHT_START], [PREFLIGHT_END], [later]],
+                                                     exit_code=None),
+                                    Script(events=[[], [], []], exit_code=EXIT_BAD_NODE, log="bad\n"))
+    _, bad = _hosts_and_bad_hosts(run, provider)  # was: "cell cannot go from running to bad_node"
+    assert run.states(MEMORY_KEY)[:3] == ["provisioning", "preflight", "bad_node"]
+    assert bad == {"host-b"}
+
+
+@pytest.mark.parametrize(("errors", "rank"), [
+    ([], 1), ([{"message": "x"}], 1), ([{"bad_node": True, "bad_node_rank": 0}], 0),
+    ([{"bad_node": True, "bad_node_rank": 2}], 2), ([{"bad_node": True}], None)])
+def test_a_workers_bad_exit_names_what_its_error_names_else_itself(errors: list[dict[str, Any]],
+                                                                   rank: int | None) -> None:
+    from benchctl.engine.bad_hosts import worker_bad_rank
+
+    assert worker_bad_rank(errors, 1) == rank
+
+
+def test_only_a_worker_of_the_attempts_own_cluster_is_read_back_from_its_detail() -> None:
+    from benchctl.engine.bad_hosts import named_in, naming
+    from benchctl.provisioners.base import Offer
+
+    def member(host: str) -> Node:
+        offer = Offer(provider="p", offer_id=host, gpu="cpu", count=1, vcpus=1, region="r", hourly_usd=1.0,
+                      market="on-demand", host=host)
+        return Node(provider="p", node_id=host, token=host, campaign_tag="c", offer=offer)
+
+    head, worker = member("host-a"), member("host-b")
+    cluster = Node(**{**head.__dict__, "peers": [worker]})
+    assert named_in(f"node 1: payload exit 3: … {naming(1, 2, 'host-b')}; terminating failed", cluster) == "host-b"
+    for forged in ("(node 1 of 2: host-z)", "(node 0 of 2: host-a)", "(node 1 of 3: host-b)", "", None):
+        assert named_in(forged, cluster) is None, forged
+
+
+@pytest.mark.slow
+def test_a_cpu_node_with_a_cuda_fault_still_joins_the_cluster_probe(tmp_path: Path) -> None:
+    # The fault made node 1 skip the probe yet pass (its cuda_init check skips on CPU): node 0
+    # waited out the 90 s budget and failed, naming no one.
+    import os
+    import time
+
+    from tests.payload.test_multi_node_runner import _job, finish, free_port, start
+
+    port, began = free_port(), time.monotonic()
+    head = start(tmp_path / "n0", _job(0, port, phases=["preflight"], count=1))
+    os.environ["BENCHCTL_FAULTS"] = json.dumps({"cuda_init": "error"})
+    try:
+        worker = start(tmp_path / "n1", _job(1, port, phases=["preflight"], count=1))
+    finally:
+        del os.environ["BENCHCTL_FAULTS"]
+    assert finish([head, worker], timeout=80) == [0, 0]
+    assert time.monotonic() - began < 60
+    probes = json.loads((tmp_path / "n1" / "artifacts" / "facts" / "probes.json").read_text())
+    assert "error" in probes["cuda_init"] and probes["cluster"]["nodes"] == 2
+
+
+# -- the fault itself: which host gets it, and which cells may ask for it -------------------------
+
+def test_node_ranks_put_the_faults_on_the_hosts_those_ranks_take(tmp_path: Path) -> None:
+    from benchctl.provisioners.base import OfferRequest
+    from benchctl.provisioners.local.provider import LocalProvider
+
+    faults = {"cuda_init": "error", "node_ranks": [1], "hosts": 1, "env": {}, "preemptions": 1}
+    provider = LocalProvider(tmp_path / "nodes")
+
+    def request(*exclude: str) -> OfferRequest:
+        return OfferRequest(gpu="cpu", count=1, market="on-demand", price_usd_per_hour=1.0, label="c",
+                            exclude_hosts=exclude, extra={"faults": faults, "nodes": 2})
+
+    head = provider.offers(request())[0]
+    assert head.host == "local-0" and "faults" not in head.details, "node 0's host is healthy"
+    assert head.details["peers"]["local-1"]["faults"] == {"cuda_init": "error", "env": {}, "preemptions": 1}
+    assert [h for h, d in head.details["peers"].items() if d] == ["local-1"]
+    assert all(not d for d in provider.offers(request("local-1"))[0].details["peers"].values()), \
+        "once local-1 is excluded, the next cluster has no faulty host"
+
+
+@pytest.mark.parametrize(("cell", "fragment"), [
+    ("nodes: 1, faults: {cuda_init: error, node_ranks: [1]}", "the cell has one node: use faults.hosts"),
+    ("nodes: 2, faults: {cuda_init: error, node_ranks: [2]}", "name node ranks of this cell's cluster (0 … 1"),
+    ("nodes: 2, faults: {preempt_at_step: 3, node_ranks: [1]}", "preemption already hits node rank 1"),
+    ("nodes: 2, faults: {cuda_init: error, node_ranks: []}", "node_ranks"),
+    ("nodes: 2, faults: {cuda_init: error, node_ranks: [-1]}", "node_ranks"),
+])
+def test_node_ranks_outside_the_cells_cluster_are_a_clear_error(home: Path, tmp_path: Path, cell: str,
+                                                                fragment: str) -> None:
+    path = tmp_path / "bad.yaml"
+    faulty = 'nodes: 2, price_usd_per_hour: 0.5,\n     faults: {env: {NCCL_SHM_DISABLE: "1"}, node_ranks: [1]}'
+    path.write_text(CAMPAIGN.replace(faulty, f"price_usd_per_hour: 0.5, {cell}"))
+    assert "NCCL_SHM_DISABLE" not in path.read_text(), "the cell was replaced"
+    result = cli_here("plan", str(path), home=home)
+    assert result.returncode == 2 and fragment in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
