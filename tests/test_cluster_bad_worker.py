@@ -114,6 +114,25 @@ def test_node_0_failing_after_a_worker_left_bad_is_still_the_workers_bad_node(tm
     assert hosts[2:] == ["host-a", "host-c"]
 
 
+def test_node_0_failing_before_the_bad_worker_exits_is_that_workers_bad_node_by_its_error_event(
+        tmp_path: Path) -> None:
+    # A worker's ranks leave once its preflight failed: node 0's collectives fail at once, often
+    # before the worker's exit_code is written. Its error event is already there.
+    from tests.fakes.memory_provider import Script
+
+    gone = {"t": 2.0, "kind": "error", "phase": "collectives", "message": "RanksFailed: rank 0 exited"}
+    verdict = {"t": 1.0, "kind": "error", "phase": "preflight", "message": "preflight failed on node 1: nccl_env",
+               "bad_node": True, "bad_node_rank": 1}
+    run, provider = _bad_worker_run(tmp_path, Script(events=[[PREFLIGHT_START], [gone]], exit_code=EXIT_ERROR),
+                                    Script(events=[[], [], [verdict]], exit_code=None))
+    hosts, bad = _hosts_and_bad_hosts(run, provider)
+    first, _ = run.attempts(MEMORY_KEY)
+    assert first.outcome == "bad_node", first.detail  # was: error (node 0's exit 1)
+    assert first.detail == ("node 1: preflight found a bad node: preflight failed on node 1: nccl_env "
+                            "(node 1 of 2: host-b)")
+    assert (hosts[2:], bad) == (["host-a", "host-c"], {"host-b"})
+
+
 def test_the_cell_is_not_running_before_every_worker_passed_its_preflight(tmp_path: Path) -> None:
     from tests.fakes.memory_provider import Script
 

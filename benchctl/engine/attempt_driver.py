@@ -53,6 +53,7 @@ from benchctl.engine.workers import (
     LOG_READ_BYTES,
     Worker,
     WorkerFailure,
+    bad_verdict_of,
     collect_workers,
     failed_worker,
     member_jobs,
@@ -306,8 +307,8 @@ class AttemptDriver:
 
     def _exit_outcome(self, code: int, attempt: Attempt, node: Node, transport: Transport,
                       peers: list[Worker]) -> Outcome:
-        """Node 0's exit: done, its bad node, or an error (a worker's bad node first: node 0 fails
-        when a worker left after its own preflight failed)."""
+        """Node 0's exit: done, its bad node, or an error (a worker's bad node first, by its exit 3
+        or its error event: node 0 fails when a worker's ranks left after its own preflight failed)."""
         if code == EXIT_OK:
             return Outcome(OutcomeKind.DONE)
         errors = [json.loads(e.data_json) for e in q.events(self.ctx.engine, self.cell_id, "error")
@@ -315,11 +316,12 @@ class AttemptDriver:
         detail = str(errors[-1].get("message", "")) if errors else tail(
             transport.read_from(f"{attempt.remote_dir}/payload.log", 0, limit=LOG_READ_BYTES))
         if code != EXIT_BAD_NODE:
-            failed = None
             with contextlib.suppress(ProviderError):  # a worker that cannot be read: node 0's error stands
                 failed = failed_worker(peers, attempt.remote_dir)
-            if failed is not None and failed.code == EXIT_BAD_NODE:
-                return self._worker_outcome(failed, attempt, node, peers)
+                if failed is not None and failed.code == EXIT_BAD_NODE:
+                    return self._worker_outcome(failed, attempt, node, peers)
+                if (bad := bad_verdict_of(peers, attempt.remote_dir)) is not None:
+                    return self._worker_bad_node(bad, "preflight found a bad node", "", attempt, node)
             return self._gone_or(node, Outcome(OutcomeKind.ERROR, f"payload exit {code}: {detail}"))
         return self._bad_node(node, f"payload exit {code}: {detail}", bad_node_rank(errors))
 
@@ -329,10 +331,14 @@ class AttemptDriver:
         if failed.code != EXIT_BAD_NODE:
             return self._gone_or(node, Outcome(OutcomeKind.ERROR, failed.reason))
         worker = next(w for w in peers if w.rank == failed.rank)
+        return self._worker_bad_node(worker, f"payload exit {failed.code}", failed.reason, attempt, node)
+
+    def _worker_bad_node(self, worker: Worker, how: str, reason: str, attempt: Attempt, node: Node) -> Outcome:
+        """``bad_node`` from a worker's verdict: the node its error events name (``worker_bad_rank``),
+        their last message as the detail (``reason`` without one)."""
         errors = worker_errors(worker, attempt.remote_dir)
-        detail = f"node {failed.rank}: payload exit {failed.code}: {errors[-1].get('message', '')}" if errors \
-            else failed.reason
-        return self._bad_node(node, detail, worker_bad_rank(errors, failed.rank))
+        detail = f"node {worker.rank}: {how}: {errors[-1].get('message', '')}" if errors else reason
+        return self._bad_node(node, detail, worker_bad_rank(errors, worker.rank))
 
     def _bad_node(self, node: Node, detail: str, rank: int | None) -> Outcome:
         """``bad_node``, naming the cluster's member ``rank`` when it is a worker (see ``bad_hosts``)."""

@@ -3,9 +3,9 @@
 Node 0 is driven as a single node is (its events, its exit code, its artifacts); each worker runs
 the same payload with its own ``node_rank`` and reports its exit code. A worker's non-zero (or
 unreadable) exit code ends the attempt as an error with the tail of its ``payload.log``; its exit
-3 (preflight found a bad node) ends it ``bad_node``, the node named by the worker's own error
-event (``worker_errors``: its ``bad_node_rank``, else none, the fabric; without a readable error
-event, the worker itself). Its
+3 (preflight found a bad node), or its error event saying so once node 0 failed, ends it
+``bad_node``, the node named by the worker's own error event (``worker_errors``: its
+``bad_node_rank``, else none, the fabric; without a readable error event, the worker itself). Its
 ``payload.log`` and ``artifacts/logs`` are collected into ``node-<k>/`` of the attempt's
 directory; a worker whose files cannot be read is logged, never fatal (node 0 holds the results).
 """
@@ -91,6 +91,12 @@ def failed_worker(found: list[Worker], remote_dir: str) -> WorkerFailure | None:
             failures.append(WorkerFailure(worker.rank, int(code), f"node {worker.rank}: payload exit {int(code)}: "
                                                                   f"{tail(log)}"))
     return next((f for f in failures if f.code == EXIT_BAD_NODE), failures[0] if failures else None)
+
+
+def bad_verdict_of(found: list[Worker], remote_dir: str) -> Worker | None:
+    """The first worker whose error events say its preflight found a bad node (``bad_node``),
+    whatever its exit code says yet (its ranks leave after that event: node 0 may fail first)."""
+    return next((w for w in found if any(e.get("bad_node") is True for e in worker_errors(w, remote_dir))), None)
 
 
 def worker_errors(worker: Worker, remote_dir: str) -> list[dict[str, Any]]:
