@@ -55,7 +55,8 @@ if dist.get_rank() == 0:
     with open(os.environ["BENCHCTL_METRICS"], "a") as metrics:
         metrics.write(json.dumps({"world_size": dist.get_world_size(), "sum": value.item(),
                                   "bench_world_size": int(os.environ["BENCHCTL_WORLD_SIZE"])}) + "\\n")
-print("node", os.environ["BENCHCTL_NODE_RANK"], "rank", dist.get_rank(), "local", os.environ["LOCAL_RANK"])
+line = f"node {os.environ['BENCHCTL_NODE_RANK']} rank {dist.get_rank()} local {os.environ['LOCAL_RANK']}\\n"
+os.write(1, line.encode())  # one write: the node's ranks share the command's stdout
 dist.destroy_process_group()
 """
 TORCHRUN = (f"{sys.executable} -m torch.distributed.run --nnodes $BENCHCTL_NODES --node-rank $BENCHCTL_NODE_RANK "
