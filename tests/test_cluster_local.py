@@ -159,7 +159,10 @@ def test_a_two_node_local_cell_survives_node_1_preempted_mid_profile(home: Path,
     lost_at = float((nodes / gone.token / "ended_at").read_text())
     terminated_at = json.loads((nodes / head.token / "node.json").read_text())["terminated_at"]
     assert first.terminated_at == max(lost_at, terminated_at), "billed until the last member ended"
-    assert (home / "artifacts" / "pair" / TWO_NODE_KEY / str(last.number) / "node-1" / "payload.log").is_file()
+    worker = home / "artifacts" / "pair" / TWO_NODE_KEY / str(last.number) / "node-1"
+    assert (worker / "payload.log").is_file()
+    verdict = json.loads((worker / "artifacts" / "preflight.json").read_text())  # the worker's own, replayable
+    assert verdict["verdict"] == "pass" and (worker / "artifacts" / "facts" / "cluster.json").is_file()
     (row, _, _), = q.results(engine)
     assert row.timed_steps == steps
     no_live_nodes(home)

@@ -6,7 +6,7 @@ unreadable) exit code ends the attempt as an error with the tail of its ``payloa
 3 (preflight found a bad node), or its error event saying so once node 0 failed, ends it
 ``bad_node``, the node named by the worker's own error event (``worker_errors``: its
 ``bad_node_rank``, else none, the fabric; without a readable error event, the worker itself). Its
-``payload.log`` and ``artifacts/logs`` are collected into ``node-<k>/`` of the attempt's
+``payload.log`` and ``artifacts`` are collected into ``node-<k>/`` of the attempt's
 directory; a worker whose files cannot be read is logged, never fatal (node 0 holds the results).
 """
 
@@ -124,13 +124,14 @@ def workers_passed_preflight(found: list[Worker], remote_dir: str) -> bool:
 
 def collect_workers(found: list[Worker], remote_dir: str, local: Path, deadline: Deadline, max_bytes: int,
                     log: Callable[[str], None]) -> None:
-    """Each worker's ``payload.log`` and ``artifacts/logs`` into ``local/node-<k>/`` (its
-    ``artifacts/logs`` as ``node-<k>/artifacts/logs``). Raises only ``TransferTimeout``."""
+    """Each worker's ``payload.log`` and ``artifacts`` (its rank logs, its preflight's facts
+    snapshot and ``preflight.json``, so a worker's verdict replays at home) into
+    ``local/node-<k>/``. Raises only ``TransferTimeout``."""
     for worker in found:
         target = local / f"node-{worker.rank}"
-        (target / "artifacts").mkdir(mode=0o700, parents=True, exist_ok=True)
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
         worker.transport.max_artifact_bytes = max_bytes
-        for remote, into in (("payload.log", target), ("artifacts/logs", target / "artifacts")):
+        for remote, into in (("payload.log", target), ("artifacts", target)):
             try:
                 worker.transport.get(f"{remote_dir}/{remote}", str(into), timeout=deadline)
             except TransferTimeout:
