@@ -18,6 +18,7 @@ from benchctl.results.records import read_records
 from benchctl.store import queries as q
 from benchctl.store.database import create_db_engine, open_store
 from benchctl.store.migrations import upgrade
+from tests.store.profile_store import store_with_samples
 
 CAMPAIGN = """\
 name: hostload
@@ -32,21 +33,9 @@ matrix:
 
 
 def _leaderboard_row(url: str, samples: list[dict[str, object]]) -> dict[str, object]:
-    engine = open_store(url)
+    engine, cell_id = store_with_samples(url, samples, "hostload")
     try:
-        campaign_id, _ = q.upsert_campaign(engine, "hostload", "{}", "/tmp/c.yaml", 5.0, [q.NewCell(
-            key="local:cpux1:on-demand", provider="local", gpu="cpu", count=1, market="on-demand", config_json="{}")])
-        (cell,) = q.cells(engine, campaign_id)
-        assert cell.id is not None
-        attempt = q.new_attempt(engine, cell.id, token="tok", provider="local", market="on-demand", remote_dir="x",
-                                hourly_usd=0.5, host="localhost")
-        assert attempt.id is not None
-        events = [{"t": 1.0, "kind": "phase_start", "phase": "profile"},
-                  *({"t": 2.0 + i, "kind": "sample", "phase": "profile", "warmup": False, "timed_index": i,
-                     "step_time_s": 0.5, **s} for i, s in enumerate(samples)),
-                  {"t": 9.0, "kind": "phase_end", "phase": "profile"}]
-        q.record_events(engine, attempt.id, events, read_from=0, new_offset=1)
-        result = compute_result(engine, cell.id, parse_campaign(CAMPAIGN, "c.yaml").spec)
+        result = compute_result(engine, cell_id, parse_campaign(CAMPAIGN, "c.yaml").spec)
         assert result is not None
         q.save_result(engine, result)
         (row,) = leaderboard_rows(engine)

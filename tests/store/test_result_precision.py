@@ -20,6 +20,7 @@ from benchctl.results.records import read_records
 from benchctl.store import queries as q
 from benchctl.store.database import create_db_engine, open_store
 from benchctl.store.migrations import upgrade
+from tests.store.profile_store import store_with_samples
 
 CAMPAIGN = """\
 name: prec
@@ -33,26 +34,9 @@ matrix:
 """
 
 
-def _store_with_samples(url: str, samples: list[dict[str, object]]) -> tuple[sa.Engine, int]:
-    engine = open_store(url)
-    campaign_id, _ = q.upsert_campaign(engine, "prec", "{}", "/tmp/c.yaml", 5.0, [q.NewCell(
-        key="local:cpux1:on-demand", provider="local", gpu="cpu", count=1, market="on-demand", config_json="{}")])
-    (cell,) = q.cells(engine, campaign_id)
-    assert cell.id is not None
-    attempt = q.new_attempt(engine, cell.id, token="tok", provider="local", market="on-demand", remote_dir="x",
-                            hourly_usd=0.5, host="localhost")
-    assert attempt.id is not None
-    events = [{"t": 1.0, "kind": "phase_start", "phase": "profile"},
-              *({"t": 2.0 + i, "kind": "sample", "phase": "profile", "warmup": False, "timed_index": i,
-                 "step_time_s": 0.5, **s} for i, s in enumerate(samples)),
-              {"t": 9.0, "kind": "phase_end", "phase": "profile"}]
-    q.record_events(engine, attempt.id, events, read_from=0, new_offset=1)
-    return engine, cell.id
-
-
 def test_the_result_says_how_its_steps_computed(tmp_path: Path) -> None:
     how = {"precision": "bf16", "compiled": True, "attention": "flash_attn3"}
-    engine, cell_id = _store_with_samples(f"sqlite:///{tmp_path / 's.db'}", [how, how])
+    engine, cell_id = store_with_samples(f"sqlite:///{tmp_path / 's.db'}", [how, how], "prec")
     try:
         result = compute_result(engine, cell_id, parse_campaign(CAMPAIGN, "c.yaml").spec)
         assert result is not None
@@ -79,9 +63,9 @@ def test_the_result_says_how_its_steps_computed(tmp_path: Path) -> None:
 
 
 def test_mixed_or_missing_records_are_not_passed_off_as_one_precision(tmp_path: Path) -> None:
-    engine, cell_id = _store_with_samples(f"sqlite:///{tmp_path / 's.db'}", [
+    engine, cell_id = store_with_samples(f"sqlite:///{tmp_path / 's.db'}", [
         {"precision": "bf16", "compiled": True, "attention": "sdpa"},
-        {"precision": "fp8", "compiled": False, "attention": "sdpa"}, {}])
+        {"precision": "fp8", "compiled": False, "attention": "sdpa"}, {}], "prec")
     try:
         result = compute_result(engine, cell_id, parse_campaign(CAMPAIGN, "c.yaml").spec)
     finally:
