@@ -21,7 +21,7 @@ from .checks import NCCL_ENV_DOC, NCCL_LOGS, Check, Facts, _result
 NIC_RATE_GBPS = {"H100_SXM": 400.0, "H200": 400.0, "B200": 400.0, "GH200": 400.0, "A100_SXM": 200.0}
 """Per-GPU NIC rate of the reference HGX/DGX designs: DGX H100/H200 and B200 have 8 ConnectX-7 at
 400 Gb/s (NDR), DGX A100 8 ConnectX-6 at 200 Gb/s (HDR) (NVIDIA DGX user guides)."""
-EFA_DEVICES = {"p5.48xlarge": 32, "p5e.48xlarge": 32, "p4d.24xlarge": 4, "p4de.24xlarge": 4}
+EFA_DEVICES = {"p5.48xlarge": 32, "p5e.48xlarge": 32, "p5en.48xlarge": 16, "p4d.24xlarge": 4, "p4de.24xlarge": 4}
 """EFA devices per instance (AWS EFA docs; ``fi_info -p efa`` lists 4 on p4de, 32 on p5)."""
 FABRIC_FILES = ("ibstat.txt", "ibv_devinfo.txt", "ibdev2netdev.txt", "fi_info-efa.txt", "proc-modules.txt")
 

@@ -101,6 +101,9 @@ class Job:
     """Node 0's address as the other nodes reach it (nodes > 1)."""
     master_port: int = 0
     """The TCP port of torch.distributed's rendezvous on node 0, chosen per attempt (nodes > 1)."""
+    instance_type: str | None = None
+    """The cloud instance type the node was rented as (AWS), where the provider names one: the
+    fabric preflight expects that type's EFA devices (``payload.fabric_checks.EFA_DEVICES``)."""
     spot_notice: bool = False
     """Watch the node's instance metadata for the provider's spot interruption notice and stop
     measuring at a step boundary when it comes (``payload.spot_notice``; EC2 spot nodes)."""

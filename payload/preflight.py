@@ -218,7 +218,7 @@ def _fabric(job: Job, facts_dir: Path) -> list[dict[str, Any]]:
     the cluster probe's cross-node communicator; none on one node or on CPU "nodes" (no fabric)."""
     if job.nodes == 1 or job.gpu.lower() == "cpu":
         return []
-    return fabric_checks(Facts(facts_dir), job.env, FabricExpect.for_cell(job.gpu, job.count))
+    return fabric_checks(Facts(facts_dir), job.env, FabricExpect.for_cell(job.gpu, job.count, job.instance_type))
 
 
 def _cross_node_checks(job: Job, probes: dict[str, Any], thresholds: dict[str, float]) -> list[dict[str, Any]]:

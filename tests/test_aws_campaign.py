@@ -139,6 +139,8 @@ def test_no_capacity_moves_zone_and_the_spot_notice_loses_nothing(home: Path, tm
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
         assert fake.live() == []
+        job = json.loads((node_events.parent / "job.json").read_text())
+        assert job["instance_type"] == "c5.large", "the fabric preflight expects the type's EFA devices"
     engine = home_store(home)
     (campaign,) = q.campaigns(engine)
     (cell,) = q.cells(engine, campaign.id or 0)

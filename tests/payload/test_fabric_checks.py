@@ -285,3 +285,16 @@ def test_preflight_judges_the_fabric_only_for_a_gpu_job_across_nodes(tmp_path: P
     assert checks["fabric_transport"]["status"] == "fail"
     assert _fabric(Job(**{**job.__dict__, "nodes": 1}), facts.directory) == []
     assert _fabric(Job(**{**job.__dict__, "gpu": "cpu"}), facts.directory) == []
+
+
+def test_preflight_expects_the_efa_devices_of_the_instance_type_it_was_rented_as(tmp_path: Path) -> None:
+    """p4de lists 4 EFA devices (the published fi_info): right for p4de, 4 of 32 on a p5."""
+    from benchctl.payload.job import Job
+    from benchctl.payload.preflight import _fabric
+
+    facts = snapshot(tmp_path, fi_info="fi_info-efa-p4de-4-devices.txt")
+    job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="A100_SXM", count=8, phases=["preflight"], nodes=2,
+              instance_type="p4de.24xlarge")
+    assert by_name(_fabric(job, facts.directory))["fabric_efa"]["status"] == "pass"
+    p5 = by_name(_fabric(Job(**{**job.__dict__, "instance_type": "p5.48xlarge"}), facts.directory))["fabric_efa"]
+    assert p5["status"] == "fail" and p5["observed"]["count"] == 4
