@@ -39,9 +39,23 @@ def build_model(dims: ModelDims, max_seq_len: int, device: torch.device | str, s
     if torch.device(device).type == "meta":
         return model
     model.attention = attention_backend(torch.device(device))
-    model.to_empty(device=device)
+    materialise(model, torch.device(device))
     model.init_weights(seed)
     return model
+
+
+def materialise(model: nn.Module, device: torch.device) -> None:
+    """``model.to_empty(device=device)`` without its ``empty_like``, which on ``meta`` imports torch's
+    symbolic shapes (0.4 s of CPU per rank); every tensor of the model is contiguous, so an ``empty`` of
+    its shape is the same."""
+    model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
+
+
+def _embedding(rows: int, dim: int) -> nn.Embedding:
+    """A bf16 embedding whose weight is left uninitialised (``init_weights`` sets it): nn.Embedding's own
+    ``normal_`` on ``meta`` goes through torch's Python reference ops, which import torch._dynamo
+    (about 1.4 s of CPU per rank, for values ``to_empty`` throws away)."""
+    return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim, dtype=torch.bfloat16))
 
 
 def _compute_dtype(device: torch.device) -> torch.dtype:
@@ -152,8 +166,8 @@ class GPT(nn.Module):
         self.attention = "sdpa"
         """The attention kernel (``attention_backend``); ``build_model`` picks it for the device."""
         kv = dims.n_kv_head * dims.head_dim
-        self.wte = nn.Embedding(dims.vocab_size, dims.dim, dtype=torch.bfloat16)
-        self.value_embeds = nn.ModuleDict({str(i): nn.Embedding(dims.vocab_size, kv, dtype=torch.bfloat16)
+        self.wte = _embedding(dims.vocab_size, dims.dim)
+        self.value_embeds = nn.ModuleDict({str(i): _embedding(dims.vocab_size, kv)
                                            for i in range(dims.depth) if dims.has_value_embedding(i)})
         self.blocks = nn.ModuleList(Block(dims, dims.has_value_embedding(i)) for i in range(dims.depth))
         self.resid_lambdas = nn.Parameter(torch.ones(dims.depth))
@@ -161,9 +175,11 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(dims.dim, dims.vocab_size, bias=False)
         self.cos_table: torch.Tensor
         self.sin_table: torch.Tensor
-        cos, sin = self._rotary_tables(self.wte.weight.device)
-        self.register_buffer("cos_table", cos, persistent=False)
-        self.register_buffer("sin_table", sin, persistent=False)
+        # On ``meta`` only the shape counts: computing the tables there would run torch's Python
+        # reference ops, which import torch._dynamo (``_embedding``); ``init_weights`` computes them.
+        shape = (1, max_seq_len, 1, dims.head_dim // 2)
+        self.register_buffer("cos_table", torch.empty(shape, dtype=torch.bfloat16), persistent=False)
+        self.register_buffer("sin_table", torch.empty(shape, dtype=torch.bfloat16), persistent=False)
         if not self.wte.weight.is_meta:
             self.init_weights()
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from benchctl.payload import model as model_module
 from benchctl.payload.model import GPT, build_model
 from benchctl.payload.param_groups import module_params
 from benchctl.payload.presets import model_dims
@@ -46,15 +47,15 @@ def test_meta_build_gives_the_weights_of_a_direct_build_with_the_same_seed() -> 
 
 def test_nothing_is_allocated_before_the_model_reaches_its_device(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[Any, bool]] = []
-    original = nn.Module.to_empty
+    original = model_module.materialise
 
-    def recording(self: nn.Module, *, device: Any, recurse: bool = True) -> nn.Module:
-        if isinstance(self, GPT):
-            tensors = [*self.parameters(), *self.buffers()]
-            seen.append((device, all(t.is_meta for t in tensors)))
-        return original(self, device=device, recurse=recurse)
+    def recording(module: nn.Module, device: torch.device) -> None:
+        if isinstance(module, GPT):
+            tensors = [*module.parameters(), *module.buffers()]
+            seen.append((device.type, all(t.is_meta for t in tensors)))
+        original(module, device)
 
-    monkeypatch.setattr(nn.Module, "to_empty", recording)
+    monkeypatch.setattr(model_module, "materialise", recording)
     model = build_model(model_dims("nanochat-d3", 256), 16, "cpu")
     assert seen == [("cpu", True)]
     assert all(p.device.type == "cpu" for p in model.parameters())
@@ -80,3 +81,21 @@ def test_building_d20_for_another_device_touches_no_host_memory() -> None:
     probe = json.loads(out.stdout)
     assert probe["params"] > 800_000_000
     assert probe["grew_kib"] < 200 * 1024, probe
+
+
+_IMPORTS_PROBE = """
+import json, sys
+import torch
+from benchctl.payload.model import build_model
+from benchctl.payload.presets import model_dims
+build_model(model_dims("nanochat-d3", 256), 16, "cpu")
+print(json.dumps(sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules)))
+"""
+
+
+def test_building_the_model_imports_no_compiler() -> None:
+    """Initialising on ``meta`` through torch's Python reference ops imported torch._dynamo and sympy:
+    about 1.8 s of CPU per rank and attempt, billed on a node that runs without ``compile``."""
+    out = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE], capture_output=True, text=True, cwd=ROOT,
+                         check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert json.loads(out.stdout) == []
