@@ -171,7 +171,10 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     facts_dir = workdir / "artifacts" / "facts"
     capture(facts_dir, deadline, torch_json=False)
     probes, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
-    write_torch_json(facts_dir, _torch_facts(job, facts_dir, deadline, ranks))
+    # No GPU rank is started once CUDA failed to initialise: each would fail at it (or hang in it,
+    # on a broken driver); torch's view then comes from the runner alone.
+    cuda_failed = job.gpu.lower() != "cpu" and bool(probes.get("cuda_init", {}).get("error"))
+    write_torch_json(facts_dir, _torch_facts(job, facts_dir, deadline, None if cuda_failed else ranks))
     checks = judge(Facts(facts_dir), Expect(job.gpu, job.count), thresholds) + _fabric(job, facts_dir)
     for check in checks:
         if PROBE_OF_CHECK.get(check["name"]) in timed_out:

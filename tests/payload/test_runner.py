@@ -139,6 +139,7 @@ def test_missing_gpus_make_a_bad_node(tmp_path: Path) -> None:
     assert events[-1]["kind"] == "done" and events[-1]["exit_code"] == 3
     assert not [e for e in events if e.get("phase") == "profile"]
     assert (tmp_path / "a" / "artifacts" / "preflight.json").is_file()
+    assert not list((tmp_path / "a" / "artifacts").glob("logs/*rank*.log")), "no rank started once CUDA failed"
 
 
 def test_indivisible_batch_is_an_error(tmp_path: Path) -> None:
