@@ -13,7 +13,7 @@ from typing import Any
 
 from benchctl.provisioners.aws.provider import AWSProvider, AWSSettings
 from benchctl.provisioners.base import Provider, ProviderSettings
-from benchctl.provisioners.local.provider import LocalProvider
+from benchctl.provisioners.local.provider import LocalProvider, LocalSettings
 from benchctl.provisioners.runpod.provider import RunPodProvider, RunPodSettings
 from benchctl.provisioners.skypilot.provider import SkyPilotProvider, SkyPilotSettings
 from benchctl.provisioners.ssh import SSHProvider, SSHSettings
@@ -35,7 +35,8 @@ class ProviderEntry:
 
 
 PROVIDERS: dict[str, ProviderEntry] = {
-    "local": ProviderEntry(lambda home, _: LocalProvider(home / "nodes"), priced_by_user=True),
+    "local": ProviderEntry(lambda home, s: LocalProvider(home / "nodes", python=s.python if s else None), LocalSettings,
+                           priced_by_user=True),
     "ssh": ProviderEntry(lambda home, s: SSHProvider(home / "ssh", s.nodes if s else ()), SSHSettings),
     "runpod": ProviderEntry(lambda home, s: RunPodProvider(home / "runpod", s), RunPodSettings, "runpod"),
     "vastai": ProviderEntry(lambda home, s: VastProvider(home / "vastai", s), VastSettings, "vastai"),

@@ -26,4 +26,7 @@ fi
 .venv/bin/lint-imports --no-cache
 # Two workers: most tests wait on subprocesses and polls, so this machine's 2 cores fit two of them.
 # The whole suite runs here; `scripts/test.sh -m "not slow"` is the fast tier (no end-to-end runs).
+# The suite starts hundreds of Python processes: let them reuse compiled modules (__pycache__, which
+# git ignores) even where the environment turns the cache off.
+unset PYTHONDONTWRITEBYTECODE
 .venv/bin/python -m pytest -q -n 2 --durations=15 "$@"

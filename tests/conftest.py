@@ -58,12 +58,30 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def write_campaign(tmp_path: Path) -> Callable[..., Path]:
     """Write a tiny local campaign (runs in seconds on CPU) and return its path."""
 
-    def write(name: str = "tiny", matrix: str = TWO_LOCAL_CELLS, steps: int = 3, max_attempts: int = 2) -> Path:
+    def write(name: str = "tiny", matrix: str = TWO_LOCAL_CELLS, steps: int = 3, max_attempts: int = 2,
+              python: Path | None = None) -> Path:
+        """``python``: the local nodes' ``providers.local.python`` (e.g. the ``standin_python`` fixture)."""
         path = tmp_path / f"{name}.yaml"
-        path.write_text(TINY_CAMPAIGN.format(name=name, matrix=matrix, steps=steps, max_attempts=max_attempts))
+        text = TINY_CAMPAIGN.format(name=name, matrix=matrix, steps=steps, max_attempts=max_attempts)
+        path.write_text(text + (f'providers:\n  local: {{python: "{python}"}}\n' if python else ""))
         return path
 
     return write
+
+
+STANDIN = REPO / "tests" / "fakes" / "payload_standin.py"
+
+
+@pytest.fixture
+def standin_python(tmp_path: Path) -> Iterator[Path]:
+    """A command to give as a provider's ``python``: the real payload runner with ranks that import no
+    torch (``tests/fakes/payload_standin.py``). The test fails if no payload ran through it."""
+    command = tmp_path / "standin-python"
+    command.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$0" "$@"\n')
+    command.chmod(0o755)
+    yield command
+    runs = Path(f"{command}.log")
+    assert runs.exists() and " run " in f" {runs.read_text()}", "no payload ran through the stand-in"
 
 
 def _pg_unavailable() -> str | None:

@@ -32,8 +32,9 @@ pytestmark = pytest.mark.slow
 
 STEPS = 80
 """The spot instance is reclaimed once it has measured a timed step: ≥ 1.5 s of profile left for that."""
-NOTICE_STEPS = 600
-"""Long enough that the node's watch (it polls every 5 s, as AWS advises) sees the notice mid-profile."""
+NOTICE_STEPS = 400
+"""Long enough that the node's watch (it polls every 5 s, as AWS advises) sees the notice mid-profile: 8 s of
+the stand-in's 20 ms steps."""
 CAMPAIGN = """\
 name: ec2
 budget_usd: 5
@@ -70,10 +71,11 @@ def cloud(tmp_path: Path) -> Iterator[Cloud]:
                 kill_container(fake.workdir, token)
 
 
-def test_a_spot_instance_reclaimed_mid_profile_resumes_on_a_new_one(home: Path, tmp_path: Path, cloud: Cloud) -> None:
+def test_a_spot_instance_reclaimed_mid_profile_resumes_on_a_new_one(home: Path, tmp_path: Path, cloud: Cloud,
+                                                                    standin_python: Path) -> None:
     sshd, fake = cloud.sshd, cloud.fake
     path = tmp_path / "ec2.yaml"
-    path.write_text(CAMPAIGN.format(steps=STEPS, user=sshd.user, port=sshd.port, python=sys.executable,
+    path.write_text(CAMPAIGN.format(steps=STEPS, user=sshd.user, port=sshd.port, python=standin_python,
                                     work=fake.workdir))
     env = {**os.environ, "BENCHCTL_HOME": str(home), "AWS_SECRET_ACCESS_KEY": CANARY}
     env.pop("BENCHCTL_DB", None)
@@ -106,7 +108,8 @@ def test_a_spot_instance_reclaimed_mid_profile_resumes_on_a_new_one(home: Path, 
     assert_canary_nowhere(out + err, [home, fake.workdir])
 
 
-def test_no_capacity_moves_zone_and_the_spot_notice_loses_nothing(home: Path, tmp_path: Path) -> None:
+def test_no_capacity_moves_zone_and_the_spot_notice_loses_nothing(home: Path, tmp_path: Path,
+                                                                  standin_python: Path) -> None:
     imds = FakeIMDS()
     with ExitStack() as stack:
         url = stack.enter_context(running_fake_imds(imds))
@@ -117,7 +120,7 @@ def test_no_capacity_moves_zone_and_the_spot_notice_loses_nothing(home: Path, tm
         stack.enter_context(running_fake_aws(fake))
         fake.refuse("InsufficientInstanceCapacity", "us-east-1b")  # the cheapest zone has none
         path = tmp_path / "ec2.yaml"
-        path.write_text(CAMPAIGN.format(steps=NOTICE_STEPS, user=sshd.user, port=sshd.port, python=sys.executable,
+        path.write_text(CAMPAIGN.format(steps=NOTICE_STEPS, user=sshd.user, port=sshd.port, python=standin_python,
                                         work=fake.workdir))
         env = {**os.environ, "BENCHCTL_HOME": str(home)}
         env.pop("BENCHCTL_DB", None)

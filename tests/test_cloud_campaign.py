@@ -37,6 +37,7 @@ payload:
   phases: [preflight, profile]
   profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: {steps}}}
 providers:
+  local: {{python: "{python}"}}
   runpod: {{python: "{python}", workdir: "{pods}"}}
   vastai: {{python: "{python}", workdir: "{vast}"}}
   ssh:
@@ -80,10 +81,10 @@ def _env(home: Path, clouds: Clouds) -> dict[str, str]:
 
 
 def test_runpod_vastai_ssh_and_local_cells_with_preempted_spot_nodes(home: Path, tmp_path: Path,
-                                                                      clouds: Clouds) -> None:
+                                                                      clouds: Clouds, standin_python: Path) -> None:
     sshd = clouds.sshd
     path = tmp_path / "cloudy.yaml"
-    path.write_text(CAMPAIGN.format(steps=STEPS, python=sys.executable, pods=tmp_path / "pods", vast=tmp_path / "vast",
+    path.write_text(CAMPAIGN.format(steps=STEPS, python=standin_python, pods=tmp_path / "pods", vast=tmp_path / "vast",
                                     host=sshd.host, port=sshd.port, user=sshd.user, key=sshd.key,
                                     work=tmp_path / "machines"))
     proc = subprocess.Popen([sys.executable, "-m", "benchctl", "run", str(path), "--poll-interval", "0.2",

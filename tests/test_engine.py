@@ -68,8 +68,9 @@ def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_
 
 
 @pytest.mark.slow
-def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write_campaign) -> None:
-    path = write_campaign(matrix=ONE_CELL, steps=40)
+def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write_campaign,
+                                                             standin_python: Path) -> None:
+    path = write_campaign(matrix=ONE_CELL, steps=40, python=standin_python)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
@@ -93,9 +94,11 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campaign, sig: signal.Signals) -> None:
+def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campaign, sig: signal.Signals,
+                                                       standin_python: Path) -> None:
     # one 1-rank cell, interrupted mid-profile (≥ 2 s of it left): its own node is the one to terminate
-    path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n", steps=100)
+    path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n", steps=100,
+                          python=standin_python)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
     wait_for(lambda: running_profile_node(home))
     proc.send_signal(sig)

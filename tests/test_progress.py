@@ -98,8 +98,8 @@ def row_of(table: str, key: str) -> str:
 
 
 @pytest.mark.slow
-def test_live_table_on_a_terminal(home: Path, write_campaign) -> None:  # type: ignore[no-untyped-def]
-    proc, master = start_in_pty(home, "run", str(write_campaign()), "--poll-interval", "0.2")
+def test_live_table_on_a_terminal(home: Path, write_campaign, standin_python: Path) -> None:  # type: ignore[no-untyped-def]
+    proc, master = start_in_pty(home, "run", str(write_campaign(python=standin_python)), "--poll-interval", "0.2")
     output = read_until_exit(proc, master)
     assert proc.returncode == 0, output
     plain = ANSI.sub("", output)
@@ -119,8 +119,10 @@ def test_live_table_on_a_terminal(home: Path, write_campaign) -> None:  # type: 
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_table_and_leaves_the_terminal_sane(home: Path, write_campaign) -> None:  # type: ignore[no-untyped-def]
-    proc, master = start_in_pty(home, "run", str(write_campaign(steps=400)), "--poll-interval", "0.2")
+def test_sigterm_stops_the_table_and_leaves_the_terminal_sane(home: Path, write_campaign,  # type: ignore[no-untyped-def]
+                                                              standin_python: Path) -> None:
+    proc, master = start_in_pty(home, "run", str(write_campaign(steps=400, python=standin_python)),
+                                "--poll-interval", "0.2")
     chunks: list[bytes] = []
     running_keys: set[str] = set()
 

@@ -31,10 +31,11 @@ def _timed_indexes(engine, cell_id: int) -> list[int]:  # type: ignore[no-untype
 
 
 @pytest.mark.slow
-def test_injected_preemptions_lose_no_sample_and_measure_each_step_once(home: Path, write_campaign) -> None:
-    steps = 40  # the 1-rank cell is preempted at its 4th step twice; the 2-rank one ~3.5 s after launch,
-    # before its ranks (≥ 1.5 s to start) could have profiled 40 steps
-    path = write_campaign(matrix=PREEMPTED_CELLS, steps=steps, max_attempts=4)
+def test_injected_preemptions_lose_no_sample_and_measure_each_step_once(home: Path, write_campaign,
+                                                                      standin_python: Path) -> None:
+    steps = 250  # the 1-rank cell is preempted at its 4th step twice; the 2-rank one 3.54 s after launch (the
+    # seed's draw), before the stand-in's ranks could have profiled 250 steps of 20 ms
+    path = write_campaign(matrix=PREEMPTED_CELLS, steps=steps, max_attempts=4, python=standin_python)
     result = run_cli("run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5", home=home, timeout=300)
     assert result.returncode == 0, result.stderr
     engine = home_store(home)
@@ -94,8 +95,9 @@ def test_run_asks_before_a_large_worst_case_and_refuses_without_a_terminal(home:
 
 
 @pytest.mark.slow
-def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_campaign) -> None:
-    path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0}\n", steps=400)
+def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_campaign, standin_python: Path) -> None:
+    path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0}\n", steps=400,
+                          python=standin_python)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.3")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
@@ -118,11 +120,11 @@ def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_cam
 
 
 @pytest.mark.slow
-def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(home: Path, tmp_path: Path) -> None:
-    path = tmp_path / "idle.yaml"
-    path.write_text(TINY_CAMPAIGN.format(name="idle", steps=300, max_attempts=2,
-                                         matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1}\n")
-                    .replace("budget_usd: 5", "budget_usd: 5\nmax_idle_minutes: 0.05"))
+def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(home: Path, write_campaign,
+                                                                            standin_python: Path) -> None:
+    path = write_campaign(name="idle", steps=300, python=standin_python,
+                          matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1}\n")
+    path.write_text(path.read_text().replace("budget_usd: 5", "budget_usd: 5\nmax_idle_minutes: 0.05"))
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
@@ -144,8 +146,8 @@ def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(hom
 
 
 @pytest.mark.slow
-def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign) -> None:
-    path = write_campaign(steps=80)
+def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign, standin_python: Path) -> None:
+    path = write_campaign(steps=80, python=standin_python)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)

@@ -7,7 +7,6 @@ profile's timed samples; no cluster is left up."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,12 +63,12 @@ def sky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SkyPilotSta
         assert standin.inventory() == [], "a cluster was left up"
 
 
-def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path, tmp_path: Path,
-                                                                      sky: SkyPilotStandIn) -> None:
+def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path, tmp_path: Path, sky: SkyPilotStandIn,
+                                                                      standin_python: Path) -> None:
     from benchctl.cli.main import main
 
     path = tmp_path / "skyrun.yaml"
-    path.write_text(CAMPAIGN.format(steps=STEPS, python=sys.executable, work=tmp_path / "work"))
+    path.write_text(CAMPAIGN.format(steps=STEPS, python=standin_python, work=tmp_path / "work"))
     preempted: list[str] = []
     failures: list[BaseException] = []
 

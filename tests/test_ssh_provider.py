@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,17 +42,18 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
         yield server
 
 
-def _campaign(tmp_path: Path, sshd: SSHServer) -> Path:
+def _campaign(tmp_path: Path, sshd: SSHServer, python: Path) -> Path:
     path = tmp_path / "viassh.yaml"
     path.write_text(CAMPAIGN.format(host=sshd.host, port=sshd.port, user=sshd.user, key=sshd.key,
-                                    python=sys.executable, work=tmp_path / "machines"))
+                                    python=python, work=tmp_path / "machines"))
     return path
 
 
 @pytest.mark.slow
-def test_campaign_runs_over_ssh_and_frees_the_machines(home: Path, tmp_path: Path, sshd: SSHServer) -> None:
-    result = run_cli("run", str(_campaign(tmp_path, sshd)), "--poll-interval", "0.2", "--status-interval", "1",
-                     home=home, timeout=300)
+def test_campaign_runs_over_ssh_and_frees_the_machines(home: Path, tmp_path: Path, sshd: SSHServer,
+                                                       standin_python: Path) -> None:
+    result = run_cli("run", str(_campaign(tmp_path, sshd, standin_python)), "--poll-interval", "0.2",
+                     "--status-interval", "1", home=home, timeout=300)
     assert result.returncode == 0, result.stderr
     engine = home_store(home)
     (campaign,) = q.campaigns(engine)

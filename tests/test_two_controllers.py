@@ -49,10 +49,11 @@ def _assert_each_cell_ran_once(engine, campaign_id: int) -> None:  # type: ignor
         assert cell.lease_owner is None, "leases are given back"
 
 
-def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, write_campaign) -> None:
+def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, write_campaign,
+                                                      standin_python: Path) -> None:
     # the first controller holds every cell's lease and runs them one at a time (local nodes): the
     # second one's start, its run and the status below take seconds; the first's three cells longer
-    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=20))
+    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=20, python=standin_python))
     first = _resume(home, pg_url)
     wait_for(lambda: any(a.open for a in q.campaign_attempts(engine, campaign_id)))
     second = _resume(home, pg_url)
@@ -69,8 +70,9 @@ def test_second_resume_skips_the_cells_the_first_holds(home: Path, pg_url: str, 
     no_live_nodes(home)
 
 
-def test_two_resumes_started_together_share_the_cells(home: Path, pg_url: str, write_campaign) -> None:
-    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=5))
+def test_two_resumes_started_together_share_the_cells(home: Path, pg_url: str, write_campaign,
+                                                      standin_python: Path) -> None:
+    engine, campaign_id = _registered(pg_url, write_campaign(matrix=THREE_CELLS, steps=5, python=standin_python))
     procs = [_resume(home, pg_url), _resume(home, pg_url)]
     errs = [p.communicate(timeout=300)[1] for p in procs]
     assert all(p.returncode in (0, 1) for p in procs), errs  # 1: cells the other one ran were skipped

@@ -28,6 +28,8 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from pydantic import Field
+
 from benchctl.provisioners.base import (
     NoCapacity,
     Node,
@@ -36,6 +38,7 @@ from benchctl.provisioners.base import (
     OfferRequest,
     Provider,
     ProviderError,
+    ProviderSettings,
     Transport,
     launch_members,
 )
@@ -43,6 +46,14 @@ from benchctl.provisioners.local import machine_lock as local_machine_lock
 from benchctl.provisioners.local.processes import kill_node_processes, node_env, process_alive
 from benchctl.provisioners.local.transport import LocalTransport
 from benchctl.provisioners.node_records import write_private
+
+
+class LocalSettings(ProviderSettings):
+    """The campaign's ``providers.local``."""
+
+    python: str | None = Field(default=None, min_length=1, description=(
+        "the command that runs the payload on local nodes (an interpreter with PyTorch, e.g. another "
+        "virtual environment's python); default: the interpreter benchctl runs in"))
 
 
 class LocalProvider(Provider):
@@ -64,9 +75,11 @@ class LocalProvider(Provider):
     # (``local_machine_lock``): while another process runs a local node, there is no offer and
     # ``all_busy`` holds, so a cell waits rather than skew both measurements.
 
-    def __init__(self, root: Path, hosts: int = 4) -> None:
+    def __init__(self, root: Path, hosts: int = 4, python: str | None = None) -> None:
         self.root = root
         self.hosts = hosts
+        self.python = python or sys.executable
+        """What runs ``-m payload`` on the nodes (``LocalSettings.python``)."""
 
     def offers(self, request: OfferRequest) -> list[Offer]:
         if request.gpu.lower() != "cpu" and _visible_gpus() < request.count:
@@ -178,7 +191,8 @@ class LocalProvider(Provider):
     def transport(self, node: Node) -> Transport:
         faults = node.offer.details.get("faults") or {}
         env = {**faults.get("env", {}), **({"BENCHCTL_FAULTS": json.dumps(faults)} if faults else {})}
-        return LocalTransport(self.root / node.node_id / "home", node.token, node.details["leader_pid"], env)
+        return LocalTransport(self.root / node.node_id / "home", node.token, node.details["leader_pid"], env,
+                              python=self.python)
 
     def terminate(self, node: Node) -> None:
         kill_node_processes(node.token)  # whatever the record says: processes are what bills

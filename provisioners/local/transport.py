@@ -24,9 +24,9 @@ class LocalTransport(Transport):
     the controller's Ctrl-C) and carrying the node's marker, so terminating the node ends
     everything started through this transport."""
 
-    python = sys.executable
-
-    def __init__(self, home: Path, token: str, leader_pid: int, env: dict[str, str] | None = None) -> None:
+    def __init__(self, home: Path, token: str, leader_pid: int, env: dict[str, str] | None = None,
+                 python: str = sys.executable) -> None:
+        self.python = python
         self.home = home
         self.token = token
         self.leader_pid = leader_pid

@@ -57,11 +57,14 @@ def _controller(home: Path, args: list[str]) -> subprocess.Popen[bytes]:
                              "--status-interval", "1"], cwd=REPO, env=env, stdout=log, stderr=log)
 
 
-def chaos(home: Path, kills: int, seed: int, steps: int, max_gap_s: float) -> dict[str, Any]:
+def chaos(home: Path, kills: int, seed: int, steps: int, max_gap_s: float,
+          python: Path | None = None) -> dict[str, Any]:
+    """``python``: the local nodes' ``providers.local.python`` (default: the real payload on this interpreter)."""
     rng = random.Random(seed)
     home.mkdir(parents=True, exist_ok=True)
     campaign = home / "chaos.yaml"
-    campaign.write_text(CAMPAIGN.format(steps=steps, seed=seed, at_step=steps // 3))
+    campaign.write_text(CAMPAIGN.format(steps=steps, seed=seed, at_step=steps // 3)
+                        + (f'providers:\n  local: {{python: "{python}"}}\n' if python else ""))
     done_kills, runs, started = 0, 0, time.monotonic()
     while True:
         registered = runs > 0 and "campaign chaos: 3 new cell(s)" in (home / "controller.log").read_text()

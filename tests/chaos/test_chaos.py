@@ -15,8 +15,10 @@ from tests.chaos.chaos import chaos
 pytestmark = pytest.mark.slow
 
 
-def test_controller_killed_six_times_loses_nothing_and_leaks_nothing(tmp_path: Path) -> None:
-    report = chaos(tmp_path / "home", kills=6, seed=11, steps=90, max_gap_s=3.0)
+def test_controller_killed_six_times_loses_nothing_and_leaks_nothing(tmp_path: Path, standin_python: Path) -> None:
+    # the stand-in's 20 ms steps: 300 of them keep each of the three cells running for 6 s, so the
+    # six kills (0.5 to 3 s apart) land before the campaign is done
+    report = chaos(tmp_path / "home", kills=6, seed=11, steps=300, max_gap_s=3.0, python=standin_python)
     assert report["kills"] == 6
     assert report["problems"] == [], report
     assert report["lost_samples"] == 0

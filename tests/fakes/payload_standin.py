@@ -1,0 +1,115 @@
+"""A stand-in for the node's interpreter: the real payload runner with rank processes that import no
+torch. For end-to-end tests whose subject is the controller (providers, resume, interrupts, two
+controllers, chaos), where each real rank costs 1.5 CPU-seconds of ``import torch`` and training that
+the test never looks at.
+
+A campaign names it as a provider's ``python`` (``standin_command``). ``python -m payload run
+job.json`` then runs the real runner from the shipped payload folder (dead-man switch, spot watch,
+phases, events, exit codes, resume at phase), with ``sys.executable`` pointing back here, so the
+ranks it starts (``-m payload worker …``) run ``worker`` below: it speaks the rank protocol of
+``payload.distributed`` (phases on stdin, ``done_file``, ``result_file``) and, for ``profile``,
+writes samples in the real shape (``payload/profile.py``'s docstring), one every ``STEP_S`` of
+sleep, from ``job.profile_steps_done`` on, stopping at a step boundary on a spot notice, as the
+real one does. Phases other than ``preflight_torch`` and ``profile`` are refused (exit 1).
+
+The real payload itself is tested by ``tests/payload/`` and by the end-to-end tests that keep it
+(the quick start, the shared tiny and report campaigns, bad nodes, clusters, one preemption).
+Every start is appended to ``$0.log`` beside the command, so a test can check it was used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+STEP_S = 0.02
+"""The sleep that stands in for one training step."""
+
+
+def main(argv: list[str]) -> int:
+    command, args = argv[0], argv[1:]
+    with open(f"{command}.log", "a") as log:
+        log.write(" ".join(args) + "\n")
+    if args[:2] != ["-m", "payload"] or len(args) < 3 or args[2] not in ("run", "worker"):
+        print(f"payload stand-in: only `-m payload run|worker` is stood in for, not {args}", file=sys.stderr)
+        return 2
+    sys.path[0] = os.getcwd()  # the attempt's folder, holding the shipped payload: what ``python -m`` finds
+    if args[2] == "run":
+        sys.executable = command  # the runner starts its ranks through this stand-in too
+        sys.argv = ["payload", *args[2:]]
+        runpy.run_module("payload", run_name="__main__", alter_sys=True)
+        return 0  # not reached: the module exits
+    return worker(args[3:])
+
+
+def worker(argv: list[str]) -> int:
+    from payload.distributed import done_file, result_file
+    from payload.events import EventLog
+    from payload.job import Job
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("job")
+    parser.add_argument("--phase")
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--rendezvous", required=True)
+    args, _ = parser.parse_known_args(argv)
+    job = Job.load(args.job)
+    events = EventLog(Path(args.job).parent / "events.jsonl") if args.rank == 0 else None
+    phases = [args.phase] if args.phase else (line.strip() for line in sys.stdin)
+    for name in phases:
+        if not name:
+            continue
+        if name == "preflight_torch":
+            result: dict[str, Any] | None = {"torch": "stand-in", "cuda": None, "nccl": None, "cuda_available": False,
+                                             "device_count": 0, "devices": []}
+        elif name == "profile":
+            result = _profile(job, args.world_size, events)
+        else:
+            print(f"payload stand-in: no stand-in for the {name!r} phase", flush=True)
+            return 1
+        if result is not None:
+            result_file(args.rendezvous, args.rank, name).write_text(json.dumps(result))
+        with done_file(args.rendezvous, args.rank).open("a") as done:
+            done.write(f"{name}\n")
+    if events is not None:
+        events.close()
+    return 0
+
+
+def _profile(job: Any, world_size: int, events: Any) -> None:
+    from payload.profile import PHASES, grad_accum_steps
+    from payload.spot_notice import notice_file
+
+    cfg = job.profile
+    remaining = max(0, cfg.steps - job.profile_steps_done)
+    if remaining == 0:
+        return None
+    accum = grad_accum_steps(cfg, world_size)
+    watched = notice_file()
+    for step in range(cfg.warmup_steps + remaining):
+        start = time.perf_counter()
+        time.sleep(STEP_S)
+        elapsed = time.perf_counter() - start
+        if events is not None:
+            warmup = step < cfg.warmup_steps
+            events.emit("sample", phase="profile", step=step, warmup=warmup,
+                        timed_index=None if warmup else job.profile_steps_done + step - cfg.warmup_steps,
+                        step_time_s=elapsed, **dict.fromkeys(PHASES, elapsed / len(PHASES)),
+                        loss=10.0 / (step + 1), tokens=cfg.total_batch_size,
+                        tokens_per_s=cfg.total_batch_size / elapsed, mfu=None, grad_accum=accum, precision="f32",
+                        compiled=False, attention="sdpa", host_data=cfg.host_data, mem_est_gib=0.0,
+                        max_mem_allocated_gib=None)
+        if watched is not None and watched.exists():
+            break
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
