@@ -3,6 +3,7 @@ error messages read it, and each provider's settings are defined once, by the pr
 
 from __future__ import annotations
 
+import sys
 import typing
 from pathlib import Path
 
@@ -21,6 +22,7 @@ budget_usd: 50
 target: {model: nanochat-d1, target_param_data_ratio: 8.5, total_batch_size: 4096}
 payload: {profile: {device_batch_size: 2, sequence_len: 32}}
 providers:
+  local: {python: /opt/cuda-venv/bin/python}
   ssh: {nodes: [{name: box, host: 127.0.0.1, user: me, gpu: H100, count: 8, price_usd_per_hour: 9.5}]}
   runpod: {cloud: COMMUNITY, container_disk_gb: 80}
   vastai: {ssh: proxy, bid_margin: 0.2}
@@ -54,7 +56,8 @@ def test_the_campaigns_settings_reach_the_providers(tmp_path: Path, monkeypatch:
     assert (aws.settings.region, aws.settings.disk_gb) == ("eu-west-1", 300)  # type: ignore[attr-defined]
     ssh = providers.get("ssh")
     assert list(ssh.machines) == ["box"]  # type: ignore[attr-defined]
-    assert providers.get("local").name == "local"
+    assert providers.get("local").python == "/opt/cuda-venv/bin/python"  # type: ignore[attr-defined]
+    assert Providers(tmp_path / "bare").get("local").python == sys.executable  # type: ignore[attr-defined]
     assert Providers(tmp_path / "bare").get("aws").settings.region == "us-east-1"  # type: ignore[attr-defined]
 
 
