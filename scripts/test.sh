@@ -24,9 +24,10 @@ fi
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
-# Two workers: most tests wait on subprocesses and polls, so this machine's 2 cores fit two of them.
+# Four workers on this machine's 2 cores: the end-to-end tests spend a quarter of their time waiting
+# (polls, sleeps, sshd, stand-in steps), which two workers leave idle (docs/measurements/).
 # The whole suite runs here; `scripts/test.sh -m "not slow"` is the fast tier (no end-to-end runs).
 # The suite starts hundreds of Python processes: let them reuse compiled modules (__pycache__, which
 # git ignores) even where the environment turns the cache off.
 unset PYTHONDONTWRITEBYTECODE
-.venv/bin/python -m pytest -q -n 2 --durations=15 "$@"
+.venv/bin/python -m pytest -q -n 4 --durations=15 "$@"

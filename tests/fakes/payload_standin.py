@@ -10,7 +10,8 @@ ranks it starts (``-m payload worker …``) run ``worker`` below: it speaks the 
 ``payload.distributed`` (phases on stdin, ``done_file``, ``result_file``) and, for ``profile``,
 writes samples in the real shape (``payload/profile.py``'s docstring), one every ``STEP_S`` of
 sleep, from ``job.profile_steps_done`` on, stopping at a step boundary on a spot notice, as the
-real one does. Phases other than ``preflight_torch`` and ``profile`` are refused (exit 1).
+real one does. Phases other than ``preflight_torch`` and ``profile`` are refused (exit 1); any other
+use of the interpreter (the preflight probes' spawned child) runs on the real one.
 
 The real payload itself is tested by ``tests/payload/`` and by the end-to-end tests that keep it
 (the quick start, the shared tiny and report campaigns, bad nodes, clusters, one preemption).
@@ -37,8 +38,7 @@ def main(argv: list[str]) -> int:
     with open(f"{command}.log", "a") as log:
         log.write(" ".join(args) + "\n")
     if args[:2] != ["-m", "payload"] or len(args) < 3 or args[2] not in ("run", "worker"):
-        print(f"payload stand-in: only `-m payload run|worker` is stood in for, not {args}", file=sys.stderr)
-        return 2
+        os.execv(sys.executable, [sys.executable, *args])  # anything else (a probe's child): the real interpreter
     sys.path[0] = os.getcwd()  # the attempt's folder, holding the shipped payload: what ``python -m`` finds
     if args[2] == "run":
         sys.executable = command  # the runner starts its ranks through this stand-in too

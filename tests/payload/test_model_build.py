@@ -93,6 +93,7 @@ print(json.dumps(sorted(m for m in ("torch._dynamo", "sympy") if m in sys.module
 """
 
 
+@pytest.mark.slow  # an interpreter importing torch
 def test_building_the_model_imports_no_compiler() -> None:
     """Initialising on ``meta`` through torch's Python reference ops imported torch._dynamo and sympy:
     about 1.8 s of CPU per rank and attempt, billed on a node that runs without ``compile``."""

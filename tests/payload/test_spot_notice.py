@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from benchctl.payload.spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed
 from tests.conftest import REPO
 from tests.fakes.aws_fake import FakeIMDS, running_fake_imds
@@ -65,6 +67,7 @@ def _events(workdir: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow  # the real payload, 2 ranks
 def test_the_payload_stops_at_a_step_boundary_on_the_notice_and_loses_nothing(tmp_path: Path) -> None:
     workdir = tmp_path / "attempt"
 
