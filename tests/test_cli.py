@@ -102,9 +102,9 @@ def test_leaderboard_csv_md_table_and_filter(home: Path, finished: Path) -> None
 
 
 @pytest.mark.slow
-def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: str) -> None:
+def test_run_on_postgresql_with_db_option(home: Path, write_campaign, pg_url: str, standin_python: Path) -> None:
     matrix = "  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n"
-    path = write_campaign(matrix=matrix)
+    path = write_campaign(matrix=matrix, python=standin_python)
     result = run_cli("--db", pg_url, "run", str(path), *FAST_POLLS, home=home)
     assert result.returncode == 0, result.stderr
     assert not (home / "benchctl.db").exists(), "everything went to PostgreSQL"
