@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -25,8 +24,7 @@ budget_usd: 5
 target: {{model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 128}}
 defaults: {{market: on-demand, max_attempts: 3}}
 payload:
-  phases: [preflight, collectives, profile]
-  collectives: {{min_bytes: 8, max_bytes: 64K, factor: 16, warmup_iters: 1, iters: 2}}
+  phases: [preflight, profile]
   profile: {{device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: {steps}}}
 providers:
   ssh:
@@ -40,11 +38,12 @@ MACHINE = """\
          price_usd_per_hour: 0.5, python: "{python}", workdir: "{workdir}"}}
 """
 KEY = "ssh:cpux1:on-demand:nodes=2"
-STEPS = 40
+STEPS = 150
+"""3 s of the stand-in's steps: box-b goes down mid-profile."""
 
 
-def _campaign(tmp_path: Path, machines: dict[str, SSHServer]) -> Path:
-    listed = "".join(MACHINE.format(name=name, host=s.host, port=s.port, user=s.user, key=s.key, python=sys.executable,
+def _campaign(tmp_path: Path, machines: dict[str, SSHServer], python: Path) -> Path:
+    listed = "".join(MACHINE.format(name=name, host=s.host, port=s.port, user=s.user, key=s.key, python=python,
                                     workdir=tmp_path / "machines" / name) for name, s in machines.items())
     path = tmp_path / "sshpair.yaml"
     path.write_text(CAMPAIGN.format(steps=STEPS, machines=listed))
@@ -78,12 +77,14 @@ def _processes_under(root: Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_two_node_ssh_cell_survives_node_1s_machine_restarted_mid_profile(home: Path, tmp_path: Path) -> None:
+def test_a_two_node_ssh_cell_survives_node_1s_machine_restarted_mid_profile(home: Path, tmp_path: Path,
+                                                                           standin_python: Path) -> None:
+    # the ranks are the stand-in's (the real payload across nodes: test_cluster_local, tests/payload/)
     with ExitStack() as stack, ExitStack() as box_b:
         stack.callback(_end_every_node, tmp_path / "machines")  # last: whatever a failure left running
         servers = {"box-a": stack.enter_context(running_sshd(tmp_path / "sshd-a")),
                    "box-b": box_b.enter_context(running_sshd(tmp_path / "sshd-b"))}
-        cli = start(home, "run", str(_campaign(tmp_path, servers)), *FAST_POLLS)
+        cli = start(home, "run", str(_campaign(tmp_path, servers, standin_python)), *FAST_POLLS)
         stack.callback(lambda: cli.poll() is None and cli.kill())
         wait_for(lambda: _timed_step_taken(tmp_path / "machines" / "box-a"), timeout=300, every=0.01)
         (pids,) = (tmp_path / "machines" / "box-b" / ".benchctl").glob("*.pids")

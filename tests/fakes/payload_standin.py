@@ -10,7 +10,8 @@ ranks it starts (``-m payload worker …``) run ``worker`` below: it speaks the 
 ``payload.distributed`` (phases on stdin, ``done_file``, ``result_file``) and, for ``profile``,
 writes samples in the real shape (``payload/profile.py``'s docstring), one every ``STEP_S`` of
 sleep, from ``job.profile_steps_done`` on, stopping at a step boundary on a spot notice, as the
-real one does. Phases other than ``preflight_torch`` and ``profile`` are refused (exit 1); any other
+real one does; ``preflight_cluster`` (across nodes) answers a healthy probe without meeting the other
+nodes' ranks. Other phases are refused (exit 1); any other
 use of the interpreter (the preflight probes' spawned child) runs on the real one.
 
 The real payload itself is tested by ``tests/payload/`` and by the end-to-end tests that keep it
@@ -69,6 +70,8 @@ def worker(argv: list[str]) -> int:
         if name == "preflight_torch":
             result: dict[str, Any] | None = {"torch": "stand-in", "cuda": None, "nccl": None, "cuda_available": False,
                                              "device_count": 0, "devices": []}
+        elif name == "preflight_cluster":
+            result = _cluster_probe(job.nodes, job.count)
         elif name == "profile":
             result = _profile(job, args.world_size, events)
         else:
@@ -81,6 +84,17 @@ def worker(argv: list[str]) -> int:
     if events is not None:
         events.close()
     return 0
+
+
+def _cluster_probe(nodes: int, count: int) -> dict[str, Any]:
+    """``payload.probes.cluster_rank``'s result, every figure 1 GB/s and right (judged only where the
+    campaign sets a threshold: on CPU cells, none does), without meeting the other nodes' ranks."""
+    def figure(ranks: int) -> dict[str, Any]:
+        return {"busbw_gbps": 1.0, "algbw_gbps": 1.0, "wrong": 0, "ranks": ranks}
+
+    return {"bytes": 1 << 20, "nodes": nodes, "count": count,
+            "intra_node": [] if count == 1 else [{"node_rank": k, **figure(count)} for k in range(nodes)],
+            "inter_node": [{"rail": r, **figure(nodes)} for r in range(count)], "cluster": figure(nodes * count)}
 
 
 def _profile(job: Any, world_size: int, events: Any) -> None:
