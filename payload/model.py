@@ -54,7 +54,7 @@ def materialise(model: nn.Module, device: torch.device) -> None:
 def _embedding(rows: int, dim: int) -> nn.Embedding:
     """A bf16 embedding whose weight is left uninitialised (``init_weights`` sets it): nn.Embedding's own
     ``normal_`` on ``meta`` goes through torch's Python reference ops, which import torch._dynamo
-    (about 1.4 s of CPU per rank, for values ``to_empty`` throws away)."""
+    (about 1.4 s of CPU per rank, for values ``materialise`` throws away)."""
     return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim, dtype=torch.bfloat16))
 
 

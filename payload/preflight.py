@@ -84,13 +84,19 @@ def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float,
             timed_out.append(unfinished)
         elif unfinished:
             probes[unfinished] = {"error": reason}
-    cuda_failed = wants_gpu and bool(probes.get("cuda_init", {}).get("error"))  # on CPU its check skips
+    cuda_failed = cuda_init_failed(job, probes)
     if job.nodes > 1 and not timed_out and not cuda_failed:  # a node that passes always joins the cluster probe
         _cluster(job, job_path, facts_dir, deadline, probes, ranks)
     elif wants_gpu and not timed_out and not cuda_failed:
         timed_out += _allreduce(job, job_path, facts_dir, deadline, probes, ranks)
     (facts_dir / "probes.json").write_text(json.dumps(probes, indent=2))
     return probes, timed_out
+
+
+def cuda_init_failed(job: Job, probes: dict[str, Any]) -> bool:
+    """A GPU job whose ``cuda_init`` probe failed: no rank may start on its GPUs (each would fail at
+    CUDA's init, or hang in it on a broken driver). On CPU the probe's check skips: never."""
+    return job.gpu.lower() != "cpu" and bool(probes.get("cuda_init", {}).get("error"))
 
 
 @contextlib.contextmanager
@@ -171,10 +177,9 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     facts_dir = workdir / "artifacts" / "facts"
     capture(facts_dir, deadline, torch_json=False)
     probes, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
-    # No GPU rank is started once CUDA failed to initialise: each would fail at it (or hang in it,
-    # on a broken driver); torch's view then comes from the runner alone.
-    cuda_failed = job.gpu.lower() != "cpu" and bool(probes.get("cuda_init", {}).get("error"))
-    write_torch_json(facts_dir, _torch_facts(job, facts_dir, deadline, None if cuda_failed else ranks))
+    # torch's view from the runner alone when no rank may start (``cuda_init_failed``)
+    write_torch_json(facts_dir, _torch_facts(job, facts_dir, deadline,
+                                             None if cuda_init_failed(job, probes) else ranks))
     checks = judge(Facts(facts_dir), Expect(job.gpu, job.count), thresholds) + _fabric(job, facts_dir)
     for check in checks:
         if PROBE_OF_CHECK.get(check["name"]) in timed_out:
