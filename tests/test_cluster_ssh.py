@@ -39,7 +39,10 @@ MACHINE = """\
 """
 KEY = "ssh:cpux1:on-demand:nodes=2"
 STEPS = 150
-"""3 s of the stand-in's steps: box-b goes down mid-profile."""
+"""3 s of the stand-in's steps, whose every step waits for both nodes' ranks: box-b goes down
+mid-profile. Its processes die once its sshd is back, so node 0's ranks fail (their peer gone) when
+the controller can already see box-b restarted (a preemption), never while box-b does not answer (a
+node that does not answer is running, and node 0's failure would be the attempt's)."""
 
 
 def _campaign(tmp_path: Path, machines: dict[str, SSHServer], python: Path) -> Path:
@@ -88,9 +91,9 @@ def test_a_two_node_ssh_cell_survives_node_1s_machine_restarted_mid_profile(home
         stack.callback(lambda: cli.poll() is None and cli.kill())
         wait_for(lambda: _timed_step_taken(tmp_path / "machines" / "box-a"), timeout=300, every=0.01)
         (pids,) = (tmp_path / "machines" / "box-b" / ".benchctl").glob("*.pids")
-        kill_container(tmp_path / "machines" / "box-b", pids.stem)  # box-b goes down: every process on it,
-        box_b.close()  # its sshd and every connection to it
-        box_b.enter_context(running_sshd(tmp_path / "sshd-b", port=servers["box-b"].port))  # the same machine back
+        box_b.close()  # box-b restarts: its sshd and every connection to it go,
+        box_b.enter_context(running_sshd(tmp_path / "sshd-b", port=servers["box-b"].port))  # the same machine,
+        kill_container(tmp_path / "machines" / "box-b", pids.stem)  # back without any process we started there
         _, err = cli.communicate(timeout=400)
     engine, cell = only_cell(home)
     attempts = q.attempts(engine, cell.id or 0)

@@ -10,9 +10,11 @@ ranks it starts (``-m payload worker …``) run ``worker`` below: it speaks the 
 ``payload.distributed`` (phases on stdin, ``done_file``, ``result_file``) and, for ``profile``,
 writes samples in the real shape (``payload/profile.py``'s docstring), one every ``STEP_S`` of
 sleep, from ``job.profile_steps_done`` on, stopping at a step boundary on a spot notice, as the
-real one does; ``preflight_cluster`` (across nodes) answers a healthy probe without meeting the other
-nodes' ranks. Other phases are refused (exit 1); any other
-use of the interpreter (the preflight probes' spawned child) runs on the real one.
+real one does; ``preflight_cluster`` (across nodes) answers a healthy probe. Across nodes the ranks
+meet at the job's TCP rendezvous (``--init-method``) in a group of plain sockets (``Peers``), and
+every profile step and ``preflight_cluster`` is a barrier of that group, so a rank whose peer is
+gone fails as an NCCL rank would, instead of measuring on alone. Other phases are refused (exit 1);
+any other use of the interpreter (the preflight probes' spawned child) runs on the real one.
 
 The real payload itself is tested by ``tests/payload/`` and by the end-to-end tests that keep it
 (the quick start, the shared tiny and report campaigns, bad nodes, clusters, one preemption).
@@ -25,10 +27,12 @@ import argparse
 import json
 import os
 import runpy
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 STEP_S = 0.02
 """The sleep that stands in for one training step."""
@@ -60,8 +64,11 @@ def worker(argv: list[str]) -> int:
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--rendezvous", required=True)
+    parser.add_argument("--init-method", required=True)
+    parser.add_argument("--timeout-s", type=float, required=True)
     args, _ = parser.parse_known_args(argv)
     job = Job.load(args.job)
+    peers = Peers(args.init_method, args.rank, args.world_size, args.timeout_s) if job.nodes > 1 else None
     events = EventLog(Path(args.job).parent / "events.jsonl") if args.rank == 0 else None
     phases = [args.phase] if args.phase else (line.strip() for line in sys.stdin)
     for name in phases:
@@ -71,9 +78,11 @@ def worker(argv: list[str]) -> int:
             result: dict[str, Any] | None = {"torch": "stand-in", "cuda": None, "nccl": None, "cuda_available": False,
                                              "device_count": 0, "devices": []}
         elif name == "preflight_cluster":
+            if peers is not None:
+                peers.barrier()
             result = _cluster_probe(job.nodes, job.count)
         elif name == "profile":
-            result = _profile(job, args.world_size, events)
+            result = _profile(job, args.world_size, events, peers)
         else:
             print(f"payload stand-in: no stand-in for the {name!r} phase", flush=True)
             return 1
@@ -86,9 +95,55 @@ def worker(argv: list[str]) -> int:
     return 0
 
 
+class Peers:
+    """The ranks of every node in a group of sockets: global rank 0 listens at the rendezvous
+    address of ``init_method`` (``tcp://host:port``, the port torch.distributed would take: the
+    stand-in's ranks never start torch) and the others connect to it, all within ``timeout_s``.
+    ``barrier`` returns once every rank reached it; it raises ``ConnectionError`` when a rank is gone
+    and ``TimeoutError`` after ``timeout_s``."""
+
+    def __init__(self, init_method: str, rank: int, world_size: int, timeout_s: float) -> None:
+        where = urlsplit(init_method)
+        address = (where.hostname or "", where.port or 0)
+        self.rank, self.timeout_s = rank, timeout_s
+        if rank == 0:
+            with socket.create_server(address) as server:
+                server.settimeout(timeout_s)
+                self.links = [server.accept()[0] for _ in range(world_size - 1)]
+        else:
+            self.links = [_connect(address, timeout_s)]
+        for link in self.links:
+            link.settimeout(timeout_s)
+
+    def barrier(self) -> None:
+        if self.rank == 0:
+            for link in self.links:
+                _receive_one(link)
+        for link in self.links:
+            link.sendall(b".")
+        if self.rank != 0:
+            _receive_one(self.links[0])
+
+
+def _connect(address: tuple[str, int], timeout_s: float) -> socket.socket:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection(address, timeout=timeout_s)
+        except ConnectionRefusedError:  # rank 0 not listening yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _receive_one(link: socket.socket) -> None:
+    if not link.recv(1):
+        raise ConnectionError("payload stand-in: a peer rank is gone")
+
+
 def _cluster_probe(nodes: int, count: int) -> dict[str, Any]:
     """``payload.probes.cluster_rank``'s result, every figure 1 GB/s and right (judged only where the
-    campaign sets a threshold: on CPU cells, none does), without meeting the other nodes' ranks."""
+    campaign sets a threshold: on CPU cells, none does)."""
     def figure(ranks: int) -> dict[str, Any]:
         return {"busbw_gbps": 1.0, "algbw_gbps": 1.0, "wrong": 0, "ranks": ranks}
 
@@ -97,7 +152,7 @@ def _cluster_probe(nodes: int, count: int) -> dict[str, Any]:
             "inter_node": [{"rail": r, **figure(nodes)} for r in range(count)], "cluster": figure(nodes * count)}
 
 
-def _profile(job: Any, world_size: int, events: Any) -> None:
+def _profile(job: Any, world_size: int, events: Any, peers: Peers | None) -> None:
     from payload.profile import PHASES, grad_accum_steps
     from payload.spot_notice import notice_file
 
@@ -110,6 +165,8 @@ def _profile(job: Any, world_size: int, events: Any) -> None:
     for step in range(cfg.warmup_steps + remaining):
         start = time.perf_counter()
         time.sleep(STEP_S)
+        if peers is not None:
+            peers.barrier()  # the step's collectives: none goes on without every rank
         elapsed = time.perf_counter() - start
         if events is not None:
             warmup = step < cfg.warmup_steps
