@@ -23,6 +23,10 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 
 COUNT = 2
+"""Ranks per node where the test looks at a node's own ranks (global rank layout, intra-node groups);
+the tests of a node lost, missing or judged bad as a whole run one rank per node (``ONE``): each rank
+is an ``import torch`` (1.2-2 CPU-s)."""
+ONE = {"count": 1}
 TINY_PROFILE: dict[str, Any] = {"model": "nanochat-d1", "vocab_size": 512, "device_batch_size": 2,
                                 "sequence_len": 32, "total_batch_size": 2 * 32 * 2 * COUNT, "warmup_steps": 1,
                                 "steps": 2, "seed": 0}
@@ -161,7 +165,7 @@ def test_a_node_that_dies_mid_phase_fails_the_other_not_hangs(tmp_path: Path, wh
     """``runner``: node 1's runner is killed alone (its ranks follow it); ``node``: the whole node is gone."""
     port = free_port()
     nodes = [tmp_path / "node0", tmp_path / "node1"]
-    job = {"phases": ["profile"], "profile": {**TINY_PROFILE, "steps": 100000}}
+    job = {**ONE, "phases": ["profile"], "profile": {**TINY_PROFILE, "steps": 100000}}
     procs = [start(nodes[n], _job(n, port, **job)) for n in range(2)]
     try:
         deadline = time.monotonic() + 180
@@ -170,7 +174,7 @@ def test_a_node_that_dies_mid_phase_fails_the_other_not_hangs(tmp_path: Path, wh
             assert all(p.poll() is None for p in procs), [(d / "payload.log").read_text() for d in nodes]
             time.sleep(0.2)
         orphans = _rank_pids(nodes[1])
-        assert len(orphans) == COUNT
+        assert len(orphans) == ONE["count"]
         if what == "runner":
             os.kill(procs[1].pid, signal.SIGKILL)
         else:
@@ -197,7 +201,7 @@ def test_a_node_that_dies_mid_phase_fails_the_other_not_hangs(tmp_path: Path, wh
 
 def test_a_node_that_never_joins_fails_preflight_at_its_budget(tmp_path: Path) -> None:
     workdir = tmp_path / "node0"
-    job = _job(0, free_port(), phases=["preflight", "profile"], preflight_thresholds={"budget_s": 12})
+    job = _job(0, free_port(), **ONE, phases=["preflight", "profile"], preflight_thresholds={"budget_s": 12})
     started = time.monotonic()
     (code,) = finish([start(workdir, job)], timeout=120)
     assert code == 1, (workdir / "payload.log").read_text()
@@ -211,16 +215,16 @@ def test_a_node_that_never_joins_fails_preflight_at_its_budget(tmp_path: Path) -
     assert not [e for e in found if e.get("phase") == "profile"]
 
 
-@pytest.mark.parametrize(("thresholds", "named"), [
-    ({"intra_node_busbw_min_gbps": 1e9}, 0),  # every node below: the first is named
-    ({"inter_node_busbw_min_gbps": 1e9}, None),  # the node pair: no one node to name
+@pytest.mark.parametrize(("thresholds", "named", "count"), [
+    ({"intra_node_busbw_min_gbps": 1e9}, 0, COUNT),  # every node below: the first is named
+    ({"inter_node_busbw_min_gbps": 1e9}, None, 1),  # the node pair: no one node to name
 ])
 def test_explicit_cross_node_thresholds_make_a_bad_node(tmp_path: Path, thresholds: dict[str, float],
-                                                        named: int | None) -> None:
+                                                        named: int | None, count: int) -> None:
     port = free_port()
     nodes = [tmp_path / "node0", tmp_path / "node1"]
-    procs = [start(nodes[n], _job(n, port, phases=["preflight", "profile"], preflight_thresholds=thresholds))
-             for n in range(2)]
+    procs = [start(nodes[n], _job(n, port, count=count, phases=["preflight", "profile"],
+                                  preflight_thresholds=thresholds)) for n in range(2)]
     assert finish(procs, timeout=180) == [3, 3], [(d / "payload.log").read_text() for d in nodes]
     for directory in nodes:  # every node reaches the same verdict
         found = events(directory)
