@@ -1,6 +1,7 @@
 """The local provider's clusters: N "nodes" of processes on N of its virtual hosts, rented as one
 unit under the machine lock, the rendezvous on 127.0.0.1, a preemption fault on node rank 1; and
-(slow) a 2-node local cell end to end through the CLI with node 1 preempted mid-profile."""
+(slow) a 2-node local cell end to end through the CLI with node 1 preempted mid-profile (on the
+payload stand-in's ranks, whose every step waits for both nodes)."""
 
 from __future__ import annotations
 
@@ -117,9 +118,10 @@ budget_usd: 5
 target: {model: nanochat-d1, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 128}
 defaults: {market: spot, max_attempts: 3}
 payload:
-  phases: [preflight, collectives, profile]
-  collectives: {min_bytes: 8, max_bytes: 64K, factor: 16, warmup_iters: 1, iters: 2}
+  phases: [preflight, profile]
   profile: {device_batch_size: 2, sequence_len: 32, warmup_steps: 1, steps: %d}
+providers:
+  local: {python: "%s"}
 matrix:
   - {provider: local, gpu: cpu, count: 1, nodes: 2, price_usd_per_hour: 0.5, faults: {preempt_at_step: 3}}
 """
@@ -127,13 +129,16 @@ TWO_NODE_KEY = "local:cpux1:spot:nodes=2"
 
 
 @pytest.mark.slow
-def test_a_two_node_local_cell_survives_node_1_preempted_mid_profile(home: Path, tmp_path: Path) -> None:
+def test_a_two_node_local_cell_survives_node_1_preempted_mid_profile(home: Path, tmp_path: Path,
+                                                                    standin_python: Path) -> None:
+    # the stand-in's ranks, whose every step waits for both nodes (the real payload across nodes, a node
+    # lost included: tests/payload/test_multi_node_runner.py; through the engine: test_cluster_bad_worker)
     from tests.conftest import run_cli
     from tests.local_campaign import no_live_nodes, only_cell
 
     steps = 8
     path = tmp_path / "pair.yaml"
-    path.write_text(TWO_NODE_CAMPAIGN % steps)
+    path.write_text(TWO_NODE_CAMPAIGN % (steps, standin_python))
     result = run_cli("run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5", home=home, timeout=400)
     engine, cell = only_cell(home)
     from benchctl.store import queries as q

@@ -38,9 +38,11 @@ def finished(home: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.mark.slow
-def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_campaign) -> None:
-    steps = 60  # ≥ 1.2 s of profile after the first timed step: the preemption lands mid-profile
-    path = write_campaign(matrix=ONE_CELL, steps=steps)
+def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_campaign,
+                                                              standin_python: Path) -> None:
+    # the stand-in's ranks (that the real profile starts at profile_steps_done: tests/payload/test_one_process)
+    steps = 300  # 6 s of the stand-in's steps: the preemption lands mid-profile however slow the host
+    path = write_campaign(matrix=ONE_CELL, steps=steps, python=standin_python)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
