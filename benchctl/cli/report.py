@@ -24,9 +24,6 @@ def report_command(state: CliState, campaign: str | None, out_dir: Path) -> None
     import time
 
     from benchctl.errors import CampaignNotFound, UsageError
-    from benchctl.report.data import campaign_data
-    from benchctl.report.html import page, write_page
-    from benchctl.report.plots import figures
     from benchctl.store import queries as q
 
     if out_dir.exists() and not out_dir.is_dir():
@@ -37,6 +34,10 @@ def report_command(state: CliState, campaign: str | None, out_dir: Path) -> None
         raise CampaignNotFound(f"no campaign named {campaign!r} in the store; `benchctl status` lists them")
     if not camps:
         raise CampaignNotFound("no campaigns in the store yet: run one with `benchctl run FILE`, then report it")
+    from benchctl.report.data import campaign_data  # matplotlib and the page: only once the input is good
+    from benchctl.report.html import page, write_page
+    from benchctl.report.plots import figures
+
     now = time.time()
     sections = []
     for index, camp in enumerate(camps):
