@@ -37,13 +37,15 @@ from .events import EventLog
 from .job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
 from .p2p import run_p2p
 from .preflight import BadNode, run_preflight
-from .profile import summarize
+from .profile import grad_accum_steps, summarize
 from .spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed, wait_for_reclaim
 
 PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 
 
 def _profile(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> dict[str, Any]:
+    if job.profile:  # a batch that does not divide fails here, before ranks start for it
+        grad_accum_steps(job.profile, job.count * job.nodes)
     nsys = shutil.which("nsys") if job.profile and job.profile.nsys else None
     if nsys:  # nsys wraps whole processes: the profile gets ranks of its own
         ranks.close()

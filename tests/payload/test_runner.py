@@ -151,6 +151,7 @@ def test_indivisible_batch_is_an_error(tmp_path: Path) -> None:
     assert "bad_node" not in error
     assert events[-1]["kind"] == "done" and events[-1]["exit_code"] == 1
     assert not _profile_samples(events)
+    assert not list((tmp_path / "a" / "artifacts" / "logs").glob("*rank*.log")), "no rank started to fail"
 
 
 def _assert_loss_falls_on_repeated_batch(events: list[dict[str, Any]]) -> None:
