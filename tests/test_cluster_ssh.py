@@ -89,7 +89,7 @@ def test_a_two_node_ssh_cell_survives_node_1s_machine_restarted_mid_profile(home
                    "box-b": box_b.enter_context(running_sshd(tmp_path / "sshd-b"))}
         cli = start(home, "run", str(_campaign(tmp_path, servers, standin_python)), *FAST_POLLS)
         stack.callback(lambda: cli.poll() is None and cli.kill())
-        wait_for(lambda: _timed_step_taken(tmp_path / "machines" / "box-a"), timeout=300, every=0.01)
+        wait_for(lambda: _timed_step_taken(tmp_path / "machines" / "box-a"), timeout=300)
         (pids,) = (tmp_path / "machines" / "box-b" / ".benchctl").glob("*.pids")
         box_b.close()  # box-b restarts: its sshd and every connection to it go,
         box_b.enter_context(running_sshd(tmp_path / "sshd-b", port=servers["box-b"].port))  # the same machine,
