@@ -32,7 +32,7 @@ from typing import Any
 from .collectives import run_collectives
 from .command import run_command
 from .deadman import start_deadman
-from .distributed import Ranks, launch
+from .distributed import Layout, Ranks, launch
 from .events import EventLog
 from .job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
 from .p2p import run_p2p
@@ -45,7 +45,7 @@ PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 
 def _profile(job: Job, job_path: Path, log: EventLog, ranks: Ranks) -> dict[str, Any]:
     if job.profile:  # a batch that does not divide fails here, before ranks start for it
-        grad_accum_steps(job.profile, job.count * job.nodes)
+        grad_accum_steps(job.profile, Layout.of(job).world_size)
     nsys = shutil.which("nsys") if job.profile and job.profile.nsys else None
     if nsys:  # nsys wraps whole processes: the profile gets ranks of its own
         ranks.close()

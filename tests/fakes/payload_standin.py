@@ -105,7 +105,7 @@ class Peers:
     def __init__(self, init_method: str, rank: int, world_size: int, timeout_s: float) -> None:
         where = urlsplit(init_method)
         address = (where.hostname or "", where.port or 0)
-        self.rank, self.timeout_s = rank, timeout_s
+        self.rank = rank
         if rank == 0:
             with socket.create_server(address) as server:
                 server.settimeout(timeout_s)
