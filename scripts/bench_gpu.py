@@ -13,7 +13,7 @@ the estimate ``benchctl plan`` uses (``payload.memory_estimate``).
 
 Stages, cheapest first: preflight (+ p2p, a skip on one GPU), the collectives sweep, then the
 profile: nanochat-d12 compiled with and without phase timing (the overhead), nanochat-d20 compiled,
-both eager, and nanochat-d26 at device batch 8 (the 80 GB default) while time is left.
+both eager, and nanochat-d26 at device batch 8 (the 80 GB default) and 16 while time is left.
 A stage's timeout is cut to what is left of ``--budget-s``; under 30 s left, no stage starts.
 
 Writes ``DIR/results.json`` after every stage (phase summaries, wall times, exit codes, the
@@ -119,6 +119,7 @@ def stages(cpu: bool, card_gib: float) -> list[tuple[str, dict[str, Any], float]
         ("profile_d12_eager", profile_cfg("nanochat-d12", 16, 2, 20, 2, compile=False), 90),
         (f"profile_d20_b{d20_batch}_eager", profile_cfg("nanochat-d20", d20_batch, 1, 10, 2, compile=False), 90),
         ("profile_d26_b8_compiled", profile_cfg("nanochat-d26", 8, 1, 10, 2), 150),
+        ("profile_d26_b16_compiled", profile_cfg("nanochat-d26", 16, 1, 10, 2), 150),
     ]
     return [("preflight", {"phases": ["preflight", "p2p"]}, 120),
             ("collectives", {"phases": ["collectives"], "collectives": sweep}, 120),
