@@ -64,6 +64,9 @@ class Topology:
 
 _GPU = re.compile(r"GPU\d+")
 _LINK = re.compile(r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""ANSI control sequences: nvidia-smi 580 underlines the topo header (``\\x1b[4m`` … ``\\x1b[0m``) even
+when it writes to a file."""
 
 
 def parse_topo(text: str) -> Topology:
@@ -72,8 +75,8 @@ def parse_topo(text: str) -> Topology:
     per GPU, then a legend. Rows are split on any whitespace; the GPU links are the n cells after the
     row name, the NUMA node is read from the right (``GPU NUMA ID`` is last when present), so a lost
     tab among the NIC columns shifts nothing. A matrix that cannot be read gives no GPUs and
-    ``problem`` saying why."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    ``problem`` saying why. Terminal escapes (``_TERMINAL_ESCAPE``) are dropped first."""
+    lines = [line for line in _TERMINAL_ESCAPE.sub("", text).splitlines() if line.strip()]
     header = next((line for line in lines if line.split()[0] == "GPU0" and len(line.split()) > 1
                    and not _LINK.fullmatch(line.split()[1])), None)
     if header is None:

@@ -101,3 +101,17 @@ def test_hints_cite_published_sources_not_a_file_users_do_not_have() -> None:
 
     for module in (checks, thresholds):
         assert "REFERENCE.md" not in Path(str(module.__file__)).read_text(), module.__name__
+
+
+def test_a_captured_matrix_with_terminal_escapes_is_read(tmp_path: Path) -> None:
+    # nvidia-smi 580 underlines the header with ANSI escapes even when writing to a file
+    # ("\x1b[4mGPU0 ... \x1b[0m"): read as is, no GPU0 header was found, topology warned and numa
+    # skipped on every node with this driver (seen on the project's H200, 2026-11-25)
+    name = "benchctl-device-h200-1gpu-ansi-tabs.txt"
+    assert "\x1b[4m" in (REAL / name).read_text()
+    topo = _topo(name)
+    assert (topo.problem, topo.gpus, nf.classify_topology(topo), topo.numa) == ("", ["GPU0"], "single_gpu", {0: 0})
+    facts = _facts(tmp_path, name)
+    assert check_topology(facts, Expect("H200", 1), {})["status"] == "pass"
+    numa = check_numa(facts, Expect("H200", 1), {})
+    assert numa["status"] == "pass" and numa["observed"]["gpu_numa"] == {"0": 0}
