@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .fabric_readers import parse_nccl_net
+
 
 @dataclass(frozen=True)
 class GpuRow:
@@ -242,20 +244,23 @@ def parse_torch(text: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-TRANSPORT_PATTERNS = {
-    "nvlink_p2p": re.compile(r"via P2P/(CUMEM|IPC|direct)|via P2P/", re.IGNORECASE),
+LOCAL_TRANSPORTS = {
+    "nvlink_p2p": re.compile(r"via P2P/", re.IGNORECASE),
     "shm": re.compile(r"via SHM", re.IGNORECASE),
-    "net_ib": re.compile(r"NET/IB", re.IGNORECASE),
-    "net_socket": re.compile(r"NET/Socket", re.IGNORECASE),
-    "gdrdma": re.compile(r"GDRDMA", re.IGNORECASE),
 }
 
 
 def triage_nccl_log(text: str) -> dict[str, Any]:
-    """What an ``NCCL_DEBUG=INFO`` log says about transports: counts of channel lines per
-    transport, the NCCL version, and the IB devices NCCL chose."""
-    found = {name: len(pattern.findall(text)) for name, pattern in TRANSPORT_PATTERNS.items()}
+    """What an ``NCCL_DEBUG=INFO`` log says about transports: channel lines per transport
+    (``via P2P/…``, ``via SHM``, ``via NET/<name>`` as ``net_<name>``, and ``gdrdma`` for those with
+    GPUDirect RDMA), the NCCL version, the networks NCCL said it uses and the IB/RoCE ports it listed
+    (None when none: NCCL 2.28 prints ``NET/IB : Using [RO]; OOB eth0…`` and then fails to load IB).
+    The network facts are ``payload.fabric_readers.parse_nccl_net``'s."""
+    net = parse_nccl_net(text)
+    found = {name: len(pattern.findall(text)) for name, pattern in LOCAL_TRANSPORTS.items()}
+    found |= {f"net_{name.lower()}": count for name, count in net.net_channels.items()}
+    found["gdrdma"] = net.gdr_channels
     version = re.search(r"NCCL version ([\d.]+\S*)", text)
-    ib = re.search(r"NET/IB : Using (.*)", text)
+    devices = ", ".join(f"{dev}:{port}/{layer}" for dev, port, layer in net.ib_devices)
     return {"transports": {k: v for k, v in found.items() if v}, "version": version.group(1) if version else None,
-            "ib_devices": ib.group(1).strip() if ib else None}
+            "networks": net.networks, "ib_devices": devices or None}
