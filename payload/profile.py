@@ -149,7 +149,7 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
                 "attention": model.attention, "host_data": cfg.host_data,
                 **({"compile_note": compile_note} if compile_note else {}),
                 "mem_est_gib": round(estimate(cfg.model, cfg.sequence_len, cfg.device_batch_size, world_size,
-                                              cfg.vocab_size).total_gib, 2)}
+                                              cfg.vocab_size, compiled=compiled).total_gib, 2)}
 
     def sync() -> None:
         if on_gpu:

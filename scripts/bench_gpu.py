@@ -111,7 +111,7 @@ def stages(cpu: bool, card_gib: float) -> list[tuple[str, dict[str, Any], float]
                 *[(name, {"phases": ["profile"], "profile": cfg}, t) for name, cfg, t in d12]]
     sweep = CollectivesConfig(ops=["all_reduce", "all_gather", "reduce_scatter", "broadcast"],
                               min_bytes=1024, max_bytes=4 * GIB, factor=4)
-    d20_batch = 16 if estimate("nanochat-d20", SEQ, 16, 1).total_gib < card_gib - 4 else 8
+    d20_batch = 16 if estimate("nanochat-d20", SEQ, 16, 1, compiled=False).total_gib < card_gib - 4 else 8
     profiles = [
         ("profile_d12_compiled", profile_cfg("nanochat-d12", 16, 2, 30, 3), 240),
         ("profile_d12_compiled_no_phase_timing", profile_cfg("nanochat-d12", 16, 2, 30, 3, phase_timing=False), 120),
@@ -148,7 +148,7 @@ def tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
-def run_stage(workdir: Path, job: Job, timeout_s: float) -> dict[str, Any]:
+def run_stage(workdir: Path, job: Job, timeout_s: float, cpu: bool) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "job.json").write_text(job.to_json())
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
@@ -173,7 +173,7 @@ def run_stage(workdir: Path, job: Job, timeout_s: float) -> dict[str, Any]:
     if job.profile:
         cfg = job.profile
         result["estimate_gib"] = estimate(cfg.model, cfg.sequence_len, cfg.device_batch_size, 1,
-                                          cfg.vocab_size).as_dict()
+                                          cfg.vocab_size, compiled=cfg.compile and not cpu).as_dict()
         result["profile_samples"] = [{k: v for k, v in e.items() if k not in ("t", "kind")}
                                      for e in events if e.get("kind") == "sample" and e.get("phase") == "profile"]
     if job.phases[0] == "preflight":
@@ -217,7 +217,7 @@ def main() -> None:
         job = Job(cell=stage, **base, **fields)
         assert set(job.phases) <= set(PHASES)
         print(f"[{time.monotonic() - began:6.1f} s] {stage} …", flush=True)
-        results["stages"][stage] = outcome = run_stage(work / stage, job, min(timeout_s, left))
+        results["stages"][stage] = outcome = run_stage(work / stage, job, min(timeout_s, left), args.cpu)
         print(f"[{time.monotonic() - began:6.1f} s] {stage}: exit {outcome['exit_code']}, {outcome['wall_s']} s, "
               f"{json.dumps(outcome['summaries'])[:600]} {outcome['errors'][:2]}", flush=True)
         (args.out / "results.json").write_text(json.dumps(results, indent=1))

@@ -14,8 +14,10 @@ from tests.test_plan import SKY_CAMPAIGN, _plan_in_process, sky_standin
 
 __all__ = ["sky_standin"]  # the fixture, shared with test_plan
 
-# the spec's default device batch (32): d26 needs ≈204 GiB per GPU at 32, ≈109 at 16, ≈62 at 8
+# the spec's default device batch (32), compiled (the default): d26 needs ≈128 GiB per GPU at 32, ≈77 at 16,
+# ≈51 at 8 on 8 GPUs; eager ≈204, ≈109, ≈62
 DEFAULT_BATCH = SKY_CAMPAIGN.replace("payload: {profile: {device_batch_size: 8, sequence_len: 2048}}\n", "")
+EAGER_16 = SKY_CAMPAIGN.replace("device_batch_size: 8,", "device_batch_size: 16, compile: false,")
 
 
 def _main_in_process(*args: str) -> int:
@@ -34,10 +36,10 @@ def test_plan_shows_the_estimate_and_the_cards_memory(home: Path, tmp_path: Path
     path.write_text(SKY_CAMPAIGN)
     assert _plan_in_process(str(path), "--format", "json") == 0
     rows = json.loads(capsys.readouterr().out)["cells"]
-    assert [(r["mem_est_gib"], r["gpu_mem_gib"]) for r in rows] == [(61.6, 79.6), (61.6, 79.6)]
+    assert [(r["mem_est_gib"], r["gpu_mem_gib"]) for r in rows] == [(51.0, 79.6), (51.0, 79.6)]
     assert _plan_in_process(str(path)) == 0
     table = capsys.readouterr().out
-    assert "mem_est_gib" in table and "gpu_mem_gib" in table and "61.6" in table
+    assert "mem_est_gib" in table and "gpu_mem_gib" in table and " 51 " in table  # 51.0 as the table prints it
 
 
 def test_plan_refuses_a_cell_that_cannot_fit_and_says_what_to_set(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
@@ -48,9 +50,23 @@ def test_plan_refuses_a_cell_that_cannot_fit_and_says_what_to_set(home: Path, tm
     err = capsys.readouterr().err
     assert err.strip() == (
         "error: cell skypilot:H100_SXMx8:on-demand:cloud=lambda: nanochat-d26 at device_batch_size 32 needs "
-        "≈204.4 GiB per GPU, more than the 79.6 GiB of one H100_SXM; set payload.profile.device_batch_size: 8 "
-        "(gradient accumulation ×4 keeps total_batch_size 524288). Nothing was rented.")
+        "≈128.3 GiB per GPU, more than the 79.6 GiB of one H100_SXM; set payload.profile.device_batch_size: 16 "
+        "(gradient accumulation ×2 keeps total_batch_size 524288). Nothing was rented.")
     assert sky_standin.launched == [] and not (home / "benchctl.db").exists()
+
+
+def test_an_eager_profile_is_judged_by_the_eager_estimate(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # compiled, d26 at 16 fits an 80 GB card (upstream's setting); without torch.compile it does not
+    path = tmp_path / "sky.yaml"
+    path.write_text(EAGER_16)
+    assert _plan_in_process(str(path)) == 2
+    err = capsys.readouterr().err
+    assert "device_batch_size 16 needs ≈109.2 GiB per GPU" in err
+    assert "set payload.profile.device_batch_size: 8 (gradient accumulation ×4" in err
+    path.write_text(EAGER_16.replace(" compile: false,", ""))
+    assert _plan_in_process(str(path), "--format", "json") == 0
+    assert [r["mem_est_gib"] for r in json.loads(capsys.readouterr().out)["cells"]] == [76.8, 76.8]
 
 
 def test_run_refuses_before_any_provider_or_database_is_touched(home: Path, tmp_path: Path, sky_standin,  # type: ignore[no-untyped-def]
@@ -62,7 +78,7 @@ def test_run_refuses_before_any_provider_or_database_is_touched(home: Path, tmp_
     err = capsys.readouterr().err
     assert err.startswith("error: cell skypilot:H100_SXMx4:on-demand:cloud=lambda: nanochat-d26 at device_batch_size "
                           "32 needs ≈")
-    assert "set payload.profile.device_batch_size: 8 (gradient accumulation ×8" in err and "Traceback" not in err
+    assert "set payload.profile.device_batch_size: 16 (gradient accumulation ×4" in err and "Traceback" not in err
     assert sky_standin.launched == [] and not (home / "benchctl.db").exists()
 
 
@@ -71,4 +87,4 @@ def test_cpu_cells_and_unknown_gpus_are_not_judged(tmp_path: Path) -> None:
                                 "gpu: TPU_V9, count: 8, market: on-demand")
     campaign = parse_campaign(text, str(tmp_path / "c.yaml"))
     fits = [cell_fit(campaign, cell) for cell in campaign.cells]
-    assert [(f.mem_est_gib, f.gpu_mem_gib, f.fits) for f in fits] == [(None, None, True), (61.6, 79.6, True)]
+    assert [(f.mem_est_gib, f.gpu_mem_gib, f.fits) for f in fits] == [(None, None, True), (51.0, 79.6, True)]

@@ -1,7 +1,8 @@
 """Does each cell's profile fit its GPU? Checked by ``plan`` and ``run`` before anything is rented.
 
 Per cell: the per-GPU estimate of the profile phase (``payload.memory_estimate``: the target's
-model, the profile's sequence length and device batch, the cell's world size) against one card's
+model, the profile's sequence length and device batch, the cell's world size, compiled or not as
+the profile says) against one card's
 memory (``payload.gpu_memory``). A cell on a GPU the table does not know (or on ``cpu``), or a
 campaign without the profile phase, is not judged. ``refuse_unfit`` raises UsageError (exit 2)
 naming the first cell that cannot fit, its estimate, the card's memory and the largest device
@@ -40,7 +41,7 @@ def cell_fit(campaign: Campaign, cell: CellSpec, device_batch_size: int | None =
         return CellFit(cell.key, None, card and round(card, 1))
     profile, target = campaign.spec.payload.profile, campaign.spec.target
     total = estimate(target.model, profile.sequence_len, device_batch_size or profile.device_batch_size,
-                     cell.world_size, target.vocab_size).total_gib
+                     cell.world_size, target.vocab_size, compiled=profile.compile).total_gib
     return CellFit(cell.key, round(total, 1), round(card, 1))
 
 
