@@ -22,26 +22,32 @@ LATENCY_BYTES = 4
 ITERS = 10
 
 
-def skip_reason(job: Job, visible_gpus: int) -> str | None:
+def skip_reason(job: Job, visible_gpus: int | None) -> str | None:
+    """Why there is nothing to measure: known from the job alone (``visible_gpus`` None), or once
+    the node's visible GPUs are counted."""
     if job.gpu.lower() == "cpu":
         return "a CPU cell has no GPU pairs"
-    if visible_gpus < 2:
+    if job.count < 2:
+        return "a 1-GPU cell has no GPU pairs"
+    if visible_gpus is not None and visible_gpus < 2:
         return f"{visible_gpus} GPU visible; a pair needs two"
     return None
 
 
 def run_p2p(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
     """Runner side: measure every pair in a child process that exits (``payload.child``: the
-    buffers and the CUDA contexts on every GPU go with it), then emit the samples and the table."""
+    buffers and the CUDA contexts on every GPU go with it), then emit the samples and the table. A
+    CPU or 1-GPU cell starts no child (on an H200, the child's torch and CUDA start took 5.4 s)."""
     from .child import run_in_child
 
     gpus, rows = 0, []
-    if job.gpu.lower() != "cpu":
+    skip = skip_reason(job, None)
+    if not skip:
         reported, reason = run_in_child(measure_pairs)
         if reason:
             raise RuntimeError(f"the p2p measurement failed: {reason}")
         gpus, rows = reported[0]
-    skip = skip_reason(job, gpus)
+        skip = skip_reason(job, gpus)
     if skip:
         log.emit("sample", phase="p2p", name="p2p", status="skip", reason=skip)
         return {"skipped": skip}

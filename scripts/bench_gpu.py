@@ -104,7 +104,8 @@ def stages(cpu: bool, card_gib: float) -> list[tuple[str, dict[str, Any], float]
     """(name, Job fields, timeout s) in the order they run."""
     if cpu:  # the same stages, sized for a dry run of the script on a CPU machine
         tiny = {"seq": 64, "vocab": 512}
-        sweep = CollectivesConfig(ops=["all_reduce"], min_bytes=1024, max_bytes=2**16, factor=4, warmup_iters=1, iters=2)
+        sweep = CollectivesConfig(ops=["all_reduce"], min_bytes=1024, max_bytes=2**16, factor=4, warmup_iters=1,
+                                  iters=2)
         d12 = [("profile_d2", profile_cfg("nanochat-d2", 2, 2, 3, 1, **tiny), 120)]
         return [("preflight", {"phases": ["preflight", "p2p"]}, 120),
                 ("collectives", {"phases": ["collectives"], "collectives": sweep}, 120),

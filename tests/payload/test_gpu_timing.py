@@ -15,6 +15,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -171,7 +172,7 @@ def test_the_p2p_matrix_is_measured_in_a_child(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     (tmp_path / "artifacts").mkdir()
     with EventLog(tmp_path / "events.jsonl") as log:
-        summary = p2p.run_p2p(_job("H100_SXM"), tmp_path / "job.json", log)
+        summary = p2p.run_p2p(replace(_job("H100_SXM"), count=8), tmp_path / "job.json", log)
     assert summary == {"skipped": "0 GPU visible; a pair needs two"}
 
 

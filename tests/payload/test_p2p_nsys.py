@@ -54,7 +54,22 @@ def test_p2p_is_skipped_with_a_reason(tmp_path: Path) -> None:
 def test_p2p_skip_reasons() -> None:
     gpu_job = Job(campaign="t", cell="c", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["p2p"])
     assert skip_reason(gpu_job, 1) == "1 GPU visible; a pair needs two"
-    assert skip_reason(gpu_job, 8) is None
+    assert skip_reason(gpu_job, 8) is None and skip_reason(gpu_job, None) is None
+    one = Job(campaign="t", cell="c", attempt=1, token="t", gpu="H200", count=1, phases=["p2p"])
+    assert skip_reason(one, None) == skip_reason(one, 8) == "a 1-GPU cell has no GPU pairs"
+
+
+def test_a_1_gpu_cell_skips_p2p_without_starting_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchctl.payload import child, p2p
+    from benchctl.payload.events import EventLog
+
+    def no_child(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a 1-GPU cell started the p2p child")
+
+    monkeypatch.setattr(child, "run_in_child", no_child)
+    one = Job(campaign="t", cell="c", attempt=1, token="t", gpu="H200", count=1, phases=["p2p"])
+    with EventLog(tmp_path / "events.jsonl") as log:
+        assert p2p.run_p2p(one, tmp_path / "job.json", log) == {"skipped": "a 1-GPU cell has no GPU pairs"}
 
 
 def test_profile_runs_under_nsys_when_asked_and_present(tmp_path: Path) -> None:
