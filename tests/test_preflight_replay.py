@@ -46,3 +46,20 @@ def test_case_and_separators_are_forgiven(home: Path, name: str) -> None:
                      "--format", "json", home=home)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["expect"] == {"gpu": "H100_SXM", "count": 8}
+
+
+def test_a_real_h200_snapshot_replays_to_pass(home: Path) -> None:
+    # captured on one H200 (driver 580): its topo header carries terminal escapes, which made topology
+    # warn and numa skip; its NCCL log names no IB device although it prints "NET/IB : Using [RO]; OOB …"
+    result = cli_here("preflight", "--replay", str(FIXTURES / "h200-single-real"), "--expect", "gpu=H200,count=1",
+                     "--format", "json", home=home)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses == {**{name: "pass" for name in statuses}, "nvlink": "skip"}, statuses
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["topology"]["observed"] == {"class": "single_gpu", "gpus": 1, "nvlink_width": None}
+    assert checks["gemm"]["observed"] == {"TFLOP/s_per_gpu": [788.0]}
+    log = checks["nccl_allreduce"]["observed"]["log"]
+    assert (log["networks"], log["ib_devices"], log["transports"]) == (["Socket"], None, {})
+    assert report["verdict"] == "pass"
