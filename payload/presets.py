@@ -22,6 +22,15 @@ WINDOW_PATTERN = "SSSL"
 the context, L = the full context; the last layer is always L."""
 BF16_ROOTS = ("wte", "value_embeds")
 """Parameters stored (and communicated) in bf16, as upstream; every other parameter is f32."""
+UPSTREAM_DIFFERENCES = (
+    "The profile runs nanochat's model and its ZeRO-2 Muon + AdamW step, every collective in its parameter's "
+    "dtype, as upstream (a67eba3). Where it differs, on purpose: Muon's orthogonalisation uses the classic "
+    "quintic Newton-Schulz coefficients, not upstream's per-step Polar Express ones (the same matmuls), and "
+    "upstream's NorMuon variance reduction and weight decay are left out (elementwise work on each rank's "
+    "shard, estimated under 0.3 % of a d26 step); matmuls are bf16, not the d26 record's fp8, and attention "
+    "falls back to SDPA where the node's image has no Flash-Attention (each result names its precision and "
+    "attention kernel); the batches are synthetic unless the campaign asks for host tokenizing.")
+"""Where the profile's workload differs from upstream nanochat's, as the report tells its reader."""
 
 
 class UnknownPreset(ValueError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,13 @@ def test_the_page_cites_no_file_the_reader_does_not_have(all_page: str) -> None:
     visible = re.sub(r"<[^>]+>", " ", re.sub(r"<style>.*?</style>", "", text, flags=re.S))
     for cited in (r"REFERENCE\.md", r"\b\w+\.py\b", r"\bdocs/", r"\bpayload\.\w+", r"\bbenchctl\.\w+", "``"):
         assert not re.search(cited, visible), (cited, re.search(rf".{{60}}{cited}.{{60}}", visible, re.S))
+
+
+def test_the_page_says_where_the_workload_differs_from_upstream_nanochat() -> None:
+    data = _data([_cell("p:cpux2:spot", 2, step_times_ms=[10.0, 11.0])], ("profile",))
+    text = page([(data, figures(data, "c0"))], 0.0)
+    note = re.search(r'<p class="note" id="c0-workload">(.*?)</p>', text, re.S)
+    assert note is not None and "Polar Express" in note.group(1) and "fp8" in note.group(1)
+    assert text.index('id="c0-leaderboard"') < note.start()
+    imported = replace(data, model="my-own-model")  # not a nanochat preset: nothing to compare with
+    assert 'id="c0-workload"' not in page([(imported, figures(imported, "c0"))], 0.0)

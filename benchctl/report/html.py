@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.payload.checks import STATUS_ORDER, verdict
+from benchctl.payload.presets import UPSTREAM_DIFFERENCES
 from benchctl.report.data import CampaignData, PreflightRun
 from benchctl.results import step_split
 from benchctl.results.check_status import CheckStatus
@@ -200,6 +201,8 @@ def campaign_section(data: CampaignData, figures: dict[str, str], prefix: str) -
         out.append(_heading(f"{prefix}-{name}", title))
         if name == "leaderboard":
             out.append(leaderboard_table(data.leaderboard, f"{prefix}-leaderboard"))
+            if data.model.startswith("nanochat-"):
+                out.append(f'<p class="note" id="{prefix}-workload">{_e(UPSTREAM_DIFFERENCES)}</p>')
         elif name == "preflight":
             out.append(preflight_table(data, f"{prefix}-preflight"))
         else:
