@@ -41,8 +41,8 @@ class EventLog:
         self.close()
 
 
-def read_samples(path: Path, phase: str) -> Iterator[dict[str, Any]]:
-    """The ``sample`` events of ``phase`` in the events file at ``path``, in order.
+def read_events(path: Path) -> Iterator[dict[str, Any]]:
+    """Every event in the events file at ``path``, in order.
 
     The file is shared with the ``command`` phase and anything else on the node that can write
     there, so a line that is not a JSON object is skipped, never raised on: a summary must not
@@ -53,5 +53,10 @@ def read_samples(path: Path, phase: str) -> Iterator[dict[str, Any]]:
                 event = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(event, dict) and event.get("kind") == "sample" and event.get("phase") == phase:
+            if isinstance(event, dict):
                 yield event
+
+
+def read_samples(path: Path, phase: str) -> Iterator[dict[str, Any]]:
+    """The ``sample`` events of ``phase`` in the events file at ``path``, in order (``read_events``)."""
+    return (e for e in read_events(path) if e.get("kind") == "sample" and e.get("phase") == phase)

@@ -37,6 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from payload.events import read_events  # noqa: E402
 from payload.job import PHASES, CollectivesConfig, Job, ProfileConfig  # noqa: E402
 from payload.memory_estimate import estimate  # noqa: E402
 
@@ -127,18 +128,6 @@ def stages(cpu: bool, card_gib: float) -> list[tuple[str, dict[str, Any], float]
             *[(name, {"phases": ["profile"], "profile": cfg}, t) for name, cfg, t in profiles]]
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    events = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue
-    return events
-
-
 def phase_walls(events: list[dict[str, Any]]) -> dict[str, float]:
     starts = {e["phase"]: e["t"] for e in events if e.get("kind") == "phase_start"}
     return {e["phase"]: round(e["t"] - starts[e["phase"]], 3) for e in events
@@ -163,7 +152,7 @@ def run_stage(workdir: Path, job: Job, timeout_s: float, cpu: bool) -> dict[str,
             os.killpg(proc.pid, 9)
             proc.wait()
             code = None
-    events = read_events(workdir / "events.jsonl")
+    events = list(read_events(workdir / "events.jsonl")) if (workdir / "events.jsonl").exists() else []
     result: dict[str, Any] = {
         "exit_code": code, "timed_out": code is None, "wall_s": round(time.monotonic() - started, 2),
         "phase_wall_s": phase_walls(events),
