@@ -27,7 +27,8 @@
   once per node, not on every ``transport`` call.
 - Rate limits: Vast allows one call per endpoint and API key every ``MIN_INTERVAL_S`` seconds and
   sends no ``Retry-After``; one ``Limiter`` per API key, shared by every provider and thread of the
-  process, spaces the calls.
+  process, spaces the calls. ``owned`` lists the account's instances a page (``PAGE_SIZE``) per
+  call, each page one spaced call, following ``next_token``.
 - Errors: the SDK raises ``requests`` HTTP errors, mapped in one table (``ERROR_CODES`` by the
   body's ``error``, then ``HTTP_STATUS_ERRORS``): the daily ``search_quota_exceeded`` 429 is
   ``SearchQuotaExceeded``, not retried; ``no_such_ask`` and 410 ``NoCapacity``; other 429s, 5xx,
@@ -78,6 +79,9 @@ HOURS_PER_MONTH = 24 * 30
 CREATE_TIMEOUT_S = 120.0
 """How long a create may take to answer: the SDK's own default (vastai ``api/client.py``
 ``_DEFAULT_TIMEOUT_SECONDS``, "conservative enough for ... instance creation")."""
+PAGE_SIZE = 25
+"""Instances per page of ``GET /api/v1/instances/``: the documented maximum (vast-ai/docs
+``api-reference/openapi/yaml/show_instances.yaml``, "max 25 per page"); pages follow ``next_token``."""
 MIN_INTERVAL_S = {"search": 6.0, "create": 4.5, "show_instance": 2.0, "show_instances": 1.0, "destroy": 3.0,
                   "attach_ssh": 1.0}
 """Seconds between two calls of one endpoint with one key: the 429 thresholds of Vast's openapi.yaml
@@ -357,9 +361,23 @@ class VastProvider(Provider):
         with contextlib.suppress(NodeGone):
             self._call("destroy an instance", "destroy", self.sdk.destroy_instance, int(node.node_id))
 
+    def _listing(self, label: str | None = None) -> list[dict[str, Any]]:
+        """The account's instances (only those labelled ``label`` when given), one page of at most
+        ``PAGE_SIZE`` per call, each call spaced by the limiter (the SDK's ``show_instances`` asks
+        for every page at once and trips the endpoint's interval past the first)."""
+        params: dict[str, Any] = {"select_filters": {"label": {"eq": label}} if label else {},
+                                  "order_by": [{"col": "id", "dir": "asc"}], "limit": PAGE_SIZE}
+        rows: list[dict[str, Any]] = []
+        while True:
+            page = self._call("list instances", "show_instances", self.sdk.show_instances_v1, dict(params)) or {}
+            rows += [r for r in page.get("instances") or [] if label is None or r.get("label") == label]
+            if not page.get("next_token"):
+                return rows
+            params["after_token"] = page["next_token"]
+
     def owned(self, campaign_tag: str) -> list[Node]:
         nodes = []
-        for row in self._call("list instances", "show_instances", self.sdk.show_instances) or []:
+        for row in self._listing():
             label = str(row.get("label") or "")
             if not label.startswith(f"{campaign_tag}--"):
                 continue

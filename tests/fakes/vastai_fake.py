@@ -3,11 +3,12 @@
 Endpoints: ``POST /api/v0/bundles/`` (offer search: the query's ``{field: {op: value}}`` filters,
 ``type`` on-demand|bid, ``order``, ``limit``, ``allocated_storage``), ``PUT /api/v0/asks/{id}/``
 (rent: ``price`` is the bid, null for on-demand; answers ``new_contract``), ``GET
-/api/v0/instances/{id}/``, ``GET /api/v1/instances/`` (paged; ``select_filters`` on ``label``),
-``DELETE /api/v0/instances/{id}/``, ``POST /api/v0/instances/{id}/ssh/`` (authorizes the key on the
-test's sshd). Instances reach ``actual_status: running`` after ``boot_s``, with their SSH endpoint
-on that sshd, both direct (``public_ipaddr`` + ``ports["22/tcp"]``, the port ``direct_port`` names)
-and through the "proxy" (``ssh_host``/``ssh_port``). ``faults``: ``401``, ``429``, ``500``,
+/api/v0/instances/{id}/``, ``GET /api/v1/instances/`` (keyset pages of at most 25: ``limit``,
+``after_token``/``next_token``; ``select_filters`` on ``label``), ``DELETE /api/v0/instances/{id}/``,
+``POST /api/v0/instances/{id}/ssh/`` (authorizes the key on the test's sshd). Instances reach
+``actual_status: running`` after ``boot_s``, with their SSH endpoint on that sshd, both direct
+(``public_ipaddr`` + ``ports["22/tcp"]``, the port ``direct_port`` names) and through the "proxy"
+(``ssh_host``/``ssh_port``). ``faults``: ``401``, ``429``, ``500``,
 ``malformed``, ``drop``, ``slow`` (answers after 3 s), ``quota`` (the next search answers the daily
 quota 429) and ``slow_create`` (the next rent succeeds, then answers after 1.5 s).
 
@@ -39,10 +40,16 @@ Each behaviour below cites where the real API shows it (see also tests/fakes/REA
   values"), ``intended_status`` the renter's intent. An outbid bid instance is paused (stopped)
   with its intent unchanged and resumes by itself when its bid wins again
   (docs guides/instances/choosing/instance-types.mdx, "Interruptible Instances").
+- Listing: ``GET /api/v1/instances/`` answers one keyset page of at most 25 rows (``limit``
+  default 25, max 25, ≤ 0 read as 5) with a ``next_token`` to pass as ``after_token`` for the
+  next, null on the last; each page is one call under the endpoint's 1.0 s interval
+  (vast-ai/docs @c6246226 ``api-reference/openapi/yaml/show_instances.yaml``; the SDK's
+  ``api/instances.py`` ``show_instances`` follows ``next_token`` page after page with no pause).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -82,6 +89,8 @@ FILTERABLE = {"id", "machine_id", "gpu_name", "num_gpus", "cpu_cores_effective",
               "rented"}
 """Documented offer fields (a subset of vast.py ``offers_fields``); any other filter is ignored."""
 HOURS_PER_MONTH = 24 * 30
+PAGE_MAX = 25
+"""Rows per page of ``GET /api/v1/instances/`` at most (openapi ``show_instances.yaml``: "max 25 per page")."""
 RATE_LIMITS = {"search": 6.0, "create": 4.5, "show_instance": 2.0, "show_instances": 1.0, "destroy": 3.0}
 """Minimum seconds between two calls of one endpoint with one key (see the module doc)."""
 
@@ -173,16 +182,39 @@ class FakeVast:
                    ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(self.direct_port)}]} if up else {})
         return row
 
-    def listing(self, select_filters: dict[str, Any]) -> list[dict[str, Any]]:
-        """``GET /api/v1/instances/`` rows; ``select_filters`` on ``label`` (openapi.yaml: filterable columns)."""
+    def listing(self, select_filters: dict[str, Any], limit: int = PAGE_MAX,
+                after_token: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """``GET /api/v1/instances/``: one page of rows in id order and the ``next_token`` (None on
+        the last page); ``select_filters`` on ``label`` (openapi.yaml: filterable columns). A page
+        holds ``limit`` rows, at most ``PAGE_MAX`` (≤ 0: 5); ``after_token`` is the keyset cursor
+        of the page before (``ValueError``: not one of ours, a 400)."""
         wanted = (select_filters.get("label") or {}).get("eq")
+        size = PAGE_MAX if limit > PAGE_MAX else (5 if limit <= 0 else limit)
+        after = int(json.loads(base64.b64decode(after_token))["values"]["id"]) if after_token else -1
         with self.lock:
-            return [self.view(i) for i in self.instances.values() if wanted is None or i["label"] == wanted]
+            rows = [self.view(i) for key, i in sorted(self.instances.items())
+                    if key > after and (wanted is None or i["label"] == wanted)]
+        page = rows[:size]
+        more = len(rows) > size
+        token = base64.b64encode(json.dumps({"values": {"id": page[-1]["id"]}}).encode()).decode() if more else None
+        return page, token
+
+    def add_instance(self, label: str, **fields: Any) -> int:
+        """An instance the account holds already (made elsewhere: the console, another tool)."""
+        with self.lock:
+            self._next += 1
+            self.instances[self._next] = {
+                "id": self._next, "label": label, "machine_id": 900, "is_bid": False, "dph_total": 0.5,
+                "intended_status": "running", "actual_status": "running", "cur_state": "running",
+                "next_state": "running", "created": time.time(), "offer": None, "gpu_name": "cpu", "num_gpus": 1,
+                "cpu_cores_effective": 2, "image_uuid": "img", "start_date": time.time(), "extra_env": [],
+                **fields}
+            return self._next
 
     def destroy(self, instance_id: int) -> bool:
         with self.lock:
             instance = self.instances.pop(instance_id, None)
-            if instance is not None:
+            if instance is not None and instance["offer"] in self.offers:
                 self.offers[instance["offer"]]["rented"] = False
             return instance is not None
 
@@ -256,7 +288,12 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
                 return fake.rent(int(path[3]), body)
             if method == "GET" and path == ["api", "v1", "instances"]:
                 filters = json.loads(query.get("select_filters", ["{}"])[0])
-                return 200, {"instances": fake.listing(filters), "next_token": None}
+                try:
+                    rows, token = fake.listing(filters, int(query.get("limit", [PAGE_MAX])[0]),
+                                               query.get("after_token", [None])[0])
+                except (ValueError, KeyError):
+                    return 400, {"success": False, "error": "invalid_token", "msg": "bad after_token"}
+                return 200, {"success": True, "instances_found": len(rows), "instances": rows, "next_token": token}
             if path[:3] == ["api", "v0", "instances"] and len(path) >= 4:
                 instance_id = int(path[3])
                 if method == "GET":

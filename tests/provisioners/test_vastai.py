@@ -260,3 +260,17 @@ def test_a_create_that_timed_out_is_looked_up_not_re_sent(fake: FakeVast, tmp_pa
 def test_the_create_timeout_is_the_sdks(fake: FakeVast, tmp_path: Path) -> None:
     provider = _provider(tmp_path, request_timeout_s=30.0)
     assert provider.sdk.client.timeout == 30.0 and provider.create_sdk.client.timeout == 120.0
+
+
+def test_owned_pages_through_every_instance_within_the_listing_interval(fake: FakeVast, tmp_path: Path) -> None:
+    """Vast lists at most 25 instances a page, and each page is one call under GET v1/instances'
+    interval: a campaign's nodes past the first page are still found, with no call refused."""
+    mine = [fake.add_instance(f"bc-camp-8--bc-t{i}") for i in range(40)]
+    for i in range(15):
+        fake.add_instance(f"someone-else-{i}")
+    provider = _provider(tmp_path)
+    assert sorted(int(n.node_id) for n in provider.owned("bc-camp-8")) == mine
+    assert fake.calls["show_instances"] == 3, "55 instances: three pages of at most 25"
+    assert fake.throttled == {}, f"no page came sooner than Vast allows: {dict(fake.throttled)}"
+    for node_id in fake.inventory():
+        fake.destroy(node_id)
