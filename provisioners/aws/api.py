@@ -34,10 +34,12 @@ Unsupported, the type is not offered in that zone): another zone, or later, may 
 failover blocks the zone and tries the next (sky/backends/cloud_vm_ray_backend.py,
 FailoverCloudErrorHandlerV2); dstack's create_instance tries each zone's subnet in turn and raises
 NoCapacityError after the last (src/dstack/_internal/core/backends/aws/compute.py)."""
-QUOTA_CODES = frozenset({"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"})
+QUOTA_CODES = frozenset({"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded",
+                         "AddressLimitExceeded"})
 """The account's limit for the region is reached (errors-overview.html: "increase your On-Demand
-Instance limit"; MaxSpotInstanceCountExceeded, "the limit on the number of Spot Instances"): no
-zone and no wait helps until the quota is raised or other instances end."""
+Instance limit"; MaxSpotInstanceCountExceeded, "the limit on the number of Spot Instances";
+AddressLimitExceeded, the Elastic IPs): no zone and no wait helps until the quota is raised or
+other instances end."""
 TRANSIENT_CODES = frozenset({"RequestLimitExceeded", "InternalError", "InternalFailure", "ServiceUnavailable",
                              "Unavailable", "Throttling"})
 

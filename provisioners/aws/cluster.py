@@ -18,9 +18,18 @@ interfaces, and the sweep of what a cluster leaves behind.
   in and out between its own members (EFA requires it: .../UserGuide/efa-start.html).
 - Public address: EC2 assigns no public IPv4 to an instance launched with several network
   interfaces ("The associatePublicIPAddress parameter cannot be specified when launching with
-  multiple network interfaces"), so such a member gets an Elastic IP, tagged with its token,
-  allocated and associated with its primary interface when it is first reached (it is running
-  then), and released when it is terminated (or by ``sweep`` when unassociated and past the grace).
+  multiple network interfaces", quoted in SkyPilot's sky/provision/aws/instance.py
+  ``_create_instances``), so such a member gets an Elastic IP, tagged with its token and the
+  cluster's placement group. They are allocated BEFORE the launch (``reserve_addresses``): the
+  region's Elastic IP quota ("EC2-VPC Elastic IPs", code L-0263D0A3, 5 by default) is then met
+  before any instance bills, not after the cluster booted. EC2 refuses an allocation past the quota
+  with ``AddressLimitExceeded`` ("The maximum number of addresses has been reached.", HTTP 400, as
+  seen in github.com/opstrace/opstrace/issues/273 and openshift/managed-notifications#15): every
+  address of the attempt is released and one ``AWSQuotaExceeded`` line names the quota, the limit
+  (``describe_account_attributes`` ``vpc-max-elastic-ips``) and what to do. An address is associated
+  with its member's primary interface when the member is first reached (it is running then), and
+  released when the member is terminated, all of the attempt's (tag ``GROUP_TAG``) when its launch
+  fails, or by ``sweep`` when unassociated and past the grace.
 """
 
 from __future__ import annotations
@@ -30,13 +39,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from benchctl.provisioners.aws.api import EC2, AWSError
+from benchctl.provisioners.aws.api import EC2, AWSError, AWSQuotaExceeded
 
 GROUP_TAG = "benchctl:placement-group"
 RANK_TAG = "benchctl:node-rank"
 CREATED_TAG = "benchctl:created"
 SWEEP_GRACE_S = 600.0
 """A placement group or Elastic IP younger than this is never swept (its launch may be under way)."""
+ADDRESS_QUOTA = '"EC2-VPC Elastic IPs" (L-0263D0A3)'
+"""The Service Quotas entry (service ec2, per region) that caps a region's Elastic IPs."""
 GONE_CODES = frozenset({"InvalidPlacementGroup.Unknown", "InvalidAllocationID.NotFound",
                         "InvalidAssociationID.NotFound", "InvalidAddress.NotFound"})
 
@@ -89,6 +100,46 @@ def public_address(ec2: EC2, instance: dict[str, Any], tags: list[dict[str, str]
         ec2.call("associate an Elastic IP with a cluster member", "associate_address",
                  AllocationId=address["AllocationId"], NetworkInterfaceId=primary["NetworkInterfaceId"])
     return str(address["PublicIp"])
+
+
+def reserve_addresses(ec2: EC2, members: list[list[dict[str, str]]], token_tag: str, what: str) -> None:
+    """One Elastic IP per member (``members``: each member's tags, its token under ``token_tag``),
+    allocated now unless the member has one already (a launch retried after a crash). Past the
+    region's quota: every address allocated here is released and ``AWSQuotaExceeded`` says so in one
+    line (``what``: the cluster, e.g. "a cluster of 8 p5.48xlarge")."""
+    made: list[str] = []
+    for tags in members:
+        token = next(t["Value"] for t in tags if t["Key"] == token_tag)
+        if _addresses(ec2, f"tag:{token_tag}", token):
+            continue
+        try:
+            made.append(str(ec2.call("allocate an Elastic IP for a cluster member", "allocate_address", Domain="vpc",
+                                     TagSpecifications=[{"ResourceType": "elastic-ip",
+                                                         "Tags": _stamped(tags)}])["AllocationId"]))
+        except AWSError as exc:
+            for allocation in made:
+                with _gone_ok():
+                    ec2.call("release a member's Elastic IP", "release_address", AllocationId=allocation)
+            if exc.code != "AddressLimitExceeded":
+                raise
+            raise AWSQuotaExceeded(
+                f"aws: {what} needs {len(members)} Elastic IPs in {ec2.region} (one per node: EC2 gives no public IP "
+                f"to an instance with several network cards) and the quota {ADDRESS_QUOTA} is reached "
+                f"(AddressLimitExceeded{_limit(ec2)}): request an increase in Service Quotas or run fewer nodes; "
+                "nothing was launched", exc.code) from None
+
+
+def _limit(ec2: EC2) -> str:
+    """The quota message's tail "; N allowed, M in use" ('' when the account's figures cannot be read)."""
+    try:
+        attributes = ec2.call("read the Elastic IP limit", "describe_account_attributes",
+                              AttributeNames=["vpc-max-elastic-ips"]).get("AccountAttributes") or []
+        limit = next(str(v["AttributeValue"]) for a in attributes if a.get("AttributeName") == "vpc-max-elastic-ips"
+                     for v in a.get("AttributeValues") or [])
+        used = len(ec2.call("count the region's Elastic IPs", "describe_addresses").get("Addresses") or [])
+    except (AWSError, StopIteration, KeyError):
+        return ""
+    return f"; {limit} allowed, {used} in use"
 
 
 def release_addresses(ec2: EC2, tag: str, value: str, swept: bool = False) -> None:

@@ -189,8 +189,8 @@ class AWSProvider(Provider):
 
     def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
         """``nodes`` instances of the offer in one ``run_instances`` (MinCount = MaxCount = nodes: EC2
-        launches all or none) in a cluster placement group, with EFA where the type has it (see
-        ``aws.cluster``); member ``i`` is retagged with ``member_token(token, i)`` and its node rank,
+        launches all or none) in a cluster placement group, with EFA where the type has it and then
+        an Elastic IP per member allocated before the launch (see ``aws.cluster``); member ``i`` is retagged with ``member_token(token, i)`` and its node rank,
         in EC2's launch order (``AmiLaunchIndex``). Any failure after the launch terminates them all."""
         ec2, params = self._params(offer, token, campaign_tag)
         group = aws_cluster.group_name(campaign_tag, token)
@@ -202,12 +202,17 @@ class AWSProvider(Provider):
         try:
             aws_setup.within_group(ec2, params["SecurityGroupIds"][0])
             if cards:  # the interfaces carry the subnet and the group (EC2 takes them there, not beside)
+                aws_cluster.reserve_addresses(ec2, [
+                    [*_tags(campaign_tag, member_token(token, rank)), {"Key": aws_cluster.GROUP_TAG, "Value": group}]
+                    for rank in range(nodes)], TOKEN_TAG, f"a cluster of {nodes} {params['InstanceType']}")
                 subnet = aws_setup.default_subnet(ec2, str(offer.details["zone"]))
                 params["NetworkInterfaces"] = aws_cluster.efa_interfaces(cards, subnet,
                                                                          params.pop("SecurityGroupIds")[0])
             instances = sorted(self._launched(ec2, params, offer), key=lambda i: int(i.get("AmiLaunchIndex") or 0))
         except BaseException:
             with contextlib.suppress(Exception):  # the launch's own failure is what the caller must see
+                aws_cluster.release_addresses(ec2, aws_cluster.GROUP_TAG, group)
+            with contextlib.suppress(Exception):
                 aws_cluster.delete_group(ec2, group)
             raise
         members, price = [], offer.hourly_usd
@@ -225,6 +230,8 @@ class AWSProvider(Provider):
             for instance in instances:
                 with contextlib.suppress(Exception):
                     self.terminate(self._node(offer, instance, token, campaign_tag, price, {"placement_group": group}))
+            with contextlib.suppress(Exception):
+                aws_cluster.release_addresses(ec2, aws_cluster.GROUP_TAG, group)
             raise
         return replace(members[0], peers=tuple(members[1:]))
 

@@ -16,6 +16,13 @@ moto's server runs in a thread of the test process, so the fake can adjust moto'
 - ``live()``: instances still pending or running (a test ends with none); terminating an
   instance again is a no-op, as at EC2 (moto would delete its launch-made interfaces twice);
 - placement groups (``placement``), which moto lacks: ``aws_placement``;
+- the region's Elastic IP quota (``address_limit``, default 5: the default of the Service Quotas entry
+  "EC2-VPC Elastic IPs", L-0263D0A3, and what moto's ``describe_account_attributes`` answers for
+  ``vpc-max-elastic-ips``), which moto does not enforce: ``allocate_address`` past it answers EC2's
+  ``AddressLimitExceeded``, HTTP 400, "The maximum number of addresses has been reached." (the code
+  and text of real refusals quoted in github.com/opstrace/opstrace/issues/273 and
+  openshift/managed-notifications#15; docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html
+  lists the code);
 - ``refuse(code, zone)``: ``run_instances`` in that zone (None: every zone) answers EC2's error
   for ``code`` instead of launching, on the wire as EC2 sends it (``Response/Errors/Error`` XML with
   ``Code`` and ``Message``, docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html);
@@ -103,6 +110,8 @@ class FakeAWS:
         self._by_token: dict[str, Any] = {}
         self.placement = PlacementGroups()
         """Placement groups, which moto lacks (``aws_placement``)."""
+        self.address_limit = 5
+        """Elastic IPs a region may hold (see the module doc)."""
 
     def backend(self, region: str = REGION) -> Any:
         from moto.core import DEFAULT_ACCOUNT_ID
@@ -153,6 +162,16 @@ class FakeAWS:
         message = REFUSALS.get(code, code).format(itype=itype, zone=zone)
         body = ERROR_XML.format(code=code, message=message, request="11111111-2222-3333-4444-555555555555")
         return body, {"status": 500 if code in SERVER_ERRORS else 400}
+
+    def allocate_address(self, original: Any, response: Any) -> Any:
+        """moto's AllocateAddress, or EC2's refusal once the region holds ``address_limit`` addresses."""
+        with self.lock:
+            if len(self.backend(response.region).addresses) < self.address_limit:
+                return original(response)
+        body = ERROR_XML.format(code="AddressLimitExceeded",
+                                message="The maximum number of addresses has been reached.",
+                                request="11111111-2222-3333-4444-555555555555")
+        return body, {"status": 400}
 
     def terminate_instances(self, original: Any, backend: Any, instance_ids: list[str]) -> Any:
         for instance_id in instance_ids:  # ending an ended instance is a no-op at EC2; moto would delete
@@ -214,6 +233,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
     from moto.ec2.models import ec2_backends
     from moto.ec2.models.availability_zones_and_regions import RegionsAndZonesBackend
     from moto.ec2.models.instances import InstanceBackend
+    from moto.ec2.responses.elastic_ip_addresses import ElasticIPAddresses
     from moto.ec2.responses.instances import InstanceResponse
     from moto.ec2.responses.spot_instances import SpotInstances
     from moto.server import ThreadedMotoServer
@@ -231,6 +251,11 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
 
     def run_instances_response(response: Any) -> Any:
         return fake.refusal(original_response, response)
+
+    original_allocate = ElasticIPAddresses.allocate_address
+
+    def allocate_address(response: Any) -> Any:
+        return fake.allocate_address(original_allocate, response)
 
     original_regions = RegionsAndZonesBackend.describe_regions
 
@@ -253,6 +278,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         stack.enter_context(mock.patch.object(InstanceBackend, "terminate_instances", terminate_instances))
         stack.enter_context(mock.patch.object(InstanceResponse, "run_instances", run_instances_response))
         stack.enter_context(mock.patch.object(RegionsAndZonesBackend, "describe_regions", describe_regions))
+        stack.enter_context(mock.patch.object(ElasticIPAddresses, "allocate_address", allocate_address))
         stack.enter_context(serving_placement_groups(fake.placement))
         stack.enter_context(mock.patch.object(SpotInstances, "describe_spot_price_history",
                                               lambda response: fake.price_history(response)))

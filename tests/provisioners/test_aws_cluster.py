@@ -15,7 +15,7 @@ from benchctl.provisioners.aws import cluster as aws_cluster
 from benchctl.provisioners.aws.api import EC2, AWSError
 from benchctl.provisioners.aws.instances import INSTANCES
 from benchctl.provisioners.aws.provider import AWSProvider, AWSSettings
-from benchctl.provisioners.base import NoCapacity, Node, NodeState, Offer, OfferRequest, of_attempt
+from benchctl.provisioners.base import NoCapacity, Node, NodeState, Offer, OfferRequest, ProviderError, of_attempt
 from tests.fakes.aws_fake import FakeAWS, running_fake_aws
 from tests.fakes.sshd import SSHServer, running_sshd
 
@@ -134,6 +134,7 @@ def test_no_capacity_for_the_cluster_leaves_nothing_running_and_no_placement_gro
         aws.provider.launch_cluster(offer, 2, "bc-full", "camp-a")
     assert aws.fake.live() == [] and aws.fake.instances == {}
     assert aws.fake.placement.groups == {}, "the attempt's placement group is deleted with the failed launch"
+    assert aws.client().describe_addresses()["Addresses"] == [], "and the Elastic IPs reserved for it released"
 
 
 def test_a_failure_after_the_launch_terminates_every_member(aws: AWS, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,6 +168,41 @@ def test_an_efa_member_gets_an_elastic_ip_released_at_terminate(aws: AWS) -> Non
     assert aws.client().describe_addresses()["Addresses"] == []
 
 
+def test_a_cluster_past_the_elastic_ip_quota_is_refused_before_any_instance_bills(aws: AWS) -> None:
+    """Each p5 member needs an Elastic IP (several network cards: no public IP); the region allows 5
+    by default. A 6-node cluster is refused before the launch, in one line naming the quota, and
+    leaves no instance, no address and no placement group."""
+    offer = aws.offer("p5.48xlarge")
+    with pytest.raises(ProviderError) as caught:
+        aws.provider.launch_cluster(offer, 6, "bc-six", "camp-a")
+    message = str(caught.value)
+    assert not isinstance(caught.value, NoCapacity), "no zone and no wait helps: a quota"
+    assert '"EC2-VPC Elastic IPs" (L-0263D0A3)' in message and "AddressLimitExceeded; 5 allowed, 0 in use" in message
+    assert "a cluster of 6 p5.48xlarge needs 6 Elastic IPs in us-east-1" in message
+    assert "request an increase in Service Quotas or run fewer nodes" in message and "\n" not in message
+    assert aws.fake.requests == [] and aws.fake.instances == {}, "nothing launched, nothing bills"
+    assert aws.client().describe_addresses()["Addresses"] == [], "the addresses it got are released"
+    assert aws.fake.placement.groups == {}
+
+
+def test_addresses_held_elsewhere_count_and_are_left_alone(aws: AWS) -> None:
+    client = aws.client()
+    theirs = [client.allocate_address(Domain="vpc")["AllocationId"] for _ in range(4)]
+    with pytest.raises(ProviderError, match=r"AddressLimitExceeded; 5 allowed, 4 in use\): request an increase"):
+        aws.provider.launch_cluster(aws.offer("p5.48xlarge"), 2, "bc-two", "camp-a")
+    assert sorted(a["AllocationId"] for a in client.describe_addresses()["Addresses"]) == sorted(theirs)
+    assert aws.fake.instances == {}
+    for allocation in theirs:
+        client.release_address(AllocationId=allocation)
+    node = aws.provider.launch_cluster(aws.offer("p5.48xlarge"), 2, "bc-two", "camp-a")
+    tagged = {t["Value"] for a in client.describe_addresses()["Addresses"] for t in a["Tags"]
+              if t["Key"] == "benchctl:token"}
+    assert tagged == {"bc-two", "bc-two-n1"}, "one per member, allocated before the launch"
+    for member in node.members():
+        aws.provider.terminate(member)
+    assert client.describe_addresses()["Addresses"] == []
+
+
 def test_owned_sweeps_a_placement_group_and_an_elastic_ip_a_crash_left(aws: AWS,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     node = aws.provider.launch_cluster(aws.offer("p5.48xlarge"), 2, "bc-crash", "camp-a")
@@ -175,8 +211,11 @@ def test_owned_sweeps_a_placement_group_and_an_elastic_ip_a_crash_left(aws: AWS,
     ids = [m.node_id for m in node.members()]
     aws.client().terminate_instances(InstanceIds=ids)  # the controller died before it could clean up
     client = aws.client()
-    (address,) = client.describe_addresses()["Addresses"]
-    client.disassociate_address(AssociationId=address["AssociationId"])  # as EC2 does when the instance ends
+    addresses = client.describe_addresses()["Addresses"]
+    assert len(addresses) == 2, "one per member, allocated before the launch"
+    for address in addresses:  # as EC2 does when the instance ends
+        if address.get("AssociationId"):
+            client.disassociate_address(AssociationId=address["AssociationId"])
     group = aws_cluster.group_name("camp-a", "bc-crash")
     assert aws.provider.owned("camp-a") == []
     assert ("us-east-1", group) in aws.fake.placement.groups, "too young to sweep: a launch may be under way"
