@@ -190,8 +190,9 @@ class AWSProvider(Provider):
     def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
         """``nodes`` instances of the offer in one ``run_instances`` (MinCount = MaxCount = nodes: EC2
         launches all or none) in a cluster placement group, with EFA where the type has it and then
-        an Elastic IP per member allocated before the launch (see ``aws.cluster``); member ``i`` is retagged with ``member_token(token, i)`` and its node rank,
-        in EC2's launch order (``AmiLaunchIndex``). Any failure after the launch terminates them all."""
+        an Elastic IP per member allocated before the launch (see ``aws.cluster``); member ``i`` is
+        retagged with ``member_token(token, i)`` and its node rank, in EC2's launch order
+        (``AmiLaunchIndex``). Any failure after the launch terminates them all."""
         ec2, params = self._params(offer, token, campaign_tag)
         group = aws_cluster.group_name(campaign_tag, token)
         tags = [*params["TagSpecifications"][0]["Tags"], {"Key": aws_cluster.GROUP_TAG, "Value": group}]
