@@ -285,6 +285,11 @@ class Provider(ABC):
         payload watches for it and stops measuring at a step boundary (``payload.spot_notice``)."""
         return False
 
+    def billed_usd(self, node: Node) -> float | None:
+        """One node's billed hourly price as known now (None: unknown, its offer's stands): the
+        launch's (``node.hourly_usd``) unless the provider learns it only once the node runs."""
+        return node.hourly_usd
+
     def ended_at(self, node: Node) -> float | None:
         """When a node that is gone stopped billing, where the provider says (unix time); None if unknown."""
         return None

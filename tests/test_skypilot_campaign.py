@@ -69,6 +69,7 @@ def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path
 
     path = tmp_path / "skyrun.yaml"
     path.write_text(CAMPAIGN.format(steps=STEPS, python=standin_python, work=tmp_path / "work"))
+    sky.lands_in = ("us-west-3", 0.09)  # every launch fails over to a dearer region than the catalog's 0.07 / 0.2
     preempted: list[str] = []
     failures: list[BaseException] = []
 
@@ -96,9 +97,10 @@ def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path
     assert {k: c.state for k, c in cells.items()} == {SPOT: "done", ON_DEMAND: "done"}
     spot = q.attempts(engine, cells[SPOT].id or 0)
     assert [a.outcome for a in spot] == ["preempted", "done"]
-    assert all(a.hourly_usd == pytest.approx(0.07) for a in spot), "priced as launched (the stand-in's handle)"
+    assert all(a.hourly_usd == pytest.approx(0.09) for a in spot), "priced as launched where it landed (the handle)"
     assert sky.autodowned == [], "the controller kept every cluster it watched from SkyPilot's autodown"
-    assert [a.outcome for a in q.attempts(engine, cells[ON_DEMAND].id or 0)] == ["done"]
+    (on_demand,) = q.attempts(engine, cells[ON_DEMAND].id or 0)
+    assert (on_demand.outcome, on_demand.hourly_usd) == ("done", pytest.approx(0.09))
     timed = sorted(json.loads(e.data_json)["timed_index"]
                    for e in q.events(engine, cells[SPOT].id or 0, kind="sample", phase="profile")
                    if not json.loads(e.data_json)["warmup"])

@@ -104,7 +104,7 @@ class AttemptDriver:
                     outcome = not_ready
                     return outcome
                 q.attach_node(self.ctx.engine, attempt.id or 0, node.to_dict(),  # a price known once it runs
-                              hourly_usd=billed_hourly(node))
+                              hourly_usd=billed_hourly(self.provider, node))
             transport = self.provider.transport(node)  # some providers know the address only once ready
             peers = workers(self.provider, node)
             if reattach and transport.run(f"test -e {shlex.quote(attempt.remote_dir)}/payload.log").code != 0:

@@ -62,13 +62,14 @@ def cluster_ended_at(provider: Provider, node: Node) -> float | None:
     return max(end for end in ends if end is not None)
 
 
-def billed_hourly(node: Node) -> float | None:
-    """The unit's hourly price: each member's billed price (its offer's where unknown), summed;
-    None when no member's billed price is known (the attempt keeps the offer's × nodes)."""
+def billed_hourly(provider: Provider, node: Node) -> float | None:
+    """The unit's hourly price: each member's billed price (``provider.billed_usd``; its offer's where
+    unknown), summed; None when no member's billed price is known (the attempt keeps the offer's × nodes)."""
     members = node.members()
-    if all(member.hourly_usd is None for member in members):
+    billed = [provider.billed_usd(member) for member in members]
+    if all(price is None for price in billed):
         return None
-    return sum(m.hourly_usd if m.hourly_usd is not None else m.offer.hourly_usd for m in members)
+    return sum(price if price is not None else m.offer.hourly_usd for price, m in zip(billed, members, strict=True))
 
 
 def member_hosts(node: Node) -> list[str | None]:

@@ -3,7 +3,8 @@
 - A cell becomes a SkyPilot task (``skypilot_task``), validated offline by SkyPilot's own schema.
 - Offers: one per cell, priced from SkyPilot's catalog for the cell's cloud (the cheapest
   instance type that fits, which the launch then pins; the cheapest single region's total). Once
-  the cluster is up, the billed price is the handle's (what was launched, in the region it landed).
+  the cluster is up, each node's billed price is the handle's (``billed_usd``: what was launched,
+  in the region it landed, per node; the attempt sums its members').
 - Launch submits ``sky.launch`` (returns a request id at once) for cluster
   ``<campaign tag>--<token>`` with autodown after ``autodown_idle_minutes`` whatever runs there;
   SkyPilot would count our clusters idle from the start (no job, no PTY session), so the
@@ -245,6 +246,12 @@ class SkyPilotProvider(Provider):
         if cluster is None or not cluster.nodes:
             raise ProviderError(f"skypilot gives no internal IP of {_name(node)}'s head yet")
         return cluster.nodes[0].internal
+
+    def billed_usd(self, node: Node) -> float | None:
+        """One node's price where the launch landed (the handle's, recorded by ``status`` once the
+        cluster is up); the offer's until then."""
+        billed = node.details.get("billed_usd_per_hour")
+        return float(billed) if billed is not None else node.hourly_usd
 
     def _cluster(self, name: str) -> Cluster | None:
         found = [c for c in self._call("read cluster status", self.client.clusters, [name]) if c.name == name]

@@ -32,7 +32,8 @@ class Access:
 
 @dataclass(frozen=True)
 class Launched:
-    """What the launch actually rented, from the handle (``launched_resources``, ``get_hourly_price``)."""
+    """What the launch actually rented, from the handle's ``launched_resources``: one node's type,
+    market, region (where it landed after any failover) and hourly price (``get_cost(3600)``)."""
 
     region: str | None
     instance_type: str | None
@@ -263,8 +264,8 @@ def _cluster(record: Any) -> Cluster:
                             private_key=str(credentials["ssh_private_key_content"]))
         resources = handle.launched_resources
         if resources is not None:
-            try:
-                hourly: float | None = float(handle.get_hourly_price())
+            try:  # one node's: the handle's get_hourly_price is get_cost(3600) × launched_nodes, the cluster's
+                hourly: float | None = float(resources.get_cost(3600))
             except Exception:  # a catalog without the launched type: the price stays the offer's
                 hourly = None
             launched = Launched(region=resources.region, instance_type=resources.instance_type,

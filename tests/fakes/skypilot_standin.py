@@ -9,8 +9,10 @@ where the stand-in's own key is authorized (SkyPilot logs in with its own key). 
 ``num_nodes`` lists that many nodes (all on the test's sshd, internal IPs 10.0.0.11, .12, …). ``preempt`` kills
 the cluster's processes and removes it, as a refreshed status shows a reclaimed spot cluster;
 ``down`` removes it. ``catalog`` is the catalog, one row per instance type;
-``lands_in`` is where a launch really lands (region, $/hr), as the handle's
-``launched_resources`` says after a failover. ``faults`` is a queue of exceptions raised
+``lands_in`` is where a launch really lands (region, one node's $/hr), as the handle's
+``launched_resources`` says after a failover. Status records go through ``SkySDK``'s own reader
+(``sdk._cluster``) from a handle shaped as SkyPilot's, whose ``get_hourly_price`` is the whole
+cluster's (one node's × ``launched_nodes``). ``faults`` is a queue of exceptions raised
 by the next calls.
 
 Autodown is enforced as SkyPilot's skylet does it (sky/skylet/events.py ``StopEvent._run``,
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchctl.provisioners.skypilot.sdk import Access, CatalogPrice, Cluster, Launched, NodeIP
+from benchctl.provisioners.skypilot.sdk import CatalogPrice, Cluster, _cluster
 from tests.fakes.eviction import kill_container
 from tests.fakes.sshd import SSHServer
 
@@ -44,6 +46,38 @@ PRICES = [("lambda", "H100:8", False, "gpu_8x_h100_sxm5", 23.92), ("lambda", "cp
           # its RunPod catalog names them apart (sky/catalog/data_fetchers/fetch_runpod.py)
           ("runpod", "H100:1", False, "1x_H100_SECURE", 2.39),
           ("runpod", "H100-SXM:1", False, "1x_H100-SXM_SECURE", 2.69)]
+
+
+@dataclass
+class _Resources:
+    """The handle's ``launched_resources`` (sky/resources.py ``Resources``): ONE node's region, type,
+    market and price, the region being where the launch landed after any failover."""
+
+    region: str
+    instance_type: str
+    use_spot: bool
+    hourly_usd: float
+
+    def get_cost(self, seconds: float) -> float:
+        """One node's cost for ``seconds`` in its region (``Resources.get_cost``)."""
+        return self.hourly_usd * seconds / 3600
+
+
+@dataclass
+class _Handle:
+    """The fields of ``CloudVmRayResourceHandle`` (sky/backends/cloud_vm_ray_backend.py) that a client reads."""
+
+    launched_resources: _Resources
+    launched_nodes: int
+    cached_internal_ips: list[str]
+    cached_external_ips: list[str]
+    cached_external_ssh_ports: list[int]
+    ssh_user: str
+    docker_user: str | None = None
+
+    def get_hourly_price(self) -> float:
+        """The whole cluster's: ``launched_resources.get_cost(3600) * launched_nodes``, as SkyPilot's."""
+        return self.launched_resources.get_cost(3600) * self.launched_nodes
 
 
 @dataclass
@@ -78,7 +112,7 @@ class SkyPilotStandIn:
     errors: dict[str, BaseException] = field(default_factory=dict)
     """The exception each failed launch request failed with."""
     lands_in: tuple[str, float] | None = None
-    """Where launches really land (region, $/hr) when SkyPilot failed over; else the task's region."""
+    """Where launches really land (region, $/hr of one node) when SkyPilot failed over; else the task's region."""
     autodowned: list[str] = field(default_factory=list)
     """Clusters the skylet tore down by autodown."""
     renewals: list[str] = field(default_factory=list)
@@ -157,22 +191,28 @@ class SkyPilotStandIn:
             return [self._record(c) for c in self._clusters.values() if names is None or c.name in names]
 
     def _record(self, cluster: _Cluster) -> Cluster:
-        """What ``sky.status(_include_credentials=True)`` tells a client: the handle's head IP, port and
-        user and the key's content once it is up; what was launched and its price."""
-        if cluster.status != "UP":
-            return Cluster(cluster.name, cluster.status, unhealthy=cluster.unhealthy)
+        """What ``sky.status(_include_credentials=True)`` returns, read by ``SkySDK``'s own reader
+        (``sdk._cluster``): a record with SkyPilot's field names, and once the cluster was up a handle
+        with its nodes' IPs and ports, its ssh user and what was launched, and the credentials."""
+        record: dict[str, Any] = {"name": cluster.name, "status": cluster.status, "handle": None,
+                                  "init_kind": "unhealthy" if cluster.unhealthy else None,
+                                  "init_status_reason": cluster.unhealthy}
+        if cluster.status == "UP" or cluster.unhealthy:
+            record["handle"] = handle = self._handle(cluster)
+            record["credentials"] = {"ssh_user": handle.ssh_user, "ssh_private_key_content": self.key.read_text()}
+        return _cluster(record)
+
+    def _handle(self, cluster: _Cluster) -> _Handle:
         (resources,) = cluster.task.resources
         cloud, spot = str(resources.cloud).lower(), bool(resources.use_spot)
         listed = [usd for c, _, s, itype, usd in self.catalog
                   if (c, s, itype) == (cloud, spot, resources.instance_type)]
         region, hourly = self.lands_in or (resources.region or "us-east-1", listed[0] if listed else 0.0)
         # every node is the test's sshd; internal IPs as a cloud's private subnet gives them, head first
-        nodes = tuple(NodeIP(f"10.0.0.{rank + 11}", self.sshd.host, self.sshd.port)
-                      for rank in range(cluster.task.num_nodes))
-        return Cluster(cluster.name, "UP",
-                       access=Access(self.sshd.host, self.sshd.port, self.sshd.user, self.key.read_text()),
-                       launched=Launched(region, resources.instance_type, bool(resources.use_spot), hourly),
-                       nodes=nodes)
+        nodes = range(cluster.task.num_nodes)
+        return _Handle(_Resources(region, resources.instance_type, spot, hourly), cluster.task.num_nodes,
+                       [f"10.0.0.{rank + 11}" for rank in nodes], [self.sshd.host for _ in nodes],
+                       [self.sshd.port for _ in nodes], self.sshd.user)
 
     def down(self, cluster_name: str) -> None:
         self._fault()

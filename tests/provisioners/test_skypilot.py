@@ -263,7 +263,7 @@ def test_the_billed_price_is_what_was_launched_where_it_landed(standin: SkyPilot
     standin.lands_in = ("us-west-3", 0.31)  # SkyPilot failed over to a dearer region
     node = provider.launch(offer, "bc-tok7", "bc-camp-1")
     _wait_running(provider, node)
-    assert node.details["billed_usd_per_hour"] == 0.31
+    assert node.details["billed_usd_per_hour"] == 0.31 and provider.billed_usd(node) == 0.31
     assert node.details["launched"] == {"region": "us-west-3", "instance_type": "cpu_1x", "use_spot": False}
     provider.terminate(node)
 
@@ -311,14 +311,18 @@ def test_sdk_reads_access_and_price_from_the_handle() -> None:
     """A ``sky.status(_include_credentials=True)`` record: the handle's cached external IPs and ssh
     ports, its ``ssh_user``, ``launched_resources`` and ``get_hourly_price`` (sky/backends/
     cloud_vm_ray_backend.py CloudVmRayResourceHandle), the credentials' key content
-    (sky/backends/backend_utils.py ``_update_records_with_credentials``)."""
+    (sky/backends/backend_utils.py ``_update_records_with_credentials``). The price is one node's:
+    ``get_hourly_price`` is the whole cluster's (``launched_resources.get_cost(3600) × launched_nodes``)."""
     import types
 
     from benchctl.provisioners.skypilot.sdk import Access, Launched, _cluster
 
-    resources = types.SimpleNamespace(region="us-east-2", instance_type="gpu_8x_h100_sxm5", use_spot=False)
-    handle = types.SimpleNamespace(cached_external_ips=["203.0.113.7"], cached_external_ssh_ports=[2222],
-                                   ssh_user="ubuntu", launched_resources=resources, get_hourly_price=lambda: 24.5)
+    resources = types.SimpleNamespace(region="us-east-2", instance_type="gpu_8x_h100_sxm5", use_spot=False,
+                                      get_cost=lambda seconds: 24.5 * seconds / 3600)  # one node's (Resources)
+    handle = types.SimpleNamespace(cached_external_ips=["203.0.113.7", "203.0.113.8"],
+                                   cached_external_ssh_ports=[2222, 22], ssh_user="ubuntu",
+                                   launched_resources=resources, launched_nodes=2,
+                                   get_hourly_price=lambda: 49.0)  # the cluster's: × launched_nodes
     from sky.schemas.api.responses import StatusResponse
     from sky.utils.status_lib import ClusterStatus
 

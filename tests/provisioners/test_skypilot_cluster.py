@@ -98,3 +98,21 @@ def test_a_worker_is_running_before_the_handle_lists_its_address(tmp_path: Path,
     with pytest.raises(ProviderError, match="lists no node 1 of camp--bc-4 yet"):
         provider.transport(node.peers[0])
     provider.terminate(node)
+
+
+def test_a_cluster_bills_each_node_at_the_price_it_landed_at(tmp_path: Path, standin: SkyPilotStandIn) -> None:
+    """The handle's ``get_hourly_price`` is the whole cluster's (``launched_resources.get_cost(3600) ×
+    launched_nodes``, sky/backends/cloud_vm_ray_backend.py); the attempt's price is each member's
+    landed price summed: 2 nodes at the landed region's price bill 2×, not the catalog's, not 4×."""
+    from benchctl.engine.cluster import billed_hourly
+
+    provider = _provider(tmp_path, standin)
+    node = _cluster(provider, 2, "bc-5")
+    assert node.offer.hourly_usd == 23.92
+    standin.lands_in = ("us-south-1", 25.5)  # SkyPilot failed over to a dearer region
+    for member in node.members():
+        _running(provider, member)
+    assert billed_hourly(provider, node) == pytest.approx(51.0)
+    assert [provider.billed_usd(m) for m in node.members()] == [25.5, 25.5]
+    assert node.details["launched"]["region"] == "us-south-1"
+    provider.terminate(node)
