@@ -11,10 +11,11 @@
   ``TransferTimeout`` raised; ``get`` kills it too once extraction ends.
 - ``read_from`` is ``tail -c +N`` (``| head -c LIMIT``); every call has a timeout; ssh's own failure (exit 255: refused,
   unreachable, reset) is retried with backoff, bounded, because a booting node refuses for a while.
-- ``start`` runs the command under ``setsid nohup`` (it survives a dropped connection) and
-  appends its process group id to ``.benchctl/<token>.pids`` under the work dir, so ``kill_all``
-  ends exactly our processes; the group adds its id to ``.benchctl/<token>.ended`` when its
-  command ends, so ``vanished`` tells a group that ended from one killed with the machine.
+- ``start`` runs the command under ``setsid nohup`` (it survives a dropped connection), once per
+  directory however often the launch is sent (a guard on the node), and appends its process group
+  id to ``.benchctl/<token>.pids`` under the work dir, so ``kill_all`` ends exactly our processes;
+  the group adds its id to ``.benchctl/<token>.ended`` when its command ends, so ``vanished``
+  tells a group that ended from one killed with the machine.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from benchctl.provisioners.safe_tar import extract_stream
 from benchctl.provisioners.transfer_deadline import Deadline, killed_at
 
 SSH_FAILED = 255
+STARTED = ".benchctl-started"
+"""Made in a ``start``'s directory by the launch that started its command (the guard, see ``start``)."""
 EXIT_GRACE_S = 10.0
 """How long ``get`` waits for ssh to exit once the archive was read, before it kills it."""
 
@@ -156,11 +159,16 @@ class SSHTransport(Transport):
         return f".benchctl/{shlex.quote(self.token)}.{suffix}"
 
     def start(self, cmd: str, cwd: str) -> None:
+        """Start ``cmd`` detached in ``cwd``, at most once per ``cwd``: the launch makes
+        ``cwd/STARTED`` first (``mkdir`` is atomic) and starts nothing when it exists. ssh exits 255
+        when the connection drops even after the node ran the launch, and ``_call`` retries that:
+        the retry, or any later start in that directory, must not start the payload again."""
         pids = self._ours("pids")
         ended = f"{self._base()}/{self._ours('ended')}"
         script = f"{cmd}\nstatus=$?; echo $$ >> {ended}; exit $status"
         detached = f"setsid nohup sh -c {shlex.quote(script)} </dev/null >/dev/null 2>&1"
-        launch = f"mkdir -p .benchctl && cd {shlex.quote(cwd)} && ({detached} & echo $! >> {self._base()}/{pids})"
+        launch = (f"mkdir -p .benchctl && cd {shlex.quote(cwd)} && if mkdir {STARTED} 2>/dev/null; then "
+                  f"({detached} & echo $! >> {self._base()}/{pids}); fi")
         result = self.run(launch, timeout=30)
         if result.code != 0:
             raise ProviderError(f"could not start {cmd!r} on {self.endpoint.host}: {result.err.strip()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchctl.provisioners import ssh_transport
 from benchctl.provisioners.base import ProviderError
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 from tests.fakes.sshd import SSHServer, running_sshd
@@ -165,3 +167,29 @@ def test_a_host_alias_from_an_ssh_config_file(sshd: SSHServer, tmp_path: Path) -
     t = SSHTransport(endpoint, tmp_path / "known_hosts", "tok-alias-2", connect_timeout_s=3, retry_for_s=1)
     with pytest.raises(ProviderError, match=r"ssh my-cluster \(in .*alias.conf\) failed"):
         t.run("true")
+
+
+def test_a_start_retried_after_a_dropped_connection_starts_the_command_once(
+        sshd: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ssh exits 255 when the connection drops, even after the node ran the command; the transport
+    retries such a call, so the node itself must refuse a second start of one attempt's command."""
+    real_run = subprocess.run
+    dropped: list[str] = []
+
+    def drop_first_start(args: list[str], *rest: object, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        proc = real_run(args, *rest, **kwargs)  # type: ignore[call-overload]
+        if "setsid" in args[-1] and not dropped:
+            dropped.append(args[-1])  # the node ran it; the answer is lost with the connection
+            return subprocess.CompletedProcess(args, 255, b"", b"Connection reset by peer\r\n")
+        return proc
+
+    t = _transport(sshd, tmp_path, token="tok-retried")
+    t.run("mkdir -p job")
+    monkeypatch.setattr(ssh_transport.subprocess, "run", drop_first_start)
+    t.start("echo run >> runs; sleep 0.5", cwd="job")
+    monkeypatch.setattr(ssh_transport.subprocess, "run", real_run)
+    assert dropped, "the first start's answer was lost"
+    t.start("echo run >> runs; sleep 0.5", cwd="job")  # a controller that starts it again is refused too
+    time.sleep(1.0)
+    assert (tmp_path / "node" / "job" / "runs").read_text() == "run\n", "started once"
+    assert len((tmp_path / "node" / ".benchctl" / "tok-retried.pids").read_text().split()) == 1
