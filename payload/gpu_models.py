@@ -1,4 +1,9 @@
-"""GPU models told apart by the name the driver reports, and their published bf16 dense peaks (pure)."""
+"""GPU models told apart by the name the driver reports, and their published bf16 dense peaks (pure).
+
+The keys of ``BF16_PEAK_FLOPS`` (and ``cpu``) are benchctl's one GPU vocabulary: a campaign cell, a
+job, ``preflight --expect``, the thresholds and the leaderboard all use these names. ``canonical``
+maps the spellings clouds use (``ALIASES``) onto them; anything else is refused with the list.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +35,33 @@ NAME_RULES: tuple[tuple[str, str, str], ...] = (
     ("B200", "", "B200"),
     ("L40S", "", "L40S"),
 )
+
+
+ALIASES = {"H200_SXM": "H200"}
+"""Other names of a model: AWS's p5e/p5en, RunPod and Vast list the H200 SXM board as "H200 SXM"
+(the driver reports "NVIDIA H200"); benchctl calls it ``H200`` (its NVL card is ``H200_NVL``)."""
+
+
+def known_models() -> list[str]:
+    """Every name a cell may give as its GPU, ``cpu`` first."""
+    return ["cpu", *BF16_PEAK_FLOPS]
+
+
+def canonical(name: str) -> str | None:
+    """The model ``name`` means (case, ``-`` and spaces forgiven, ``ALIASES`` followed); None when
+    it means none, e.g. a bare family (``H100``: SXM, NVL or PCIe?) or a model without figures."""
+    wanted = name.strip().upper().replace("-", "_").replace(" ", "_")
+    for model in known_models():
+        if model.upper() == wanted:
+            return model
+    return ALIASES.get(wanted)
+
+
+def unknown_model(name: str) -> str:
+    """Why ``name`` is refused and what to write instead."""
+    family = [m for m in BF16_PEAK_FLOPS if m.split("_")[0] == name.strip().upper().replace("-", "_")]
+    which = f"; {name} is {' or '.join(family)}: say which" if len(family) > 1 else ""
+    return f"unknown GPU model {name!r}{which}; known: {', '.join(known_models())}"
 
 
 def gpu_model(device_name: str) -> str | None:

@@ -14,11 +14,11 @@ from benchctl.results.records import Record
 
 
 def test_a_campaign_cell_key_is_built_by_cell_key() -> None:
-    cell = CellSpec(provider="skypilot", gpu="H100", count=8, market="spot", cloud="gcp", region="us-central1",
+    cell = CellSpec(provider="skypilot", gpu="H100_SXM", count=8, market="spot", cloud="gcp", region="us-central1",
                     env={"NCCL_ALGO": "Ring", "A": "x:y z"}, max_attempts=1)
-    key = CellKey.build("skypilot", "H100x8", "spot", [("cloud", "gcp"), ("region", "us-central1")],
+    key = CellKey.build("skypilot", "H100_SXMx8", "spot", [("cloud", "gcp"), ("region", "us-central1")],
                         {"NCCL_ALGO": "Ring", "A": "x:y z"})
-    assert cell.key == str(key) == "skypilot:H100x8:spot:cloud=gcp:region=us-central1:env=A=x_y_z,NCCL_ALGO=Ring"
+    assert cell.key == str(key) == "skypilot:H100_SXMx8:spot:cloud=gcp:region=us-central1:env=A=x_y_z,NCCL_ALGO=Ring"
 
 
 def test_an_imported_record_key_is_built_by_cell_key() -> None:

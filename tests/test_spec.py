@@ -167,7 +167,7 @@ def test_instance_type_cells_and_optional_coordinates_in_the_key() -> None:
      "aws instance type 'm7i.large' is not in benchctl's table (known: c5.large, c5.xlarge, p4d.24xlarge, "),
     ("{provider: aws, instance_type: p5.48xlarge, count: 4}", "p5.48xlarge has 8× H100_SXM, not 4× H100_SXM"),
     ("{provider: aws, gpu: H100_PCIE, count: 8}", "no aws instance type has 8× H100_PCIE"),
-    ("{provider: aws, gpu: H200_SXM, count: 8}", "8× H200_SXM is more than one aws instance type (p5e.48xlarge, "
+    ("{provider: aws, gpu: H200_SXM, count: 8}", "8× H200 is more than one aws instance type (p5e.48xlarge, "
      "p5en.48xlarge); set instance_type"),
 ])
 def test_aws_cells_name_an_instance_type_of_the_table(entry: str, message: str) -> None:
@@ -185,17 +185,18 @@ def test_aws_settings_are_checked() -> None:
 
 
 def test_skypilot_cells_name_their_cloud_and_it_is_part_of_the_key() -> None:
-    campaign = keys_campaign("  - {provider: skypilot, cloud: [lambda, gcp], gpu: H100, count: 8, market: on-demand}\n"
-                             "  - {provider: skypilot, cloud: gcp, gpu: H100, count: 8, region: us-central1}")
+    campaign = keys_campaign("  - {provider: skypilot, cloud: [lambda, gcp], gpu: H100_SXM, count: 8, "
+                             "market: on-demand}\n"
+                             "  - {provider: skypilot, cloud: gcp, gpu: H100_SXM, count: 8, region: us-central1}")
     assert [c.key for c in campaign.cells] == [
-        "skypilot:H100x8:on-demand:cloud=lambda",
-        "skypilot:H100x8:on-demand:cloud=gcp",
-        "skypilot:H100x8:spot:cloud=gcp:region=us-central1",
+        "skypilot:H100_SXMx8:on-demand:cloud=lambda",
+        "skypilot:H100_SXMx8:on-demand:cloud=gcp",
+        "skypilot:H100_SXMx8:spot:cloud=gcp:region=us-central1",
     ]
     with pytest.raises(SpecError, match=r"k.yaml:7 matrix\[0\]: skypilot cells need cloud"):
-        keys_campaign("  - {provider: skypilot, gpu: H100, count: 8}")
+        keys_campaign("  - {provider: skypilot, gpu: H100_SXM, count: 8}")
     with pytest.raises(SpecError, match=r"matrix\[0\]: cloud is for skypilot cells"):
-        keys_campaign("  - {provider: runpod, cloud: lambda, gpu: H100, count: 8}")
+        keys_campaign("  - {provider: runpod, cloud: lambda, gpu: H100_SXM, count: 8}")
 
 
 def test_keys_are_stable_across_parses() -> None:

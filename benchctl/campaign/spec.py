@@ -25,6 +25,8 @@ from benchctl.campaign.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, l
 from benchctl.errors import SpecError
 from benchctl.payload.collective_math import parse_bytes
 from benchctl.payload.env_policy import SECRET_NAME as _SECRET_NAME
+from benchctl.payload.gpu_models import canonical as canonical_gpu
+from benchctl.payload.gpu_models import unknown_model
 from benchctl.payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
 from benchctl.payload.presets import UnknownPreset, model_dims, target_steps
 from benchctl.payload.thresholds import resolve as resolve_thresholds
@@ -272,12 +274,27 @@ class CellSpec(_Strict):
     cloud: str | None = Field(default=None, min_length=1, description="skypilot only: the cloud SkyPilot rents from")
     region: str | None = None
     instance_type: str | None = None
+    capacity_reservation: str | None = Field(
+        default=None, pattern=r"^cr-[0-9a-f]{8,17}$", description="aws only: launch into this Capacity Reservation "
+        "or Capacity Block (its id, cr-…), priced as AWS bills it (docs/providers.md#aws)")
     min_vcpus: int | None = Field(default=None, ge=1)
     image: str | None = Field(default=None, description="set in the matrix entry; defaults.image applies otherwise")
     max_attempts: int = Field(ge=1)
     price_usd_per_hour: float | None = Field(default=None, ge=0)
     env: dict[str, str] = Field(default_factory=dict, description="environment for every rank, e.g. NCCL_ALGO")
     faults: LocalFaults | None = Field(default=None, description="local provider only: faults to inject")
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: str | None) -> str | None:
+        """One vocabulary end to end (``payload.gpu_models``): an alias becomes the model's name,
+        a name no node-side check knows is refused with the names to use."""
+        if value is None:
+            return None
+        model = canonical_gpu(value)
+        if model is None:
+            raise ValueError(unknown_model(value))
+        return model
 
     @field_validator("env", mode="before")
     @classmethod
@@ -324,6 +341,9 @@ class CellSpec(_Strict):
             raise ValueError("skypilot cells need cloud: the cloud SkyPilot rents from (e.g. cloud: lambda)")
         if self.cloud is not None and self.provider != "skypilot":
             raise ValueError("cloud is for skypilot cells (the cloud SkyPilot rents from); remove it from this cell")
+        if self.capacity_reservation is not None and (self.provider != "aws" or self.market != "on-demand"):
+            raise ValueError("capacity_reservation is for aws on-demand cells (a reservation or Capacity Block is "
+                             "not spot capacity): set market: on-demand, or remove it")
         if self.faults is not None and self.provider != "local":
             raise ValueError("faults are injected by the local provider only; remove them from this cell")
         if self.faults is not None and self.faults.node_ranks is not None:
@@ -349,8 +369,8 @@ class CellSpec(_Strict):
         shape = f"{self.gpu}x{self.count}" if self.gpu else str(self.instance_type)
         named: list[tuple[str, object]] = [("instance_type", self.instance_type)] if self.gpu and self.instance_type \
             else []
-        named += [(name, getattr(self, name)) for name in ("cloud", "region", "min_vcpus", "image")
-                  if getattr(self, name) is not None]
+        named += [(name, getattr(self, name)) for name in ("cloud", "region", "min_vcpus", "image",
+                                                           "capacity_reservation") if getattr(self, name) is not None]
         if self.nodes > 1:  # a 1-node cell keeps the key it had before cells could have nodes
             named.append(("nodes", self.nodes))
         return str(CellKey.build(self.provider, shape, self.market, named, self.env))

@@ -50,25 +50,26 @@ def _cluster_count(directory: Path) -> int:
 
 
 def _known_gpu(name: str, text: str) -> str:
-    """The model name ``name`` means (case, ``-`` and spaces forgiven: ``h100-sxm`` is ``H100_SXM``);
-    UsageError listing the known names when it means none."""
+    """The model name ``name`` means (``payload.gpu_models.canonical``: ``h100-sxm`` is ``H100_SXM``,
+    ``H200_SXM`` is ``H200``); UsageError listing the known names when it means none."""
     from benchctl.errors import UsageError
-    from benchctl.payload.gpu_models import BF16_PEAK_FLOPS
+    from benchctl.payload.gpu_models import canonical, unknown_model
 
-    known = ["cpu", *BF16_PEAK_FLOPS]
-    wanted = name.upper().replace("-", "_").replace(" ", "_")
-    for model in known:
-        if model.upper() == wanted:
-            return model
-    raise UsageError(f"--expect {text!r}: unknown GPU model {name!r}; known: {', '.join(known)}")
+    model = canonical(name)
+    if model is None:
+        raise UsageError(f"--expect {text!r}: {unknown_model(name)}")
+    return model
 
 
 @click.command("preflight")
 @click.option("--replay", type=click.Path(exists=True, file_okay=False), help="Judge a saved facts snapshot.")
 @click.option("--expect", "expect_text", metavar="gpu=NAME,count=N", help="What the node should be.")
+@click.option("--fabric", "fabric_text", metavar="TEXT",
+              help="What was sold between nodes (cluster replays): ib 8x400, roce 16x200, efa 32, none.")
 @click.option("--out", type=click.Path(file_okay=False), help="Keep this machine's snapshot in DIR.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def preflight_command(replay: str | None, expect_text: str | None, out: str | None, fmt: str) -> None:
+def preflight_command(replay: str | None, expect_text: str | None, fabric_text: str | None, out: str | None,
+                      fmt: str) -> None:
     """Prove a node healthy: exit 0 on pass or warn, 3 on fail."""
     import json
     import sys
@@ -90,7 +91,7 @@ def preflight_command(replay: str | None, expect_text: str | None, out: str | No
     checks = judge(Facts(directory), Expect(gpu, count), resolve())
     nodes = None
     if replay is not None:
-        nodes, cross = _cross_node(directory, gpu, count)
+        nodes, cross = _cross_node(directory, gpu, count, fabric_text)
         checks += cross
     result = {"verdict": verdict(checks), "checks": checks, "elapsed_s": round(time.monotonic() - started, 3),
               "expect": {"gpu": gpu, "count": count}, "facts": str(directory)}
@@ -107,18 +108,24 @@ def preflight_command(replay: str | None, expect_text: str | None, out: str | No
         sys.exit(3)
 
 
-def _cross_node(directory: Path, gpu: str, count: int) -> tuple[int | None, list[dict[str, Any]]]:
+def _cross_node(directory: Path, gpu: str, count: int, fabric_text: str | None = None,
+                ) -> tuple[int | None, list[dict[str, Any]]]:
     """(nodes, checks) of a snapshot with a ``cluster.json``: its fabric checks (GPU only, as the
-    payload) and the cross-node checks; (None, []) without one. UsageError for a ``cluster.json``
-    that is no cluster probe result."""
+    payload, against ``fabric_text``: what was sold, unknown without) and the cross-node checks;
+    (None, []) without one. UsageError for a ``cluster.json`` that is no cluster probe result, or
+    a ``fabric_text`` that is no fabric."""
     import json
 
     from benchctl.errors import UsageError
     from benchctl.payload.checks import Facts
     from benchctl.payload.cluster_checks import judge_cluster
-    from benchctl.payload.fabric_checks import FabricExpect, fabric_checks
+    from benchctl.payload.fabric_checks import FabricError, FabricExpect, fabric_checks
     from benchctl.payload.thresholds import resolve
 
+    try:
+        sold = FabricExpect.parse(fabric_text)
+    except FabricError as exc:
+        raise UsageError(f"--fabric: {exc}") from None
     path = directory / "cluster.json"
     if not path.is_file():
         return None, []
@@ -131,7 +138,7 @@ def _cross_node(directory: Path, gpu: str, count: int) -> tuple[int | None, list
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"{path} is not a cluster probe result ({type(exc).__name__}: {exc}); "
                          "replay the facts/ directory of a cluster attempt as the payload wrote it") from None
-    fabric = [] if gpu.lower() == "cpu" else fabric_checks(Facts(directory), {}, FabricExpect.for_cell(gpu, count))
+    fabric = [] if gpu.lower() == "cpu" else fabric_checks(Facts(directory), {}, sold)
     return nodes, fabric + cross
 
 

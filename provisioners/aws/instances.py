@@ -21,7 +21,7 @@ from dataclasses import dataclass
 class InstanceKind:
     instance_type: str
     gpu: str
-    """As the project names GPUs (``H100_SXM``), ``cpu`` for a CPU-only type."""
+    """As the project names GPUs (``payload.gpu_models``: ``H100_SXM``, ``H200``), ``cpu`` for a CPU-only type."""
     count: int
     """GPUs on the instance (1 for a CPU-only type: one payload process)."""
     vcpus: int
@@ -36,8 +36,8 @@ class InstanceKind:
 
 INSTANCES = {k.instance_type: k for k in (
     InstanceKind("p5.48xlarge", "H100_SXM", 8, 192, 55.04, efa_interfaces=32),
-    InstanceKind("p5e.48xlarge", "H200_SXM", 8, 192, 61.05, efa_interfaces=32),
-    InstanceKind("p5en.48xlarge", "H200_SXM", 8, 192, 63.30, efa_interfaces=16),
+    InstanceKind("p5e.48xlarge", "H200", 8, 192, 61.05, efa_interfaces=32),
+    InstanceKind("p5en.48xlarge", "H200", 8, 192, 63.30, efa_interfaces=16),
     InstanceKind("p4d.24xlarge", "A100_SXM", 8, 96, 21.96, efa_interfaces=4),
     InstanceKind("p4de.24xlarge", "A100_SXM", 8, 96, 27.45, efa_interfaces=4),
     # CPU-only types: a cheap smoke test of the AWS path (launch, SSH, payload on CPU, spot, resume).

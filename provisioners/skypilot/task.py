@@ -22,16 +22,15 @@ from typing import Any
 
 from benchctl.provisioners.base import OfferRequest, ProviderError
 
-ACCELERATORS = {"H100_SXM": "H100", "H100": "H100", "H100_MEGA": "H100-MEGA", "H200": "H200", "H200_SXM": "H200",
-                "A100_SXM": "A100-80GB", "A100_80GB": "A100-80GB", "A100": "A100", "B200": "B200", "L4": "L4"}
-"""benchctl GPU names → SkyPilot accelerator names on clouds whose catalogs give an SXM part the
-plain name (AWS, GCP, Azure, Lambda...). There, PCIe and NVL parts have no name of their own: such
-cells pin ``instance_type``."""
+ACCELERATORS = {"H100_SXM": "H100", "H200": "H200", "A100_SXM": "A100-80GB", "B200": "B200"}
+"""benchctl GPU names (``payload.gpu_models``, the only ones a cell can carry) → SkyPilot accelerator
+names on clouds whose catalogs give an SXM part the plain name (AWS, GCP, Azure, Lambda...). There,
+PCIe and NVL parts have no name of their own: such cells pin ``instance_type``."""
 PER_CLOUD: dict[str, dict[str, str | None]] = {
     # sky/catalog/data_fetchers/fetch_runpod.py (SkyPilot 0.14.1): DEFAULT_GPU_INFO and GPU_NAME_OVERRIDES
     # ('H100-PCIe' -> 'H100', 'A100-PCIe' -> 'A100-80GB', 'A100-SXM' -> 'A100-80GB-SXM').
     "runpod": {"H100_SXM": "H100-SXM", "H100_PCIE": "H100", "H100_NVL": "H100-NVL", "A100_SXM": "A100-80GB-SXM",
-               "A100_PCIE": "A100-80GB", "H200": "H200-SXM", "H200_SXM": "H200-SXM"},
+               "A100_PCIE": "A100-80GB", "H200": "H200-SXM"},
     # sky/catalog/data_fetchers/fetch_vast.py: the form suffix is cut off the name
     # (re.sub(r'(Ti|PCIE|SXM4|SXM|NVL)$', '', gpu)): one name for every form (H200 and H200 NVL too).
     "vast": {"H200": None},
