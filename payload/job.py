@@ -102,8 +102,11 @@ class Job:
     master_port: int = 0
     """The TCP port of torch.distributed's rendezvous on node 0, chosen per attempt (nodes > 1)."""
     instance_type: str | None = None
-    """The cloud instance type the node was rented as (AWS), where the provider names one: the
-    fabric preflight expects that type's EFA devices (``payload.fabric_checks.EFA_DEVICES``)."""
+    """The cloud instance type the node was rented as (AWS), where the provider names one."""
+    fabric: str | None = None
+    """The fabric between nodes that was sold, in ``payload.fabric_checks.FabricExpect.parse``'s
+    words (``ib 8x400``, ``efa 32``, ``none``): the cell's ``fabric``, else the provider's offer's;
+    None: nobody said (nothing expected, the fabric checks fail no node)."""
     spot_notice: bool = False
     """Watch the node's instance metadata for the provider's spot interruption notice and stop
     measuring at a step boundary when it comes (``payload.spot_notice``; EC2 spot nodes)."""

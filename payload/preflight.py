@@ -29,12 +29,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import toolchain
 from .checks import Expect, Facts, judge, verdict
 from .cluster_checks import bad_node_ranks, judge_cluster
 from .events import EventLog
 from .fabric_checks import FabricExpect, fabric_checks
 from .facts_capture import capture, faults, torch_facts, write_torch_json
 from .job import Job
+from .profile import compile_wanted
 from .thresholds import resolve
 
 if TYPE_CHECKING:
@@ -176,6 +178,7 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     workdir = job_path.parent
     facts_dir = workdir / "artifacts" / "facts"
     capture(facts_dir, deadline, torch_json=False)
+    toolchain.write(facts_dir, {**os.environ, **job.env}, compile_wanted(job))  # as the profile's ranks see it
     probes, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
     # torch's view from the runner alone when no rank may start (``cuda_init_failed``)
     write_torch_json(facts_dir, _torch_facts(job, facts_dir, deadline,
@@ -223,10 +226,11 @@ def _torch_facts(job: Job, facts_dir: Path, deadline: float, ranks: Ranks | None
 def _fabric(job: Job, facts_dir: Path) -> list[dict[str, Any]]:
     """This node's fabric checks (``payload.fabric_checks``: NICs, GPUDirect RDMA, NCCL's NIC use,
     RoCE GID, PXN, transport) for a GPU job across nodes, judged on the snapshot and the NCCL log of
-    the cluster probe's cross-node communicator; none on one node or on CPU "nodes" (no fabric)."""
+    the cluster probe's cross-node communicator, against what was sold (``job.fabric``); none on one
+    node or on CPU "nodes" (no fabric)."""
     if job.nodes == 1 or job.gpu.lower() == "cpu":
         return []
-    return fabric_checks(Facts(facts_dir), job.env, FabricExpect.for_cell(job.gpu, job.count, job.instance_type))
+    return fabric_checks(Facts(facts_dir), job.env, FabricExpect.parse(job.fabric))
 
 
 def _cross_node_checks(job: Job, probes: dict[str, Any], thresholds: dict[str, float]) -> list[dict[str, Any]]:

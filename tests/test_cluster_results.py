@@ -40,6 +40,12 @@ def test_an_efa_cluster_reads_as_its_devices(tmp_path: Path) -> None:
     assert fabric_label(observed) == "EFA×4 GDR"
 
 
+def test_a_cluster_over_sockets_that_sold_no_rdma_is_labelled_not_comparable(tmp_path: Path) -> None:
+    observed = observed_on(tmp_path, **{"nccl-debug.h.1.log": "nccl-socket-fallback-azure-nd96asr-v4-2node.log"})
+    observed["inter_node_busbw"] = {"busbw_gbps": 3.1, "nodes": 2}
+    assert fabric_label(observed) == "socket fabric, not comparable, 3 GB/s between nodes"
+
+
 def test_one_node_has_no_fabric() -> None:
     assert fabric_label({"topology": {"class": "NVSwitch"}}) is None
 

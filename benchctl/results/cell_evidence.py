@@ -13,12 +13,14 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from benchctl.outcomes import OutcomeKind
+from benchctl.payload.fabric_checks import SOCKET_LABEL
 from benchctl.payload.stats import median
 from benchctl.results.check_status import CheckStatus
 from benchctl.store import queries as q
 
 FLAG_OF_CHECK = {"numa": "numa_split", "cpu": "few_cpus", "nccl_env": "nccl_env", "shm": "small_shm",
-                 "gemm": "slow_gemm", "hbm": "slow_hbm", "nccl_allreduce": "slow_allreduce"}
+                 "gemm": "slow_gemm", "hbm": "slow_hbm", "nccl_allreduce": "slow_allreduce",
+                 "compile_toolchain": "eager_fallback"}
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,14 @@ def node_facts(engine: Engine, cell_id: int) -> NodeFacts:
 
 def fabric_label(observed: dict[str, Any]) -> str | None:
     """The fabric between nodes as preflight found it on node 0, from its fabric and cross-node
-    checks' observations: ``IB 8×400G GDR, 362 GB/s between nodes`` (EFA: ``EFA×32``). None on one
-    node (no such checks)."""
+    checks' observations: ``IB 8×400G GDR, 362 GB/s between nodes`` (EFA: ``EFA×32``); NCCL over
+    TCP sockets on an offer that sold no RDMA: ``socket fabric, not comparable``. None on one node
+    (no such checks)."""
     hca, efa, gdr = (_mapping(observed.get(n)) for n in ("fabric_hca", "fabric_efa", "fabric_gdr"))
     parts = []
-    if efa.get("count"):
+    if _mapping(observed.get("fabric_transport")).get("fabric") == "socket":
+        parts.append(SOCKET_LABEL)
+    elif efa.get("count"):
         parts.append(f"EFA×{efa['count']}")
     elif hca.get("nics"):
         layer = "IB" if hca.get("link_layer") == "InfiniBand" else "RoCE"

@@ -19,7 +19,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "fabric"
 IB = "ibstat-h100-ib-8x400-active.txt"
 IB_LOG = "nccl-ib-gdrdma-azure-nd96asr-v4-2node.log"
 PEERMEM = "lsmod-grep-nvidia-nccl-1737-peermem.txt"
-H100 = FabricExpect()  # 8 NICs at 400 Gb/s, kind auto
+H100 = FabricExpect.parse("rdma 8x400")  # sold: 8 IB or RoCE ports at 400 Gb/s
 
 
 def snapshot(tmp_path: Path, edits: dict[str, str] | None = None, **files: str) -> Facts:
@@ -70,7 +70,7 @@ def test_roce_node_with_two_rails_down_fails_naming_them(tmp_path: Path) -> None
     check = by_name(fabric_checks(snapshot(tmp_path, ibstat="ibstat-h100-roce-2-down.txt"), {}, H100))["fabric_hca"]
     assert check["status"] == "fail"
     assert "mlx5_11:1 Down/Disabled" in check["hint"] and "mlx5_5:1 Down/Disabled" in check["hint"]
-    assert "6 of 8 NICs active at rate" in check["hint"] and "mlx5_1:1" not in check["hint"]  # front end left out
+    assert "6 of 8 sold ports LinkUp at rate" in check["hint"] and "mlx5_1:1" not in check["hint"]  # front end left out
 
 
 def test_a_down_rail_is_named_with_its_netdev(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_a100_hdr_node_fails_a_400_offer_and_passes_its_own(tmp_path: Path) -> N
     facts = snapshot(tmp_path, ibstat="ibstat-a100-ib-8x200-active.txt")
     sold_400 = by_name(fabric_checks(facts, {}, H100))["fabric_hca"]
     assert sold_400["status"] == "fail" and "mlx5_1:1 at 200 Gb/s" in sold_400["hint"]
-    assert by_name(fabric_checks(facts, {}, FabricExpect.for_cell("A100_SXM", 8)))["fabric_hca"]["status"] == "pass"
+    assert by_name(fabric_checks(facts, {}, FabricExpect.parse("ib 8x200")))["fabric_hca"]["status"] == "pass"
 
 
 def test_a_rail_trained_down_to_200_fails(tmp_path: Path) -> None:
@@ -103,15 +103,18 @@ def test_a_rail_trained_down_to_200_fails(tmp_path: Path) -> None:
 
 def test_sold_infiniband_but_node_is_roce(tmp_path: Path) -> None:
     check = by_name(fabric_checks(snapshot(tmp_path, ibstat="ibstat-h100-roce-8x400-active.txt"), {},
-                                  FabricExpect(kind="ib")))["fabric_hca"]
+                                  FabricExpect.parse("ib 8x400")))["fabric_hca"]
     assert check["status"] == "fail" and "sold ib" in check["hint"]
 
 
 def test_ibv_devinfo_stands_in_when_ibstat_is_missing(tmp_path: Path) -> None:
-    check = by_name(fabric_checks(snapshot(tmp_path, ibv_devinfo="ibv_devinfo-mlx4-2hca-2port.txt"), {},
-                                  FabricExpect(nics=2)))["fabric_hca"]
-    assert check["observed"]["source"] == "ibv_devinfo.txt"
-    assert check["status"] == "fail" and "mlx4_1:2 Down" in check["hint"] and "mlx4_0:2 Down" in check["hint"]
+    # two HCAs, port 1 of each Active, port 2 Down: two ports sold, the down ones are spares
+    facts = snapshot(tmp_path, ibv_devinfo="ibv_devinfo-mlx4-2hca-2port.txt")
+    check = by_name(fabric_checks(facts, {}, FabricExpect.parse("ib 2")))["fabric_hca"]
+    assert check["observed"]["source"] == "ibv_devinfo.txt" and check["status"] == "pass"
+    assert check["observed"]["not_counted"] == ["mlx4_1:2 Down/?", "mlx4_0:2 Down/?"]
+    four = by_name(fabric_checks(facts, {}, FabricExpect.parse("ib 4")))["fabric_hca"]
+    assert four["status"] == "fail" and "mlx4_1:2 Down" in four["hint"] and "mlx4_0:2 Down" in four["hint"]
 
 
 def test_no_tools_on_the_node_is_not_a_failure(tmp_path: Path) -> None:
@@ -148,7 +151,7 @@ def test_peer_memory_module_alone_passes_and_its_absence_warns(tmp_path: Path) -
 
 def test_efa_node_with_gdrdma(tmp_path: Path) -> None:
     facts = snapshot(tmp_path, fi_info="fi_info-efa-p4de-4-devices.txt", log="nccl-ofi-efa-gdrdma-p4d-4node.log")
-    checks = by_name(fabric_checks(facts, {}, FabricExpect.for_cell("A100_SXM", 8, "p4de.24xlarge")))
+    checks = by_name(fabric_checks(facts, {}, FabricExpect.parse("efa 4")))
     assert checks["fabric_efa"]["status"] == "pass" and checks["fabric_efa"]["observed"]["count"] == 4
     assert checks["fabric_gdr"]["status"] == "pass" and checks["fabric_transport"]["status"] == "pass"
     # that log's pods had one EFA each: against this node's four devices NCCL found too few
@@ -157,7 +160,7 @@ def test_efa_node_with_gdrdma(tmp_path: Path) -> None:
 
 def test_efa_without_gdr_fails_gdr_with_the_plugin_reason(tmp_path: Path) -> None:
     facts = snapshot(tmp_path, fi_info="fi_info-efa-p4de-4-devices.txt", log="nccl-ofi-efa-no-gdr-g6e-4node.log")
-    checks = by_name(fabric_checks(facts, {}, FabricExpect(kind="efa")))
+    checks = by_name(fabric_checks(facts, {}, FabricExpect.parse("efa")))
     assert checks["fabric_gdr"]["status"] == "fail" and "disabling GDR" in checks["fabric_gdr"]["hint"]
     assert checks["fabric_nic_use"]["status"] == "pass"  # found 4 nics of 4
 
@@ -166,19 +169,19 @@ def test_efa_devices_in_ibv_devinfo_are_not_taken_for_infiniband(tmp_path: Path)
     # older rdma-core prints an EFA device's link layer as InfiniBand (rdma-core#884)
     facts = snapshot(tmp_path, ibv_devinfo="ibv_devinfo-rdma-core-884-efa.txt",
                      fi_info="fi_info-efa-p4de-4-devices.txt")
-    checks = by_name(fabric_checks(facts, {}, H100))
+    checks = by_name(fabric_checks(facts, {}, FabricExpect()))  # nothing said: whatever the node shows
     assert "fabric_efa" in checks and "fabric_hca" not in checks
     # without fi_info (not on the PATH) the verbs device list still counts the EFA devices
     alone = by_name(fabric_checks(snapshot(tmp_path / "b", ibv_devinfo="ibv_devinfo-rdma-core-884-efa.txt"), {},
-                                  H100))
+                                  FabricExpect.parse("efa 1")))
     assert alone["fabric_efa"]["status"] == "pass" and alone["fabric_efa"]["observed"]["devices"] == ["efa_0"]
-    sold_32 = FabricExpect.for_cell("H100_SXM", 8, "p5.48xlarge")
+    sold_32 = FabricExpect.parse("efa 32")
     assert by_name(fabric_checks(snapshot(tmp_path / "b"), {}, sold_32))["fabric_efa"]["status"] == "fail"
 
 
 def test_p5_sold_with_32_efa_devices_fails_on_4(tmp_path: Path) -> None:
     facts = snapshot(tmp_path, fi_info="fi_info-efa-p4de-4-devices.txt")
-    check = by_name(fabric_checks(facts, {}, FabricExpect.for_cell("H100_SXM", 8, "p5.48xlarge")))["fabric_efa"]
+    check = by_name(fabric_checks(facts, {}, FabricExpect.parse("efa 32")))["fabric_efa"]
     assert check["status"] == "fail" and "4 EFA devices where 32 were sold" in check["hint"]
 
 
@@ -278,23 +281,85 @@ def test_preflight_judges_the_fabric_only_for_a_gpu_job_across_nodes(tmp_path: P
     from benchctl.payload.preflight import _fabric
 
     facts = snapshot(tmp_path, log="nccl-socket-fallback-azure-nd96asr-v4-2node.log")
-    job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"], nodes=2)
+    job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"], nodes=2,
+              fabric="ib 8x200")
     checks = by_name(_fabric(job, facts.directory))
     assert set(checks) == {"fabric_hca", "fabric_gdr", "fabric_nic_use", "fabric_roce_gid", "fabric_pxn",
                            "fabric_transport"}
-    assert checks["fabric_transport"]["status"] == "fail"
+    assert checks["fabric_transport"]["status"] == "fail" and "where fabric ib 8x200 was sold" in \
+        checks["fabric_transport"]["hint"]
     assert _fabric(Job(**{**job.__dict__, "nodes": 1}), facts.directory) == []
     assert _fabric(Job(**{**job.__dict__, "gpu": "cpu"}), facts.directory) == []
 
 
-def test_preflight_expects_the_efa_devices_of_the_instance_type_it_was_rented_as(tmp_path: Path) -> None:
-    """p4de lists 4 EFA devices (the published fi_info): right for p4de, 4 of 32 on a p5."""
+@pytest.mark.parametrize("sold", [None, "none"])
+def test_sockets_where_no_rdma_was_sold_label_the_result_and_fail_no_node(tmp_path: Path, sold: str | None) -> None:
+    """An 8× H100 SXM cluster whose offer sells no RDMA (or says nothing): NCCL over sockets (the published
+    Azure log without its IB devices) is "socket fabric, not comparable", a warning, not a bad node."""
+    from benchctl.payload.fabric_checks import SOCKET_LABEL
+    from benchctl.payload.job import Job
+    from benchctl.payload.preflight import _fabric
+
+    facts = snapshot(tmp_path, ibstat="ibstat-h100-roce-2-down.txt", log="nccl-socket-fallback-azure-nd96asr-v4-2node.log")
+    job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"], nodes=2,
+              fabric=sold)
+    checks = by_name(_fabric(job, facts.directory))
+    transport = checks["fabric_transport"]
+    assert transport["status"] == "warn" and transport["hint"].startswith(SOCKET_LABEL)
+    assert transport["observed"]["fabric"] == "socket"
+    assert verdict(list(checks.values())) == "warn"  # two rails down were not sold either: reported, not failed
+
+
+def test_preflight_expects_the_efa_devices_the_offer_sold(tmp_path: Path) -> None:
+    """p4de lists 4 EFA devices (the published fi_info): right for an offer of 4, 4 of 32 for a p5's."""
     from benchctl.payload.job import Job
     from benchctl.payload.preflight import _fabric
 
     facts = snapshot(tmp_path, fi_info="fi_info-efa-p4de-4-devices.txt")
     job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="A100_SXM", count=8, phases=["preflight"], nodes=2,
-              instance_type="p4de.24xlarge")
+              instance_type="p4de.24xlarge", fabric="efa 4")
     assert by_name(_fabric(job, facts.directory))["fabric_efa"]["status"] == "pass"
-    p5 = by_name(_fabric(Job(**{**job.__dict__, "instance_type": "p5.48xlarge"}), facts.directory))["fabric_efa"]
+    p5 = by_name(_fabric(Job(**{**job.__dict__, "fabric": "efa 32"}), facts.directory))["fabric_efa"]
     assert p5["status"] == "fail" and p5["observed"]["count"] == 4
+
+
+SPARE = "ibstat-nccl-tests-128-ib-spare-down-excerpt.txt"
+
+
+def test_a_down_spare_beside_the_sold_ports_is_not_counted_against_the_node(tmp_path: Path) -> None:
+    """The published ibstat with one IB port Active at 200 and one Down/Disabled: sold one port, the
+    node passes, the down one is reported; pinning NCCL_IB_HCA to the active HCA passes fabric_nic_use."""
+    facts = snapshot(tmp_path, ibstat=SPARE)
+    checks = by_name(fabric_checks(facts, {"NCCL_IB_HCA": "mlx5_0"}, FabricExpect.parse("ib 1x200")))
+    assert checks["fabric_hca"]["status"] == "pass"
+    assert checks["fabric_hca"]["observed"]["not_counted"] == ["mlx5_1:1 Down/Disabled"]
+    assert checks["fabric_nic_use"]["status"] == "pass" and checks["fabric_nic_use"]["observed"]["rails"] == ["mlx5_0:1"]
+    two = by_name(fabric_checks(facts, {}, FabricExpect.parse("ib 2x200")))["fabric_hca"]
+    assert two["status"] == "fail" and "1 of 2 sold ports" in two["hint"] and "mlx5_1:1 Down/Disabled" in two["hint"]
+
+
+def _sixteen_by_200() -> str:
+    """``ibstat-h100-roce-8x400-active`` as a 16 × 200 Gb/s node (see the fixtures' README): each CX-7
+    record copied under a new name (mlx5_12 … mlx5_19), every CX-7 port at 200."""
+    text = (FIXTURES / "ibstat-h100-roce-8x400-active.txt").read_text()
+    records = ["CA '" + r.rstrip("\n") + "\n" for r in text.split("CA '")[1:]]
+    cx7 = [r for r in records if "MT4129" in r]
+    copies = [r.replace(r.split("'")[1], f"mlx5_{12 + i}", 1) for i, r in enumerate(cx7)]
+    return "".join(records + copies).replace("Rate: 400", "Rate: 200")
+
+
+def test_sixteen_200g_rails_pass_when_that_was_sold(tmp_path: Path) -> None:
+    facts = snapshot(tmp_path, ibstat=_sixteen_by_200())
+    sold = FabricExpect.parse("roce 16x200")
+    rails = sorted(n.split(":")[0] for n in by_name(fabric_checks(facts, {}, sold))["fabric_nic_use"]["observed"]["rails"])
+    pinned = {"NCCL_IB_HCA": ",".join(f"={name}" if i == 0 else name for i, name in enumerate(rails)),
+              "NCCL_IB_GID_INDEX": "3"}
+    checks = by_name(fabric_checks(facts, pinned, sold))
+    assert checks["fabric_hca"]["status"] == "pass" and checks["fabric_hca"]["observed"]["active_at_rate"] == 16
+    assert checks["fabric_hca"]["observed"]["rates_gbps"] == [200.0]
+    assert checks["fabric_nic_use"]["status"] == "pass"  # pinned to the 16 compute ports, the CX-6 Dx left out
+    # the same node judged against 8 × 400 (what the GPU model alone suggested) fails
+    assert by_name(fabric_checks(facts, {}, H100))["fabric_hca"]["status"] == "fail"
+    # and a node of 8 × 400 does not pass for 16 × 200
+    eight = by_name(fabric_checks(snapshot(tmp_path / "b", ibstat="ibstat-h100-roce-8x400-active.txt"), {}, sold))
+    assert eight["fabric_hca"]["status"] == "fail" and "8 of 16 sold ports" in eight["fabric_hca"]["hint"]
