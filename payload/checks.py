@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import node_facts as nf
+from . import toolchain
 from .gpu_models import gpu_model
 from .thresholds import (
     EXPECTED_ALLREDUCE_BUSBW,
@@ -379,9 +380,30 @@ def check_nccl_allreduce(facts: Facts, expect: Expect, th: dict[str, float]) -> 
     return _result("nccl_allreduce", "pass", observed, f">= {floor:.0f} GB/s", f"transports: {transports}")
 
 
+def check_compile_toolchain(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
+    """Can the profile ``torch.compile`` here (``payload.toolchain``)? An image without a C compiler or
+    Python's headers is not a bad host: warn, and the profile runs eager with the reason recorded."""
+    text = facts.text(toolchain.FILE)
+    if text is None:
+        return _missing("compile_toolchain", toolchain.FILE)
+    found = nf.parse_torch(text)
+    if not found.get("compile"):
+        return _result("compile_toolchain", "skip", None, None,
+                       "the profile does not compile here (compile: false, a CPU cell, or no profile phase)")
+    observed = {k: found.get(k) for k in ("cc", "cc_from", "python_include", "python_h")}
+    expected = "a C compiler (CC, gcc or clang) and Python.h, as Triton looks for them"
+    missing = toolchain.blockers(found)
+    if missing:
+        return _result("compile_toolchain", "warn", observed, expected,
+                       f"torch.compile cannot build Triton kernels on this image ({'; '.join(missing)}): the profile "
+                       "runs eager, slower per step and not comparable with compiled results (flag "
+                       f"eager_fallback); {toolchain.FIX}")
+    return _result("compile_toolchain", "pass", observed, expected)
+
+
 CHECKS: list[Callable[[Facts, Expect, dict[str, float]], Check]] = [
     check_cuda_init, check_gpu_inventory, check_driver, check_topology, check_numa, check_nvlink, check_nccl_env,
-    check_shm, check_cpu, check_ecc, check_gemm, check_hbm, check_nccl_allreduce,
+    check_shm, check_cpu, check_ecc, check_gemm, check_hbm, check_nccl_allreduce, check_compile_toolchain,
 ]
 
 

@@ -9,7 +9,8 @@ opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index, grad_accum, precisio
 attention, host_data, mem_est_gib, max_mem_allocated_gib}``: ``precision`` is the matmul precision
 (``bf16`` autocast on GPU, with TF32 for any f32 matmul, as upstream; ``f32`` on CPU), ``compiled`` whether the
 model and the optimizer's update functions ran ``torch.compile``d (on GPU unless ``compile: false``;
-never on CPU, ``compile_note`` says why), ``attention`` the attention kernel (``payload.model``),
+never on CPU, nor on a node without the toolchain Triton needs: ``compile_note`` says why),
+``attention`` the attention kernel (``payload.model``),
 ``host_data`` where the batches came from (``payload.host_data``: ``tokenize`` makes each
 micro-step's batch on the host right after the previous backward is launched, inside the step),
 ``mem_est_gib`` the per-GPU estimate (``payload.memory_estimate``) and
@@ -38,25 +39,41 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import os
 import time
 from pathlib import Path
 from typing import Any
 
+from . import toolchain
 from .events import EventLog, read_samples
 from .job import Job, ProfileConfig
 from .spot_notice import notice_file
 from .stats import median, percentile
 
 PHASES = ("fwd_bwd_s", "opt_phase1_s", "opt_phase2_s", "opt_phase3_s")
+FALLBACK = "eager fallback"
+"""How a ``compile_note`` starts when the campaign asked for ``torch.compile`` and the node could not:
+its step times are eager, not comparable with compiled ones."""
 
 
 def compile_choice(cfg: ProfileConfig, on_gpu: bool) -> tuple[bool, str | None]:
-    """Whether to ``torch.compile``, and why not when not."""
+    """Whether to ``torch.compile``, and why not when not. A node that cannot build Triton's
+    launchers (``payload.toolchain``: no C compiler, no Python.h) runs eager instead of failing at
+    the first step, and the note says so (it starts with ``FALLBACK``)."""
     if not cfg.compile:
         return False, "compile: false in the campaign"
     if not on_gpu:
         return False, "not compiled on CPU (torch.compile is used on GPU only)"
+    missing = toolchain.blockers(toolchain.toolchain(os.environ, compile_wanted=True))
+    if missing:
+        return False, f"{FALLBACK}: torch.compile cannot build Triton kernels on this node: {'; '.join(missing)}"
     return True, None
+
+
+def compile_wanted(job: Job) -> bool:
+    """The job's profile would ``torch.compile`` (on GPU, ``compile`` on, the profile still to run)."""
+    return (job.profile is not None and job.profile.compile and job.gpu.lower() != "cpu"
+            and "profile" in job.pending_phases())
 
 
 def grad_accum_steps(cfg: ProfileConfig, world_size: int) -> int:
