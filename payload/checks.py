@@ -13,9 +13,9 @@ from typing import Any
 
 from . import node_facts as nf
 from . import toolchain
+from .allreduce_band import Band
 from .gpu_models import gpu_model
 from .thresholds import (
-    EXPECTED_ALLREDUCE_BUSBW,
     EXPECTED_GEMM_TFLOPS,
     EXPECTED_HBM_GBPS,
     EXPECTED_TOPOLOGY,
@@ -359,25 +359,24 @@ def check_nccl_allreduce(facts: Facts, expect: Expect, th: dict[str, float]) -> 
         return _result("nccl_allreduce", "skip", {"log": triage} if triage else None, None,
                        "no live all_reduce measurement in this snapshot (probes.json)")
     model = detected_model(facts) or expect.gpu
-    reference = EXPECTED_ALLREDUCE_BUSBW.get((model, expect.count))
+    band = Band.of(model, expect.count, th["allreduce_min_fraction"])
     observed = {"busbw_gbps": probe.get("busbw_gbps"), "bytes": probe.get("bytes"), "wrong": probe.get("wrong"),
                 "log": triage}
     transports = ", ".join(triage.get("transports", {})) or "none logged"
     if probe.get("wrong"):
         return _result("nccl_allreduce", "fail", observed, "0 wrong elements",
                        f"all_reduce returned wrong values (transports: {transports}): replace the node")
-    if reference is None or expect.count < 2:
+    if band is None or expect.count < 2:
         return _result("nccl_allreduce", "pass", observed, f"no reference for {expect.count}× {model}",
                        f"transports: {transports}")
-    floor = reference * th["allreduce_min_fraction"]
     busbw = float(probe.get("busbw_gbps") or 0.0)
-    if busbw < floor:
-        hint = (f"busbw {busbw:.0f} GB/s is more than {1 - th['allreduce_min_fraction']:.0%} below {reference:.0f} "
-                f"(transports: {transports}). Check in order: NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, an NVLink lane "
-                "down, GPUs split across NUMA nodes, GPUDirect RDMA (GDRDMA) not active (busbw as defined in "
-                f"{BUSBW_DOC})")
-        return _result("nccl_allreduce", "fail", observed, f">= {floor:.0f} GB/s", hint)
-    return _result("nccl_allreduce", "pass", observed, f">= {floor:.0f} GB/s", f"transports: {transports}")
+    causes = (f"transports: {transports}. Check in order: NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, an NVLink lane "
+              "down, GPUs split across NUMA nodes, GPUDirect RDMA (GDRDMA) not active (busbw as defined in "
+              f"{BUSBW_DOC})")
+    status = band.status(busbw)
+    hint = band.hint(busbw, causes) if status != "pass" else "; ".join(
+        filter(None, [band.nvls_note(busbw), f"transports: {transports}"]))
+    return _result("nccl_allreduce", status, observed, band.expected_text(), hint)
 
 
 def check_compile_toolchain(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from .allreduce_band import Band
 from .thresholds import CLUSTER_REFERENCE
 
 Check = dict[str, Any]
@@ -46,17 +47,26 @@ def judge_cluster(cluster: dict[str, Any], gpu: str, count: int, thresholds: dic
     def applies(name: str) -> bool:
         return name in explicit or (wants_gpu and (gpu, count) in CLUSTER_REFERENCE)
 
-    return [_intra(cluster, thresholds, applies("intra_node_busbw_min_gbps")), _rails(cluster),
+    return [_intra(cluster, _intra_band(gpu, count, thresholds, explicit)), _rails(cluster),
             _inter(cluster, thresholds, applies("inter_node_busbw_min_gbps")),
             _falloff(cluster, thresholds, applies("cluster_falloff_max_fraction"),
                      "cluster_falloff_max_fraction" in explicit)]
+
+
+def _intra_band(gpu: str, count: int, th: dict[str, float], explicit: Collection[str]) -> Band | None:
+    """The single-node all_reduce rule (``payload.allreduce_band``) for each node's own figure, or
+    the campaign's ``intra_node_busbw_min_gbps`` when it set one (a floor, no warn band)."""
+    if "intra_node_busbw_min_gbps" in explicit:
+        floor = th["intra_node_busbw_min_gbps"]
+        return Band(floor, floor)
+    return Band.of(gpu, count, th["allreduce_min_fraction"]) if gpu.lower() != "cpu" else None
 
 
 def _not_judged(name: str) -> str:
     return f"not judged: no published figure for this configuration; set {name} to judge it"
 
 
-def _intra(cluster: dict[str, Any], th: dict[str, float], judged: bool) -> Check:
+def _intra(cluster: dict[str, Any], band: Band | None) -> Check:
     nodes = cluster.get("intra_node") or []
     if not nodes:
         return _check("intra_node_busbw", "skip", None, None, "one rank per node: nothing inside a node to measure")
@@ -67,17 +77,21 @@ def _intra(cluster: dict[str, Any], th: dict[str, float], judged: bool) -> Check
         observed["bad_node_ranks"] = wrong
         return _check("intra_node_busbw", "fail", observed, "0 wrong elements",
                       f"node(s) {', '.join(map(str, wrong))}: all_reduce returned wrong values: replace the node")
-    if not judged:
+    if band is None:
         return _check("intra_node_busbw", "pass", observed, None, _not_judged("intra_node_busbw_min_gbps"))
-    floor = th["intra_node_busbw_min_gbps"]
-    slow = [n for n in nodes if n["busbw_gbps"] < floor]
-    if slow:
-        observed["bad_node_ranks"] = [n["node_rank"] for n in slow]
-        named = ", ".join(f"node {n['node_rank']} ({n['busbw_gbps']:.0f} GB/s)" for n in slow)
-        return _check("intra_node_busbw", "fail", observed, f">= {floor:.0f} GB/s per node",
-                      f"{named} below {floor:.0f} GB/s inside the node: an NVLink lane down, NCCL_P2P_DISABLE / "
-                      "NCCL_SHM_DISABLE, GPUs split across NUMA nodes; the node is replaced")
-    return _check("intra_node_busbw", "pass", observed, f">= {floor:.0f} GB/s per node")
+    judged = [(n, band.status(float(n["busbw_gbps"]))) for n in nodes]
+    worst = max((status for _, status in judged), key=("pass", "warn", "fail").index)
+    if worst == "pass":
+        return _check("intra_node_busbw", "pass", observed, band.expected_text() + " per node",
+                      band.nvls_note(min(float(n["busbw_gbps"]) for n in nodes)))
+    off = [n for n, status in judged if status == worst]
+    if worst == "fail":
+        observed["bad_node_ranks"] = [n["node_rank"] for n in off]
+    named = ", ".join(f"node {n['node_rank']} ({n['busbw_gbps']:.0f} GB/s)" for n in off)
+    causes = ("an NVLink lane down, NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, GPUs split across NUMA nodes"
+              + ("; the node is replaced" if worst == "fail" else ""))
+    return _check("intra_node_busbw", worst, observed, band.expected_text() + " per node",
+                  f"{named}: " + band.hint(float(off[0]["busbw_gbps"]), causes))
 
 
 def _rails(cluster: dict[str, Any]) -> Check:

@@ -54,7 +54,7 @@ def test_a_healthy_cluster_node_shows_its_fabric_and_cross_node_checks(home: Pat
 
 
 def test_a_slow_node_in_the_cluster_fails_the_replay_and_is_named(home: Path, tmp_path: Path) -> None:
-    code, report = _replay(home, _snapshot(tmp_path, _probe(intra=(470.0, 300.0), whole=250.0)))
+    code, report = _replay(home, _snapshot(tmp_path, _probe(intra=(470.0, 200.0), whole=250.0)))
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["intra_node_busbw"]["status"] == "fail"
     assert checks["intra_node_busbw"]["observed"]["bad_node_ranks"] == [1]
