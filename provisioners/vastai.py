@@ -89,8 +89,11 @@ MIN_INTERVAL_S = {"search": 6.0, "create": 4.5, "show_instance": 2.0, "show_inst
 attach_ssh (no threshold documented) 1 s."""
 
 
-DEFAULT_IMAGE = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
-"""The instance's image when neither the cell nor the campaign's defaults name one."""
+DEFAULT_IMAGE = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-devel"
+"""The instance's image when neither the cell nor the campaign's defaults name one. Vast's ssh launch
+mode injects sshd into any image (docs.vast.ai, launch modes); the image must bring a C compiler for
+``torch.compile``: PyTorch's ``-devel`` images do, its ``-runtime`` ones do not (pytorch/pytorch
+issue 116696; pytorch/builder PR 1858 stopped running torch.compile on the runtime images only)."""
 
 
 class VastSettings(ProviderSettings):

@@ -34,10 +34,10 @@ payload:
 providers:
   skypilot: {{python: "{python}", workdir: "{work}", autodown_idle_minutes: 20}}
 matrix:
-  - {{provider: skypilot, cloud: lambda, gpu: cpu, count: 1, market: [spot, on-demand]}}
+  - {{provider: skypilot, cloud: gcp, gpu: cpu, count: 1, market: [spot, on-demand]}}
 """
-SPOT = "skypilot:cpux1:spot:cloud=lambda"
-ON_DEMAND = "skypilot:cpux1:on-demand:cloud=lambda"
+SPOT = "skypilot:cpux1:spot:cloud=gcp"
+ON_DEMAND = "skypilot:cpux1:on-demand:cloud=gcp"
 
 
 @pytest.fixture
@@ -106,6 +106,6 @@ def test_a_spot_cluster_reclaimed_mid_profile_is_resumed_on_a_new_one(home: Path
                    if not json.loads(e.data_json)["warmup"])
     assert timed == list(range(STEPS)), "every timed step exactly once across the two clusters"
     launches = [(e["use_spot"], e["instance_type"], e["autodown_idle_minutes"]) for e in sky.launched]
-    assert sorted(launches) == [(False, "cpu_1x", 20), (True, "cpu_1x", 20), (True, "cpu_1x", 20)]
+    assert sorted(launches) == [(False, "n2-standard-2", 20), (True, "n2-standard-2", 20), (True, "n2-standard-2", 20)]
     assert len({e["cluster"] for e in sky.launched}) == 3, "a new cluster for the new attempt"
     assert sky.inventory() == [], "every cluster was taken down"

@@ -12,7 +12,10 @@
 - ``validate(config, label)``: ``sky.Task.from_yaml_config``, which checks the schema (known
   keys, types, the cloud's name) offline. It does not check names against the catalogs (an
   accelerator, a region, an instance type): the price lookup and the launch do that. A schema
-  error becomes a ``ProviderError`` that names the cell.
+  error becomes a ``ProviderError`` that names the cell. Then the cloud's own feature flags
+  (``unsupported``): a cell that needs what SkyPilot says its cloud lacks (``num_nodes`` > 1 on
+  RunPod or Vast, spot on Lambda, a docker image where none runs...) is refused the same way,
+  instead of every launch failing over to nothing.
 """
 
 from __future__ import annotations
@@ -92,7 +95,8 @@ def task_config(request: OfferRequest, name: str, disk_size: int) -> dict[str, A
         resources["cpus"] = f"{request.min_vcpus}+"
     if request.image:
         resources["image_id"] = f"docker:{request.image}"
-    return {"name": name, "resources": resources}
+    nodes = int(request.extra.get("nodes") or 1)
+    return {"name": name, "resources": resources, **({"num_nodes": nodes} if nodes > 1 else {})}
 
 
 def validate(config: dict[str, Any], label: str) -> Any:
@@ -101,8 +105,42 @@ def validate(config: dict[str, Any], label: str) -> Any:
     from sky import exceptions
 
     try:
-        return sky.Task.from_yaml_config(copy.deepcopy(config))  # it consumes the dict it is given
+        task = sky.Task.from_yaml_config(copy.deepcopy(config))  # it consumes the dict it is given
     except (exceptions.InvalidSkyPilotConfigError, ValueError, TypeError, AssertionError) as exc:  # it asserts, too
         problem = " ".join(str(exc).split())
         raise ProviderError(f"{label}: SkyPilot refuses the cell's resources: {problem}; fix the cell "
                             "(docs/providers.md#skypilot)") from None
+    unsupported(task, label)
+    return task
+
+
+FIXES = {"multi-node": "use nodes: 1 or another cloud", "spot_instance": "use market: on-demand or another cloud",
+         "docker_image": "drop the cell's image (the cloud's own image runs the payload)"}
+"""What the user can change, per SkyPilot feature (``CloudImplementationFeatures`` values)."""
+
+
+def unsupported(task: Any, label: str) -> None:
+    """ProviderError naming the cell and SkyPilot's reason for each feature the task needs that its
+    cloud lacks. The features are SkyPilot's own: ``Resources.get_required_cloud_features`` (spot,
+    docker image, network tier...) and ``Task.get_required_cloud_features`` (multi-node for
+    ``num_nodes`` > 1), judged by ``Cloud.check_features_are_supported`` (sky/clouds/cloud.py, each
+    cloud's ``_CLOUD_UNSUPPORTED_FEATURES``), as SkyPilot's optimizer filters a cloud out. Offline;
+    Kubernetes (and SSH node pools) and Slurm are not judged here: their answer is the cluster's."""
+    from sky import clouds, exceptions
+
+    (resources,) = task.resources
+    cloud = resources.cloud
+    if cloud is None or isinstance(cloud, (clouds.Kubernetes, clouds.Slurm)):
+        return
+    problems = []
+    needed = resources.get_required_cloud_features() | task.get_required_cloud_features()
+    for feature in sorted(needed, key=lambda f: f.value):
+        try:
+            cloud.check_features_are_supported(resources, {feature})
+        except exceptions.NotSupportedError as exc:  # a table: a header row, then "<feature>  <reason>"
+            reason = " ".join(str(exc).strip().splitlines()[-1].split()).removeprefix(feature.value).strip()
+            fix = FIXES.get(feature.value, "change the cell")
+            problems.append(f"{feature.value}: {reason} ({fix})")
+    if problems:
+        raise ProviderError(f"{label}: SkyPilot cannot launch this cell on {cloud}: {'; '.join(problems)} "
+                            "(docs/providers.md#skypilot)")

@@ -40,7 +40,9 @@ from tests.fakes.eviction import kill_container
 from tests.fakes.sshd import SSHServer
 
 PRICES = [("lambda", "H100:8", False, "gpu_8x_h100_sxm5", 23.92), ("lambda", "cpu:1", False, "cpu_1x", 0.2),
-          ("lambda", "cpu:1", True, "cpu_1x", 0.07), ("gcp", "H100:8", True, "a3-highgpu-8g", 31.4),
+          # Lambda sells no spot (sky/clouds/lambda_cloud.py): spot rows are another cloud's
+          ("gcp", "cpu:1", True, "n2-standard-2", 0.07), ("gcp", "cpu:1", False, "n2-standard-2", 0.2),
+          ("gcp", "H100:8", True, "a3-highgpu-8g", 31.4),
           # SkyPilot's Lambda catalog names both the PCIe and the SXM single-GPU types "H100"
           ("lambda", "H100:1", False, "gpu_1x_h100_pcie", 2.49), ("lambda", "H100:1", False, "gpu_1x_h100_sxm5", 3.29),
           # its RunPod catalog names them apart (sky/catalog/data_fetchers/fetch_runpod.py)

@@ -91,7 +91,7 @@ def test_offers_priced_from_the_catalog(standin: SkyPilotStandIn, tmp_path: Path
     (offer,) = provider.offers(_request())
     assert (offer.offer_id, offer.hourly_usd) == ("lambda:gpu_8x_h100_sxm5", 23.92)
     assert offer.details["task"]["resources"]["instance_type"] == "gpu_8x_h100_sxm5", "what was priced is launched"
-    assert provider.offers(_request(market="spot")) == [], "no spot H100 on Lambda in the catalog: no offer"
+    assert provider.offers(_request(extra={"cloud": "gcp"})) == [], "no on-demand H100 on GCP in the catalog: no offer"
     with pytest.raises(ProviderError, match="cellA: skypilot cells need `cloud`"):
         provider.offers(_request(extra={}))
 
@@ -117,12 +117,12 @@ def _wait_running(provider: SkyPilotProvider, node: Node) -> None:
 def test_spot_launch_ssh_through_the_alias_preemption_owned_and_down(standin: SkyPilotStandIn,
                                                                       tmp_path: Path) -> None:
     provider = _provider(tmp_path, standin)
-    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
+    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot", extra={"cloud": "gcp"}))
     node = provider.launch(offer, "bc-tok1", "bc-camp-1")
     assert node.node_id == "bc-camp-1--bc-tok1" and node.details["request_id"] == "req-1"
     assert node.hourly_usd == 0.07 and node.details["use_spot"] is True
     (launched,) = standin.launched
-    assert (launched["cloud"], launched["use_spot"], launched["instance_type"]) == ("lambda", True, "cpu_1x")
+    assert (launched["cloud"], launched["use_spot"], launched["instance_type"]) == ("gcp", True, "n2-standard-2")
     assert launched["autodown_idle_minutes"] == 30
     assert provider.status(node) is NodeState.STARTING, "the launch request is still running"
     with pytest.raises(ProviderError, match="gives no head IP or ssh credentials"):
@@ -165,7 +165,7 @@ def test_an_unreachable_api_server_is_reported_plainly(standin: SkyPilotStandIn,
 
 def test_a_failed_launch_is_reported_with_skypilots_reason(standin: SkyPilotStandIn, tmp_path: Path) -> None:
     provider = _provider(tmp_path, standin)
-    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
+    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot", extra={"cloud": "gcp"}))
     node = provider.launch(offer, "bc-tok3", "bc-camp-1")
     standin.preempt(node.node_id)  # reclaimed while SkyPilot was still provisioning it: the request fails
     with pytest.raises(NoCapacity, match=r"could not launch bc-camp-1--bc-tok3: ResourcesUnavailableError: .* "
@@ -201,7 +201,7 @@ def test_the_example_campaigns_tasks_validate_offline() -> None:
     assert [(p["cloud"], p["use_spot"]) for p in parsed] == [("lambda", False), ("gcp", True)]
     assert parsed[0]["accelerators"] == {"H100": 8} and parsed[0]["image_id"] is None
     assert parsed[1]["instance_type"] == "a3-highgpu-8g"
-    assert parsed[1]["image_id"] == {None: "docker:pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"}
+    assert parsed[1]["image_id"] == {None: "docker:pytorch/pytorch:2.8.0-cuda12.8-cudnn9-devel"}
 
 
 def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standin: SkyPilotStandIn,
@@ -213,7 +213,7 @@ def test_autodown_removes_an_idle_cluster_unless_the_controller_renews_it(standi
     provider = SkyPilotProvider(tmp_path / "skypilot", SkyPilotSettings(workdir=str(tmp_path / "work"),
                                                                         autodown_idle_minutes=4), client=standin)
     provider.minute_s = standin.minute_s
-    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot"))
+    (offer,) = provider.offers(_request(gpu="cpu", count=1, market="spot", extra={"cloud": "gcp"}))
     node = provider.launch(offer, "bc-tok5", "bc-camp-1")
     _wait_running(provider, node)
     transport = provider.transport(node)
@@ -290,6 +290,36 @@ def test_a_gpu_form_the_cloud_cannot_tell_apart_is_refused(standin: SkyPilotStan
     provider.validate(_request(gpu=gpu, count=1, instance_type="x1", extra={"cloud": cloud})), "pinned: fine"
 
 
+@pytest.mark.parametrize(("request_kw", "refusal"), [
+    ({"market": "spot"}, r"Lambda: spot_instance: Spot instances are not supported in Lambda\. \(use market: "),
+    ({"extra": {"cloud": "runpod", "nodes": 2}}, r"RunPod: multi-node: Multi-node not supported yet.* \(use nodes: 1"),
+    ({"instance_type": "x", "extra": {"cloud": "vast", "nodes": 2}}, r"Vast: multi-node: Multi-node not supported"),
+])
+def test_what_skypilot_says_the_cloud_lacks_is_refused_before_any_launch(standin: SkyPilotStandIn, tmp_path: Path,
+                                                                         request_kw: dict[str, object],
+                                                                         refusal: str) -> None:
+    """SkyPilot's own flags (sky/clouds/runpod.py, vast.py, lambda_cloud.py ``_CLOUD_UNSUPPORTED_FEATURES``):
+    its optimizer would filter the cloud out and every launch would fail over to nothing."""
+    provider = _provider(tmp_path, standin)
+    with pytest.raises(ProviderError, match=rf"^cellA: SkyPilot cannot launch this cell on {refusal}"):
+        provider.validate(_request(**request_kw))
+    with pytest.raises(ProviderError, match="SkyPilot cannot launch this cell"):
+        provider.offers(_request(**request_kw))
+    assert standin.launched == []
+
+
+@pytest.mark.parametrize("request_kw", [
+    {"extra": {"cloud": "lambda", "nodes": 2}},
+    {"market": "spot", "image": "pytorch/pytorch:2.8.0", "extra": {"cloud": "gcp", "nodes": 2}},
+    {"gpu": "", "instance_type": "p5.48xlarge", "market": "spot", "extra": {"cloud": "aws", "nodes": 4}},
+    {"market": "spot", "extra": {"cloud": "kubernetes", "nodes": 2}},  # the cluster's answer, at launch
+])
+def test_what_the_cloud_supports_passes(request_kw: dict[str, object]) -> None:
+    config = task_config(_request(**request_kw), "t", 256)
+    validate(config, "cellA")
+    assert config.get("num_nodes") == request_kw["extra"]["nodes"]  # type: ignore[index]
+
+
 def test_sdk_down_keeps_skypilots_output_off_the_terminal(capfd: pytest.CaptureFixture[str]) -> None:
     """SkyPilot's ``stream_and_get`` prints the request's log to ``output_stream``, the terminal when
     None (sky/client/sdk.py ``stream_response``): it must not land on benchctl's progress table."""
@@ -361,6 +391,34 @@ def test_plan_refuses_a_gpu_form_the_cloud_cannot_tell_apart(home: Path, tmp_pat
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith("error: skypilot:H100_SXMx8:on-demand:cloud=vast: SkyPilot's vast catalog cannot tell "
                           "H100_SXM from the other forms")
+    assert standin.launched == []
+
+
+def test_plan_refuses_spot_on_lambda_and_multi_node_on_runpod(home: Path, tmp_path: Path, standin: SkyPilotStandIn,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from dataclasses import replace
+
+    from benchctl.cli.main import main
+    from benchctl.provisioners.registry import PROVIDERS
+
+    monkeypatch.setitem(PROVIDERS, "skypilot", replace(PROVIDERS["skypilot"],
+                                                       make=lambda home, settings: _provider(tmp_path, standin)))
+    path = tmp_path / "sky.yaml"
+    path.write_text("name: sky\nbudget_usd: 500\n"
+                    "target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}\n"
+                    "payload: {profile: {device_batch_size: 8, sequence_len: 2048}}\nmatrix:\n"
+                    "  - {provider: skypilot, cloud: lambda, gpu: H100_SXM, count: 8, market: spot}\n"
+                    "  - {provider: skypilot, cloud: runpod, gpu: H100_SXM, count: 8, nodes: 2, market: on-demand}\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", str(path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    lines = err.strip().removeprefix("error: ").splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith("skypilot:H100_SXMx8:spot:cloud=lambda: SkyPilot cannot launch this cell on Lambda: "
+                               "spot_instance")
+    assert "on RunPod: multi-node" in lines[1] and "use nodes: 1" in lines[1]
     assert standin.launched == []
 
 
