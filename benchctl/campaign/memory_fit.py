@@ -2,8 +2,9 @@
 
 Per cell: the per-GPU estimate of the profile phase (``payload.memory_estimate``: the target's
 model, the profile's sequence length and device batch, the cell's world size, compiled or not as
-the profile says) against one card's memory (``payload.gpu_memory``). A cell on a GPU the table
-does not know (or on ``cpu``), or a campaign without the profile phase, is not judged.
+the profile says, eager on an image known to have no compiler: ``benchctl.campaign.images``)
+against one card's memory (``payload.gpu_memory``). A cell on a GPU the table does not know (or
+on ``cpu``), or a campaign without the profile phase, is not judged.
 ``refuse_unfit`` raises UsageError (exit 2) naming the first cell that cannot fit, its estimate,
 the card's memory and the largest device batch that would fit (with gradient accumulation making
 up the total batch).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchctl.campaign.images import runs_eager
 from benchctl.campaign.spec import Campaign, CellSpec
 from benchctl.errors import UsageError
 from benchctl.payload.gpu_memory import card_memory_gib
@@ -41,7 +43,7 @@ def cell_fit(campaign: Campaign, cell: CellSpec, device_batch_size: int | None =
         return CellFit(cell.key, None, card and round(card, 1))
     profile, target = campaign.spec.payload.profile, campaign.spec.target
     total = estimate(target.model, profile.sequence_len, device_batch_size or profile.device_batch_size,
-                     cell.world_size, target.vocab_size, compiled=profile.compile).total_gib
+                     cell.world_size, target.vocab_size, compiled=not runs_eager(campaign, cell)).total_gib
     return CellFit(cell.key, round(total, 1), round(card, 1))
 
 

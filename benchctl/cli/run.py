@@ -46,6 +46,7 @@ def _with_run_options(fn: Callable[..., None]) -> Callable[..., None]:
 def run(state: CliState, file: str, concurrency: int, poll_interval: float, status_interval: float, yes: bool,
         confirm_above: float) -> None:
     """Run (or continue) the campaign in FILE; print its leaderboard."""
+    from benchctl.campaign.images import compile_warnings
     from benchctl.campaign.memory_fit import refuse_unfit
     from benchctl.campaign.spec import load_campaign
     from benchctl.engine.plan import refuse_multi_node
@@ -56,6 +57,8 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
 
     campaign = load_campaign(file)
     refuse_unfit(campaign)  # before any provider, database or node
+    for warning in compile_warnings(campaign, campaign.cells):
+        progress(f"warning: {warning}")
     providers = Providers(home(), campaign.spec.providers)
     providers.check(cell.provider for cell in campaign.cells)
     refuse_multi_node(providers, campaign.cells)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchctl.campaign.images import compile_warnings
 from benchctl.campaign.memory_fit import cell_fit
 from benchctl.campaign.spec import Campaign, CellSpec
 from benchctl.engine.budget import attempt_worst_case_s
@@ -163,6 +164,7 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
         raise NoProviderAnswered("no provider answered for offers, so nothing could be planned: " + "; ".join(
             f"{name}: {problem}" for name, problem in sorted(failed.items())) + ". Fix that (or wait) and plan again")
     warnings += [f"{name}: {note}" for name in sorted(answered) for note in providers.get(name).plan_notes()]
+    warnings += compile_warnings(campaign, cells)
     priced = round(sum(r["worst_case_usd"] for r in rows if r["worst_case_usd"] is not None), 4)
     if spent_usd + priced > campaign.spec.budget_usd:
         warnings.append(f"the worst case ${spent_usd + priced:.2f} is over budget_usd "

@@ -196,9 +196,13 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 
 def _how(row: dict[str, Any]) -> str:
-    """The precision, and the host data load where the batches were not synthetic (``bf16, tokenize``)."""
+    """The precision, ``eager`` where GPU steps ran without torch.compile (not comparable with compiled
+    rows), and the host data load where the batches were not synthetic (``bf16 eager, tokenize``)."""
+    precision = row["precision"] or "-"
+    if row.get("compiled") is False and precision != "f32":  # f32: CPU, where nothing compiles
+        precision += " eager"
     host = row.get("host_data")
-    return f"{row['precision'] or '-'}, {host}" if host and host != "synthetic" else row["precision"] or "-"
+    return f"{precision}, {host}" if host and host != "synthetic" else precision
 
 
 def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]:

@@ -69,8 +69,13 @@ SPOT_UNAVAILABLE = ("RunPod spot is unavailable: RunPod's supported APIs (REST v
 KEY_HELP = "set RUNPOD_API_KEY, or put api_key in ~/.runpod/config.toml (`runpod config`)"
 
 
-DEFAULT_IMAGE = "runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04"
-"""The pod's image when neither the cell nor the campaign's defaults name one."""
+DEFAULT_IMAGE = "runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404"
+"""The pod's image when neither the cell nor the campaign's defaults name one: RunPod's own (runpod/containers,
+official-templates/pytorch/README.md lists the tag) on ``nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04``
+with build-essential, openssh-server and python3.x-dev (official-templates/base/Dockerfile), torch 2.8.0
+(cu128) in Python 3.12, which is ``python3`` on Ubuntu 24.04; its ``/start.sh``
+(container-template/start.sh) authorizes ``PUBLIC_KEY`` and starts sshd. So: sshd, a compiler and the
+headers ``torch.compile`` needs, and the CUDA the torch needs."""
 
 
 class RunPodSettings(ProviderSettings):
