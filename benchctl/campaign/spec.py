@@ -25,6 +25,7 @@ from benchctl.campaign.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, l
 from benchctl.errors import SpecError
 from benchctl.payload.collective_math import parse_bytes
 from benchctl.payload.env_policy import SECRET_NAME as _SECRET_NAME
+from benchctl.payload.fabric_checks import FabricExpect
 from benchctl.payload.gpu_models import canonical as canonical_gpu
 from benchctl.payload.gpu_models import unknown_model
 from benchctl.payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
@@ -283,6 +284,13 @@ class CellSpec(_Strict):
     price_usd_per_hour: float | None = Field(default=None, ge=0)
     env: dict[str, str] = Field(default_factory=dict, description="environment for every rank, e.g. NCCL_ALGO")
     faults: LocalFaults | None = Field(default=None, description="local provider only: faults to inject")
+    fabric: str | None = Field(default=None, description="what the nodes' network between them was sold as "
+                               "(ib 8x400, roce 16x200, efa 32, none); default: what the provider's offer says")
+
+    @field_validator("fabric")
+    @classmethod
+    def _fabric(cls, value: str | None) -> str | None:
+        return None if value is None else str(FabricExpect.parse(value))  # FabricError is a ValueError
 
     @field_validator("gpu")
     @classmethod

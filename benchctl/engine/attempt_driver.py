@@ -230,7 +230,8 @@ class AttemptDriver:
                    profile_steps_done=0 if "profile" in done else len(timed_samples(self.ctx.engine, self.cell_id)),
                    max_idle_minutes=campaign.spec.max_idle_minutes,
                    idle_shutdown=self.provider.idle_shutdown_command(node), spot_notice=self.provider.spot_notice(node),
-                   instance_type=self.spec.instance_type or node.offer.details.get("instance_type"))
+                   instance_type=self.spec.instance_type or node.offer.details.get("instance_type"),
+                   fabric=self.spec.fabric or node.offer.fabric)
 
     def _done_phases(self) -> list[str]:
         """Workload phases finished by earlier attempts. Preflight is never carried over: it judges

@@ -33,6 +33,12 @@ class InstanceKind:
     cards, docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html), 16 on p5en, 4 on
     p4d/p4de (4 network cards)."""
 
+    @property
+    def fabric(self) -> str:
+        """What the type sells between nodes, in ``payload.fabric_checks.FabricExpect.parse``'s words:
+        its EFA devices (the fabric preflight expects them all), or ``none``."""
+        return f"efa {self.efa_interfaces}" if self.efa_interfaces else "none"
+
 
 INSTANCES = {k.instance_type: k for k in (
     InstanceKind("p5.48xlarge", "H100_SXM", 8, 192, 55.04, efa_interfaces=32),

@@ -179,7 +179,7 @@ class AWSProvider(Provider):
         prices.sort(key=lambda z: (self._short.get((region, kind.instance_type, z[0]), 0.0) > now, z[1], z[0]))
         return [Offer(provider=self.name, offer_id=f"{kind.instance_type}|{zone}", gpu=kind.gpu,
                       count=kind.count, vcpus=kind.vcpus, region=region, hourly_usd=price, market=request.market,
-                      details={"instance_type": kind.instance_type, "zone": zone})
+                      details={"instance_type": kind.instance_type, "zone": zone}, fabric=kind.fabric)
                 for zone, price in prices]
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:

@@ -61,6 +61,7 @@ from benchctl.provisioners.base import (
     Unavailable,
     member_token,
 )
+from benchctl.provisioners.skypilot.network import fabric_sold, network_resources
 from benchctl.provisioners.skypilot.sdk import Cluster, SkyClient, SkySDK
 from benchctl.provisioners.skypilot.task import accelerators, form_conflict, task_config, validate, validate_gpu
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
@@ -209,9 +210,11 @@ class SkyPilotProvider(Provider):
             return []
         price = fitting[0]
         config["resources"]["instance_type"] = price.instance_type  # what was priced is what is launched
+        config["resources"].update(network_resources(request))  # a cluster's RDMA network, where the cloud has one
         return [Offer(provider=self.name, offer_id=f"{cloud}:{price.instance_type}", gpu=request.gpu,
                       count=request.count, vcpus=request.min_vcpus or 0, region=request.region or cloud,
-                      hourly_usd=round(price.hourly_usd, 4), market=request.market, details={"task": config})]
+                      hourly_usd=round(price.hourly_usd, 4), market=request.market, details={"task": config},
+                      fabric=fabric_sold(request))]
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         return self._submit(offer, token, campaign_tag, {})
