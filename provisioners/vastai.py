@@ -14,13 +14,18 @@
   controller never buy one offer. A create is never re-sent blindly: it waits as long as the SDK
   does (``CREATE_TIMEOUT_S``), and after a try that may have reached Vast (timeout, dropped
   connection, 5xx) the label is looked up first and an instance carrying it is adopted. An offer
-  gone (``no_such_ask``: 404/410) is ``NoCapacity``. The billed price is the instance's ``dph_total``.
-- Status (``actual_status`` is the host's state, ``intended_status`` the renter's intent): running
-  → running; null/created/loading → starting; stopped/exited/rebooting (the container, and the
+  gone (``no_such_ask``: 404/410) is ``NoCapacity``. A bid that loses at rent time still creates
+  the instance, stopped and billing its disk, and answers an error (200 or 4xx, ``success: false``):
+  the instance it names and any carrying the label are destroyed, and the rent is ``NoCapacity``.
+  The billed price is the instance's ``dph_total``.
+- Status (``actual_status`` is the host's state, ``intended_status`` the renter's intent):
+  ``cur_state``, ``intended_status`` and ``next_state`` all stopped (how an outbid instance reads,
+  as dstack's vastai backend reads it) → preempted for a bid, terminated otherwise; running →
+  running; null/created/loading → starting; stopped/exited/rebooting (the container, and the
   payload in it, stopped) → preempted for a bid (outbid), terminated otherwise; unknown/offline/
   frozen (the host is out of touch or paused; the payload may live) → unknown; an intent of
-  stopped (someone stopped it by hand) or no instance → terminated. A node once preempted stays so
-  even when Vast resumes it by itself (its payload died when it was paused).
+  stopped alone (someone stopped it by hand) or no instance → terminated. A node once preempted
+  stays so even when Vast resumes it by itself (its payload died when it was paused).
 - SSH: direct (``public_ipaddr`` + ``ports["22/tcp"]``) or through Vast's proxy
   (``ssh_host``/``ssh_port``), as the settings say; direct falls back to the proxy when there is no
   mapping or the mapped port gives no SSH banner within ``probe_timeout_s``. The address is read
@@ -163,12 +168,8 @@ def _status_of(exc: BaseException) -> int | None:
 
 
 def _error_code(exc: BaseException) -> str | None:
-    response = getattr(exc, "response", None)
-    try:
-        body = response.json() if response is not None else None
-    except ValueError:
-        return None
-    return body.get("error") if isinstance(body, dict) else None
+    code = _answer(exc).get("error")
+    return code if isinstance(code, str) else None
 
 
 ERROR_CODES: dict[str, type[ProviderError]] = {"search_quota_exceeded": SearchQuotaExceeded,
@@ -283,10 +284,22 @@ class VastProvider(Provider):
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         _, public = campaign_key(self.root / "keys", campaign_tag)
         label = f"{campaign_tag}--{token}"
-        answer = self._create(offer, label)
+        failure: ProviderError | None = None
+        try:
+            answer = self._create(offer, label)
+        except (AuthError, NoCapacity):
+            raise  # refused outright: nothing was created
+        except ProviderError as exc:
+            failure, answer = exc, _answer(exc.__cause__)
         instance_id = answer.get("new_contract") if isinstance(answer, dict) else None
-        if not instance_id:
-            raise NoCapacity(f"vastai did not rent offer {offer.offer_id}: {answer}")
+        if failure is not None or not instance_id or answer.get("success") is False:
+            left = self._destroy_left(label, instance_id)
+            if failure is not None and not left:
+                raise failure
+            what = f"the bid lost ({answer.get('msg') or answer.get('error')})" if left else str(answer)
+            raise NoCapacity(f"vastai did not rent offer {offer.offer_id}: {what}"
+                             + (f"; the stopped instance it left ({', '.join(map(str, left))}) was destroyed"
+                                if left else ""))
         node = Node(provider=self.name, node_id=str(instance_id), token=token, campaign_tag=campaign_tag, offer=offer,
                     details={"instance_id": int(instance_id)}, host=offer.host or None)
         try:
@@ -322,6 +335,21 @@ class VastProvider(Provider):
                 raise
 
         return call_api(once, classify, _wording("rent an offer"), max_s=90 + CREATE_TIMEOUT_S, sleep=self.sleep)
+
+    def _destroy_left(self, label: str, named: int | None) -> list[int]:
+        """Destroy what a failed rent left: the instance its answer named and any carrying its
+        ``label`` (a lost bid creates one, stopped, billing its disk). The ids destroyed; one that
+        cannot be destroyed now is left to ``owned`` (its label carries the campaign's tag)."""
+        found = {int(named)} if named else set()
+        with contextlib.suppress(ProviderError):
+            found |= {int(row["id"]) for row in self._listing(label)}
+        gone = []
+        for instance_id in sorted(found):
+            with contextlib.suppress(ProviderError):
+                with contextlib.suppress(NodeGone):
+                    self._call("destroy an instance", "destroy", self.sdk.destroy_instance, instance_id)
+                gone.append(instance_id)
+        return gone
 
     def _instance(self, node: Node) -> dict[str, Any] | None:
         try:
@@ -416,7 +444,11 @@ def _greets(address: tuple[str, int], timeout: float) -> bool:
 
 def instance_state(instance: dict[str, Any] | None) -> NodeState:
     """An instance's state (see the module doc)."""
-    if instance is None or instance.get("intended_status") == "stopped":
+    if instance is None:
+        return NodeState.TERMINATED
+    if instance.get("cur_state") == instance.get("intended_status") == instance.get("next_state") == "stopped":
+        return NodeState.PREEMPTED if instance.get("is_bid") else NodeState.TERMINATED
+    if instance.get("intended_status") == "stopped":
         return NodeState.TERMINATED
     actual = instance.get("actual_status")
     if actual == "running":
@@ -426,6 +458,16 @@ def instance_state(instance: dict[str, Any] | None) -> NodeState:
     if actual in ("stopped", "exited", "rebooting"):
         return NodeState.PREEMPTED if instance.get("is_bid") else NodeState.TERMINATED
     return NodeState.UNKNOWN
+
+
+def _answer(exc: BaseException | None) -> dict[str, Any]:
+    """The JSON object an HTTP error's response carried ({} when none)."""
+    response = getattr(exc, "response", None)
+    try:
+        body = response.json() if response is not None else None
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _body(exc: BaseException) -> str:

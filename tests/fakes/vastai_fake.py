@@ -37,9 +37,19 @@ Each behaviour below cites where the real API shows it (see also tests/fakes/REA
   the ``disk`` it was created with.
 - Status: ``actual_status`` is the container's state (null, created, loading, running, stopped,
   frozen, exited, rebooting, unknown, offline: vast-cli ``vastai/SKILL.md`` "Instance status
-  values"), ``intended_status`` the renter's intent. An outbid bid instance is paused (stopped)
-  with its intent unchanged and resumes by itself when its bid wins again
+  values"), ``intended_status`` the renter's intent. An outbid bid instance shows ``cur_state``,
+  ``intended_status`` and ``next_state`` all ``stopped`` (dstack reads exactly that as a spot
+  interruption: dstackai/dstack ``src/dstack/_internal/core/backends/vastai/compute.py``,
+  ``update_provisioning_data``, commit 71b416c4 "Detect Vast.ai interruptions during
+  provisioning"); it keeps its disk, which bills, and may resume by itself when its bid wins again
   (docs guides/instances/choosing/instance-types.mdx, "Interruptible Instances").
+- A bid that loses at rent time (under the machine's current ``min_bid``) still creates the
+  instance, stopped (the same three states), and answers an error whose body names it in
+  ``new_contract`` (dstack ``vastai/api_client.py`` ``VastAICreateInstanceError``: "Vast.ai creates
+  spot instances in the stopped state and returns an error if the bid is insufficient", cleaned up
+  by its ``run_job``, PR dstackai/dstack#4036). The status and ``error`` code of that answer are
+  not documented: ``failed_bid_status`` (400, or 200 with ``success: false``) and
+  ``failed_bid_names_it`` cover the readings a client must survive.
 - Listing: ``GET /api/v1/instances/`` answers one keyset page of at most 25 rows (``limit``
   default 25, max 25, ≤ 0 read as 5) with a ``next_token`` to pass as ``after_token`` for the
   next, null on the last; each page is one call under the endpoint's 1.0 s interval
@@ -112,6 +122,10 @@ class FakeVast:
         self.instances: dict[int, dict[str, Any]] = {}
         self.faults: list[str] = []
         self.rent_bodies: list[dict[str, Any]] = []
+        self.failed_bid_status = 400
+        """The HTTP status of a rent whose bid lost (the body says ``success: false`` either way)."""
+        self.failed_bid_names_it = True
+        """Whether that answer carries the stopped instance's id (``new_contract``)."""
         self.rate_limits = {k: v * rate_scale for k, v in RATE_LIMITS.items()}
         self.calls: Counter[str] = Counter()
         """Calls per endpoint that were answered (not refused by the rate limit)."""
@@ -156,20 +170,25 @@ class FakeVast:
                 code, msg = (404, "Offer not found") if offer is None else (410, "Offer no longer available")
                 return code, {"success": False, "error": "no_such_ask", "msg": msg, "ask_id": offer_id}
             bid = body.get("price")
-            if bid is not None and bid < offer["min_bid"]:
-                return 400, {"success": False, "error": "invalid_price", "msg": f"bid below min_bid {offer['min_bid']}"}
-            offer["rented"] = True
+            lost = bid is not None and bid < offer["min_bid"]
+            offer["rented"] = not lost
             self._next += 1
             self.rent_bodies.append(body)
             price = bid if bid is not None else offer["dph_base"]
+            state = "stopped" if lost else "running"
             self.instances[self._next] = {
                 "id": self._next, "label": body.get("label"), "machine_id": offer["machine_id"],
                 "is_bid": bid is not None, "dph_total": price + storage_per_hour(offer, float(body.get("disk", 10))),
-                "intended_status": "running", "actual_status": "loading", "cur_state": "running",
+                "intended_status": state, "cur_state": state, "next_state": state,
+                "actual_status": None if lost else "loading",
                 "created": time.time(), "offer": offer_id, "gpu_name": offer["gpu_name"],
                 "num_gpus": offer["num_gpus"], "cpu_cores_effective": offer["cpu_cores_effective"],
                 "image_uuid": body.get("image"), "start_date": time.time(),
                 "extra_env": [[k, v] for k, v in (body.get("env") or {}).items()]}
+            if lost:  # created all the same, stopped, billing its disk (see the module doc)
+                answer = {"success": False, "error": "invalid_price", "msg": f"bid below min_bid {offer['min_bid']}"}
+                return self.failed_bid_status, {**answer, **({"new_contract": self._next}
+                                                             if self.failed_bid_names_it else {})}
             return 200, {"success": True, "new_contract": self._next}
 
     def view(self, instance: dict[str, Any]) -> dict[str, Any]:
@@ -219,10 +238,12 @@ class FakeVast:
             return instance is not None
 
     def outbid(self, instance_id: int) -> None:
-        """Another renter outbid ours: the instance is paused (its intent unchanged), its processes die."""
+        """Another renter outbid ours: the instance is stopped (``cur_state``, ``intended_status`` and
+        ``next_state`` all ``stopped``), its processes die, its disk still bills."""
         with self.lock:
             instance = self.instances[instance_id]
-            instance.update(actual_status="stopped", cur_state="stopped")
+            instance.update(actual_status="stopped", cur_state="stopped", intended_status="stopped",
+                            next_state="stopped")
         kill_container(self.workdir, str(instance["label"]).rsplit("--", 1)[-1])
 
     def set_status(self, instance_id: int, actual: str | None, **fields: Any) -> None:

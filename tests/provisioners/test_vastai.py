@@ -75,7 +75,8 @@ def test_rent_status_outbid_owned_destroy(fake: FakeVast, tmp_path: Path) -> Non
     assert provider.offers(OfferRequest(gpu="cpu", count=1, market="spot"))[0].offer_id == "2001", "rented is gone"
     fake.outbid(int(node.node_id))
     assert provider.status(node) is NodeState.PREEMPTED
-    fake.set_status(int(node.node_id), "running", cur_state="running")  # Vast resumes it when the bid wins again
+    fake.set_status(int(node.node_id), "running", cur_state="running", intended_status="running",
+                    next_state="running")  # Vast resumes it when the bid wins again
     assert provider.status(node) is NodeState.PREEMPTED, "its payload died when it was paused: still preempted"
     provider.terminate(node)
     provider.terminate(node)  # gone is success
@@ -163,6 +164,12 @@ def test_missing_key_names_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mon
     ({"actual_status": "exited", "intended_status": "running", "is_bid": False}, NodeState.TERMINATED),
     ({"actual_status": "rebooting", "intended_status": "running", "is_bid": False}, NodeState.TERMINATED),
     ({"actual_status": "running", "intended_status": "stopped", "is_bid": True}, NodeState.TERMINATED),
+    ({"actual_status": "stopped", "cur_state": "stopped", "intended_status": "stopped", "next_state": "stopped",
+      "is_bid": True}, NodeState.PREEMPTED),
+    ({"actual_status": None, "cur_state": "stopped", "intended_status": "stopped", "next_state": "stopped",
+      "is_bid": True}, NodeState.PREEMPTED),
+    ({"actual_status": "stopped", "cur_state": "stopped", "intended_status": "stopped", "next_state": "stopped",
+      "is_bid": False}, NodeState.TERMINATED),
     ({"actual_status": "offline", "intended_status": "running", "is_bid": False}, NodeState.UNKNOWN),
     ({"actual_status": "offline", "intended_status": "running", "is_bid": True}, NodeState.UNKNOWN),
     ({"actual_status": "unknown", "intended_status": "running"}, NodeState.UNKNOWN),
@@ -274,3 +281,18 @@ def test_owned_pages_through_every_instance_within_the_listing_interval(fake: Fa
     assert fake.throttled == {}, f"no page came sooner than Vast allows: {dict(fake.throttled)}"
     for node_id in fake.inventory():
         fake.destroy(node_id)
+
+
+@pytest.mark.parametrize(("status", "names_it"), [(400, True), (200, True), (400, False)])
+def test_a_lost_bid_is_no_capacity_and_its_stopped_instance_is_destroyed(fake: FakeVast, tmp_path: Path,
+                                                                         status: int, names_it: bool) -> None:
+    """Vast creates a losing bid's instance stopped (billing its disk) and answers an error: the
+    rent is NoCapacity, and the instance it left is found and destroyed."""
+    provider = _provider(tmp_path)
+    (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="spot"))
+    fake.offers[int(offer.offer_id)]["min_bid"] = 1.0  # the market moved between search and rent
+    fake.failed_bid_status, fake.failed_bid_names_it = status, names_it
+    with pytest.raises(NoCapacity, match="bid"):
+        provider.launch(offer, "bc-lost", "bc-camp-9")
+    assert fake.calls["create"] == 1, "a lost bid is not sent again"
+    assert fake.inventory() == [], "the stopped instance the lost bid left is destroyed"
