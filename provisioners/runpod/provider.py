@@ -12,7 +12,9 @@
   the pod is looked up by that name before the mutation is sent again. The billed price is the
   pod's ``costPerHr``, the host its ``machineId``.
 - Status from ``desiredStatus``: RUNNING with a public 22/tcp port → running (RunPod shows a
-  ``runtime`` before its ports), RUNNING without → starting; CREATED/RESTARTING → starting;
+  ``runtime`` before its ports), RUNNING without → starting; CREATED/RESTARTING → starting, but
+  RESTARTING after the pod was seen running → preempted, for good (a restart wipes the container
+  disk and kills the payload);
   EXITED on an INTERRUPTABLE pod → preempted; EXITED otherwise, DEAD, TERMINATED, PAUSED or no
   pod → terminated; anything else → unknown.
 - SSH: ``root`` at the ``runtime.ports`` entry with privatePort 22 and ``isIpPublic``; the image
@@ -31,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -163,6 +166,10 @@ class RunPodProvider(Provider):
         self.root = root
         self.settings = settings or RunPodSettings()
         self._endpoints: dict[str, SSHEndpoint] = {}
+        self._ran: set[str] = set()
+        """Pods seen running (a restart after that ends the attempt)."""
+        self._restarted: set[str] = set()
+        self._lock = threading.Lock()
         self.sleep: Callable[[float], None] = time.sleep
         """Between retries (a test replaces it)."""
 
@@ -267,7 +274,20 @@ class RunPodProvider(Provider):
         return dict(pod) if pod else None
 
     def status(self, node: Node) -> NodeState:
-        return pod_state(self._pod(node.node_id))
+        """``pod_state``, and a pod seen running that then restarts is preempted for good: a restart
+        kills the container and wipes its disk, the attempt's payload and events with it."""
+        with self._lock:
+            if node.node_id in self._restarted:
+                return NodeState.PREEMPTED
+        pod = self._pod(node.node_id)
+        state = pod_state(pod)
+        with self._lock:
+            if state is NodeState.RUNNING:
+                self._ran.add(node.node_id)
+            elif node.node_id in self._ran and (pod or {}).get("desiredStatus") == "RESTARTING":
+                self._restarted.add(node.node_id)
+                return NodeState.PREEMPTED
+        return state
 
     def transport(self, node: Node) -> SSHTransport:
         endpoint = self._endpoints.get(node.node_id)

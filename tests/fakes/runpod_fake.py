@@ -27,6 +27,7 @@ from typing import Any
 
 from graphql import build_schema, graphql_sync
 
+from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
 
 SCHEMA = build_schema("""
@@ -148,6 +149,19 @@ class FakeRunPod:
                   "type": "tcp"}] if up >= self.ports_s else []
         return {**pod, "runtime": {"ports": ports, "uptimeInSeconds": 1} if booted else None,
                 "machine": {"podHostId": f"{pod['id']}-host", "gpuDisplayName": "H100"}}
+
+    def restart(self, pod_id: str) -> None:
+        """RunPod restarts the pod (host maintenance, an edit of the pod): ``desiredStatus``
+        RESTARTING, no ``runtime``, every process in its container killed and its container disk
+        wiped; ``come_back`` makes it RUNNING again, a fresh container."""
+        with self.lock:
+            pod = self.pods[pod_id]
+            pod.update(desiredStatus="RESTARTING")
+        kill_container(self.workdir, str(pod["name"]).rsplit("--", 1)[-1])
+
+    def come_back(self, pod_id: str) -> None:
+        with self.lock:
+            self.pods[pod_id].update(desiredStatus="RUNNING", created=time.time())
 
     def inventory(self) -> list[str]:
         """Pods that would still bill (not terminated)."""

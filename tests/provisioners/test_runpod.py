@@ -124,3 +124,21 @@ def test_missing_key_names_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mon
 def test_every_desired_status_maps(pod: dict | None, state: NodeState) -> None:
     assert pod_state(pod) is state
     json.dumps(pod)  # plain data, as the API returns it
+
+
+def test_a_pod_seen_running_then_restarting_ends_the_attempt(fake: FakeRunPod, tmp_path: Path) -> None:
+    """A restart kills the container and wipes its disk (the payload and its events with it): a pod
+    that was running and then restarts is preempted, and stays so once it runs again."""
+    provider = _provider(tmp_path)
+    (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
+    node = provider.launch(offer, "bc-restart", "bc-camp-r")
+    assert provider.status(node) is NodeState.RUNNING
+    fake.restart(node.node_id)
+    assert provider.status(node) is NodeState.PREEMPTED
+    fake.come_back(node.node_id)
+    assert provider.status(node) is NodeState.PREEMPTED, "a fresh container: the attempt's payload is gone"
+    fresh = provider.launch(offer, "bc-booting", "bc-camp-r")
+    fake.restart(fresh.node_id)  # restarting before it ever ran: still on its way up
+    assert provider.status(fresh) is NodeState.STARTING
+    for n in (node, fresh):
+        provider.terminate(n)
