@@ -15,8 +15,9 @@
   succeeded and the cluster is UP; a cluster that is gone or STOPPED without our ``down`` is
   preempted when it was spot, terminated otherwise, unless autodown removed it (AUTOSTOPPING, or
   gone after our renewals lapsed): a ``ProviderError`` saying so. INIT with SkyPilot's unhealthy
-  reason: a ``ProviderError`` with it; INIT otherwise is a launch under way (starting). Statuses
-  are read with SkyPilot's AUTO refresh, which asks the cloud about spot clusters.
+  reason: a ``ProviderError`` with it, except a spot cluster's INIT because the cloud took some of
+  its nodes (``partly_preempted``): preempted; INIT otherwise is a launch under way (starting).
+  Statuses are read with SkyPilot's AUTO refresh, which asks the cloud about spot clusters.
 - SSH goes to the head's IP, port and user from the handle with the key's content from the status
   record (SkyPilot writes its ssh config on the API server's machine, which may not be ours); the
   key is kept under ``root/keys`` (0600), so the last reads of a reclaimed node stay possible.
@@ -69,6 +70,10 @@ from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 CLUSTER_NAME = re.compile(r"[a-zA-Z]([-_.a-zA-Z0-9]*[a-zA-Z0-9])?")
 """SkyPilot's rule for cluster names."""
 IN_FLIGHT = ("PENDING", "WAITING", "RUNNING")
+PARTLY_GONE = ("one or more nodes terminated", "some but not all nodes are stopped")
+"""SkyPilot's reasons for turning a cluster INIT when the cloud took some of its nodes (terminated,
+or stopped as GCP may stop a spot VM): sky/backends/backend_utils.py ``_update_cluster_status``,
+which notes that such an INIT can mean "the cluster is partially preempted" (SkyPilot 0.14.1)."""
 T = TypeVar("T")
 
 
@@ -137,6 +142,12 @@ def _wording(what: str) -> Wording:
 def _name(node: Node) -> str:
     """The SkyPilot cluster a node (any member) is part of."""
     return str(node.details.get("cluster") or node.node_id)
+
+
+def partly_preempted(cluster: Cluster | None, use_spot: bool) -> bool:
+    """A spot cluster SkyPilot shows INIT because the cloud took some of its nodes (``PARTLY_GONE``)."""
+    return (use_spot and cluster is not None and cluster.status == "INIT" and cluster.unhealthy is not None
+            and any(reason in cluster.unhealthy for reason in PARTLY_GONE))
 
 
 def cluster_state(request: str | None, cluster: str | None, use_spot: bool, downed: bool) -> NodeState:
@@ -264,12 +275,14 @@ class SkyPilotProvider(Provider):
         """The node's state; a running cluster's autodown timer is restarted here (at most every quarter
         of ``autodown_idle_minutes``). ProviderError with SkyPilot's reason when its launch failed
         without a cluster (``NoCapacity`` when for capacity), when autodown removed it, or when
-        SkyPilot found it unhealthy."""
+        SkyPilot found it unhealthy (a spot cluster that lost nodes to the cloud is preempted)."""
         request_id = node.details.get("request_id")
         request = self._call("read the launch request", self.client.request_status, request_id) if request_id \
             else None
         cluster = self._cluster(_name(node))
         downed = _name(node) in self._downed
+        if not downed and partly_preempted(cluster, bool(node.details.get("use_spot"))):
+            return NodeState.PREEMPTED  # every member: the attempt ends as preempted and downs the rest
         if not downed:
             self._raise_for(node, request, cluster)
         if cluster is not None and cluster.status == "UP" and not downed:

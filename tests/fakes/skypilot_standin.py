@@ -258,6 +258,21 @@ class SkyPilotStandIn:
             cluster = self._clusters[cluster_name]
             cluster.status, cluster.unhealthy = "INIT", reason
 
+    def preempt_nodes(self, cluster_name: str, ranks: list[int]) -> None:
+        """The cloud reclaims some nodes of a spot cluster (node rank 0 is the head): their processes
+        die, and a refreshed status shows the cluster INIT, unhealthy, with SkyPilot's reason
+        (sky/backends/backend_utils.py ``_update_cluster_status``: fewer nodes than ``launched_nodes``
+        is "one or more nodes terminated"; the event text is ``ABNORMAL_STATUS_REASON_PREFIX`` of
+        sky/global_user_state.py, the reason, then "Transitioned to INIT")."""
+        with self.lock:
+            cluster = self._clusters[cluster_name]
+            token = cluster_name.rsplit("--", 1)[1]
+            for rank in ranks:
+                kill_container(self.workdir, token if rank == 0 else f"{token}-n{rank}")
+            cluster.status = "INIT"
+            cluster.unhealthy = ("Cluster is abnormal because one or more nodes terminated. Transitioned to INIT "
+                                 "(details: cluster is unhealthy).")
+
     def _remove(self, cluster_name: str) -> None:
         from sky import exceptions
 

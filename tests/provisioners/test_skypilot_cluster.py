@@ -116,3 +116,35 @@ def test_a_cluster_bills_each_node_at_the_price_it_landed_at(tmp_path: Path, sta
     assert [provider.billed_usd(m) for m in node.members()] == [25.5, 25.5]
     assert node.details["launched"]["region"] == "us-south-1"
     provider.terminate(node)
+
+
+@pytest.mark.parametrize("preempted", [[1], [0]])
+def test_a_spot_cluster_partly_preempted_is_preempted_not_an_error(tmp_path: Path, standin: SkyPilotStandIn,
+                                                                   preempted: list[int]) -> None:
+    """SkyPilot shows a cluster some of whose nodes the cloud took as INIT, unhealthy, "one or more
+    nodes terminated" (sky/backends/backend_utils.py ``_update_cluster_status``: "For spot cluster,
+    it can also represent that the cluster is partially preempted"): on spot, a preemption."""
+    from benchctl.engine.cluster import cluster_state
+
+    provider = _provider(tmp_path, standin)
+    request = OfferRequest(gpu="H100_SXM", count=8, market="spot", label="cellA", extra={"cloud": "gcp", "nodes": 2})
+    (offer,) = provider.offers(request)
+    node = provider.launch_cluster(offer, 2, "bc-6", "camp")
+    for member in node.members():
+        _running(provider, member)
+    standin.preempt_nodes("camp--bc-6", preempted)
+    assert [provider.status(m) for m in node.members()] == [NodeState.PREEMPTED] * 2
+    assert cluster_state(provider, node)[0] is NodeState.PREEMPTED
+    provider.terminate(node)
+
+
+def test_an_on_demand_cluster_that_lost_a_node_is_an_error(tmp_path: Path, standin: SkyPilotStandIn) -> None:
+    provider = _provider(tmp_path, standin)
+    node = _cluster(provider, 2, "bc-7")
+    for member in node.members():
+        _running(provider, member)
+    standin.preempt_nodes("camp--bc-7", [1])
+    with pytest.raises(ProviderError, match="camp--bc-7 unhealthy: Cluster is abnormal because one or more nodes "
+                                            "terminated"):
+        provider.status(node)
+    provider.terminate(node)
