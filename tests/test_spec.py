@@ -199,6 +199,21 @@ def test_skypilot_cells_name_their_cloud_and_it_is_part_of_the_key() -> None:
         keys_campaign("  - {provider: runpod, cloud: lambda, gpu: H100_SXM, count: 8}")
 
 
+def test_an_aws_on_demand_cell_may_name_a_capacity_reservation_and_it_is_part_of_the_key() -> None:
+    (cell,) = keys_campaign("  - {provider: aws, instance_type: p5.48xlarge, nodes: 2, market: on-demand, "
+                            "capacity_reservation: cr-0123456789abcdef0}").cells
+    assert cell.key == "aws:p5.48xlarge:on-demand:capacity_reservation=cr-0123456789abcdef0:nodes=2"
+    for entry, message in [
+        ("{provider: aws, instance_type: p5.48xlarge, capacity_reservation: cr-0123456789abcdef0}",
+         "capacity_reservation is for aws on-demand cells"),
+        ("{provider: runpod, gpu: H100_SXM, count: 8, market: on-demand, capacity_reservation: cr-0123456789abcdef0}",
+         "capacity_reservation is for aws on-demand cells"),
+        ("{provider: aws, instance_type: p5.48xlarge, market: on-demand, capacity_reservation: my-block}",
+         "capacity_reservation"),
+    ]:
+        assert message in str(spec_error(KEYS_BASE.format(matrix=f"  - {entry}"), "k.yaml"))
+
+
 def test_keys_are_stable_across_parses() -> None:
     matrix = "  - {provider: local, gpu: cpu, count: [1, 2], market: [spot, on-demand], price_usd_per_hour: 0.5}"
     assert [c.key for c in keys_campaign(matrix).cells] == [c.key for c in keys_campaign(matrix).cells]

@@ -110,8 +110,9 @@ def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = (),
 
 
 def _extra(cell: CellSpec) -> dict[str, Any]:
-    """Provider-specific coordinates: the local provider's faults, SkyPilot's cloud, and a
-    cluster's node count (``nodes``, only above 1: a provider may list what a cluster needs)."""
+    """Provider-specific coordinates: the local provider's faults, SkyPilot's cloud, an aws cell's
+    capacity reservation, and a cluster's node count (``nodes``, only above 1: a provider may list
+    what a cluster needs)."""
     extra: dict[str, Any] = {}
     if cell.nodes > 1:
         extra["nodes"] = cell.nodes
@@ -119,4 +120,6 @@ def _extra(cell: CellSpec) -> dict[str, Any]:
         extra["faults"] = cell.faults.model_dump(exclude_none=True)
     if cell.cloud:
         extra["cloud"] = cell.cloud
+    if cell.capacity_reservation:
+        extra["capacity_reservation"] = cell.capacity_reservation
     return extra

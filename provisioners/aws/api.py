@@ -26,11 +26,12 @@ CREDENTIALS_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PRO
 AUTH_CODES = frozenset({"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
                         "ExpiredToken", "RequestExpired", "OptInRequired"})
 CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity", "UnfulfillableCapacity",
-                            "SpotMaxPriceTooLow", "Unsupported"})
+                            "SpotMaxPriceTooLow", "Unsupported", "ReservationCapacityExceeded"})
 """The zone has none to give now (docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html:
 InsufficientInstanceCapacity and InsufficientCapacity are server errors, HTTP 500; UnfulfillableCapacity,
 no spot capacity matching the request; SpotMaxPriceTooLow, the spot price is above the maximum;
-Unsupported, the type is not offered in that zone): another zone, or later, may have it. SkyPilot's
+Unsupported, the type is not offered in that zone; ReservationCapacityExceeded, the targeted capacity
+reservation has too few instances free): another zone, or later, may have it. SkyPilot's
 failover blocks the zone and tries the next (sky/backends/cloud_vm_ray_backend.py,
 FailoverCloudErrorHandlerV2); dstack's create_instance tries each zone's subnet in turn and raises
 NoCapacityError after the last (src/dstack/_internal/core/backends/aws/compute.py)."""

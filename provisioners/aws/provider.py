@@ -21,6 +21,9 @@
   → ``NoCapacity``: the cell moves to the next zone's offer and backs off. A quota
   (``VcpuLimitExceeded``…) → a ``ProviderError`` naming the Service Quotas entry to raise (no zone
   or wait helps).
+- Capacity reservations (a cell's ``capacity_reservation``): one offer, in the reservation's zone, at
+  the price AWS bills for it; the launch targets it (a Capacity Block with its own market type) and
+  makes no placement group (``aws.reservations``).
 - Clusters (``launch_cluster``, cells with ``nodes`` > 1): one ``run_instances`` of MinCount =
   MaxCount = N (EC2 launches all or none) in a cluster placement group made for the attempt, with
   one EFA per network card on EFA types; members retagged with their token and node rank; the
@@ -52,9 +55,10 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from benchctl.provisioners.aws import cluster as aws_cluster
+from benchctl.provisioners.aws import reservations
 from benchctl.provisioners.aws import resources as aws_setup
 from benchctl.provisioners.aws.api import AUTH_CODES, EC2, AWSError, AWSQuotaExceeded, AWSUnavailable, session
-from benchctl.provisioners.aws.instances import INSTANCES, UnknownInstance, resolve, vcpu_quota
+from benchctl.provisioners.aws.instances import INSTANCES, InstanceKind, UnknownInstance, resolve, vcpu_quota
 from benchctl.provisioners.base import (
     NoCapacity,
     Node,
@@ -171,6 +175,8 @@ class AWSProvider(Provider):
         if request.min_vcpus and request.min_vcpus > kind.vcpus:
             return []
         region = request.region or self.settings.region
+        if request.extra.get("capacity_reservation"):
+            return self._reserved_offers(request, kind, region)
         if request.market == "spot":
             prices = list(self.spot_prices(region, kind.instance_type).items())
         else:
@@ -181,6 +187,21 @@ class AWSProvider(Provider):
                       count=kind.count, vcpus=kind.vcpus, region=region, hourly_usd=price, market=request.market,
                       details={"instance_type": kind.instance_type, "zone": zone}, fabric=kind.fabric)
                 for zone, price in prices]
+
+    def _reserved_offers(self, request: OfferRequest, kind: InstanceKind, region: str) -> list[Offer]:
+        """The one offer of the cell's capacity reservation, when it can take the cell now (``aws.reservations``)."""
+        ec2 = self.ec2(region)
+        reservation = reservations.read(ec2, str(request.extra["capacity_reservation"]))
+        if not reservations.usable(reservation, kind.instance_type, int(request.extra.get("nodes") or 1)):
+            return []
+        price, source = reservations.price(ec2, reservation, kind.on_demand_usd)
+        zone, rid = str(reservation["AvailabilityZone"]), str(reservation["CapacityReservationId"])
+        return [Offer(provider=self.name, offer_id=f"{kind.instance_type}|{zone}|{rid}",
+                      gpu=kind.gpu, count=kind.count, vcpus=kind.vcpus, region=region, hourly_usd=price,
+                      market=request.market, details={
+                          "instance_type": kind.instance_type, "zone": zone, "price_source": source,
+                          "reservation": {k: str(reservation[k]) for k in ("CapacityReservationId", "AvailabilityZone",
+                                          "ReservationType", "PlacementGroupArn") if reservation.get(k)}})]
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         ec2, params = self._params(offer, token, campaign_tag)
@@ -196,9 +217,10 @@ class AWSProvider(Provider):
         ec2, params = self._params(offer, token, campaign_tag)
         group = aws_cluster.group_name(campaign_tag, token)
         tags = [*params["TagSpecifications"][0]["Tags"], {"Key": aws_cluster.GROUP_TAG, "Value": group}]
-        aws_cluster.create_group(ec2, group, [t for t in tags if t["Key"] != "Name"])
         params.update(MinCount=nodes, MaxCount=nodes, TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
-        params["Placement"] = {**params.get("Placement", {}), "GroupName": group}
+        if not offer.details.get("reservation"):  # a reservation's instances are placed by it (aws.reservations)
+            aws_cluster.create_group(ec2, group, [t for t in tags if t["Key"] != "Name"])
+            params["Placement"] = {**params.get("Placement", {}), "GroupName": group}
         cards = INSTANCES[offer.details["instance_type"]].efa_interfaces
         try:
             aws_setup.within_group(ec2, params["SecurityGroupIds"][0])
@@ -253,7 +275,9 @@ class AWSProvider(Provider):
                                                                          "DeleteOnTermination": True}}]}
         if offer.details.get("zone"):
             params["Placement"] = {"AvailabilityZone": offer.details["zone"]}
-        if offer.market == "spot":
+        if offer.details.get("reservation"):
+            params.update(reservations.launch_params(offer.details["reservation"]))
+        elif offer.market == "spot":
             params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
         return ec2, params

@@ -16,6 +16,7 @@ moto's server runs in a thread of the test process, so the fake can adjust moto'
 - ``live()``: instances still pending or running (a test ends with none); terminating an
   instance again is a no-op, as at EC2 (moto would delete its launch-made interfaces twice);
 - placement groups (``placement``), which moto lacks: ``aws_placement``;
+- capacity reservations and Capacity Blocks (``reservations``), which moto lacks: ``aws_reservations``;
 - the region's Elastic IP quota (``address_limit``, default 5: the default of the Service Quotas entry
   "EC2-VPC Elastic IPs", L-0263D0A3, and what moto's ``describe_account_attributes`` answers for
   ``vpc-max-elastic-ips``), which moto does not enforce: ``allocate_address`` past it answers EC2's
@@ -65,6 +66,7 @@ from typing import Any
 from unittest import mock
 
 from tests.fakes.aws_placement import PlacementGroups, serving_placement_groups
+from tests.fakes.aws_reservations import Reservations, serving_reservations
 from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
 
@@ -110,6 +112,8 @@ class FakeAWS:
         self._by_token: dict[str, Any] = {}
         self.placement = PlacementGroups()
         """Placement groups, which moto lacks (``aws_placement``)."""
+        self.reservations = Reservations()
+        """Capacity reservations and Capacity Blocks, which moto lacks (``aws_reservations``)."""
         self.address_limit = 5
         """Elastic IPs a region may hold (see the module doc)."""
 
@@ -280,6 +284,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         stack.enter_context(mock.patch.object(RegionsAndZonesBackend, "describe_regions", describe_regions))
         stack.enter_context(mock.patch.object(ElasticIPAddresses, "allocate_address", allocate_address))
         stack.enter_context(serving_placement_groups(fake.placement))
+        stack.enter_context(serving_reservations(fake.reservations))
         stack.enter_context(mock.patch.object(SpotInstances, "describe_spot_price_history",
                                               lambda response: fake.price_history(response)))
         ec2_backends.reset()  # moto's state lives in this process: each fake starts from an empty account

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -248,3 +249,75 @@ def test_credentials_without_placement_group_rights_still_list_owned_nodes(aws: 
     monkeypatch.setattr(EC2, "call", call)
     assert [n.token for n in aws.provider.owned("camp-a")] == ["bc-one"], "the sweep is housekeeping"
     aws.provider.terminate(node)
+
+
+BLOCK = "cr-0123456789abcdef0"
+BLOCK_RATE = 31.464
+"""USD per p5.48xlarge-hour in the block quote below (an example figure, not AWS's current one)."""
+
+
+def _reserved(aws: AWS, rid: str, nodes: int = 1, itype: str = "p5.48xlarge") -> list[Offer]:
+    return aws.provider.offers(OfferRequest(gpu="", count=INSTANCES[itype].count, market="on-demand",
+                                            instance_type=itype, extra={"capacity_reservation": rid, "nodes": nodes}))
+
+
+def test_a_capacity_block_cluster_launches_into_the_block_at_its_quoted_rate(aws: AWS) -> None:
+    aws.fake.reservations.add(BLOCK, "p5.48xlarge", "us-east-1d", 2, kind="capacity-block",
+                              start="2026-11-23T11:30:00Z", end="2026-11-24T11:30:00Z")
+    aws.fake.reservations.offerings.append({
+        "CapacityBlockOfferingId": "cb-0123456789abcdefg", "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-1a", "InstanceCount": 2, "CapacityBlockDurationHours": 24,
+        "UpfrontFee": f"{BLOCK_RATE * 2 * 24:.3f}", "CurrencyCode": "USD", "Tenancy": "default"})
+    (offer,) = _reserved(aws, BLOCK, nodes=2)
+    assert offer.details["zone"] == "us-east-1d", "the block's zone, whatever the open pool offers"
+    assert offer.hourly_usd == pytest.approx(BLOCK_RATE), "upfront fee / (instances × hours), per instance"
+    assert offer.details["price_source"].startswith("capacity block quote")
+    node = aws.provider.launch_cluster(offer, 2, "bc-block", "camp-a")
+    assert aws.fake.requests[-1]["instance_market_options"] == "capacity-block"
+    assert sorted(i.id for i in aws.fake.reservations.members[BLOCK]) == sorted(m.node_id for m in node.members())
+    assert aws.fake.placement.groups == {}, "AWS places a block's instances together; no group of ours"
+    assert [m.hourly_usd for m in node.members()] == [pytest.approx(BLOCK_RATE)] * 2
+    assert _reserved(aws, BLOCK, nodes=2) == [], "the block is in use"
+    for member in node.members():
+        aws.provider.terminate(member)
+    assert len(_reserved(aws, BLOCK, nodes=2)) == 1, "its slots come back when the instances end"
+
+
+def test_the_fake_refuses_a_block_launched_without_its_market_type_as_ec2_does(aws: AWS) -> None:
+    from botocore.exceptions import ClientError
+
+    aws.fake.reservations.add(BLOCK, "c5.large", "us-east-1a", 1, kind="capacity-block")
+    with pytest.raises(ClientError, match=r"InvalidParameterValue.*The market type \(purchasing\) option is not valid"):
+        aws.client().run_instances(ImageId=aws.fake.images["us-east-1"][0], InstanceType="c5.large", MinCount=1,
+                                   MaxCount=1, CapacityReservationSpecification={
+                                       "CapacityReservationTarget": {"CapacityReservationId": BLOCK}})
+    assert aws.fake.instances == {}
+
+
+def test_an_on_demand_reservation_bills_the_on_demand_rate_and_a_full_one_offers_nothing(aws: AWS) -> None:
+    aws.fake.reservations.add("cr-00000000000000001", "c5.large", "us-east-1c", 1)
+    (offer,) = _reserved(aws, "cr-00000000000000001", itype="c5.large")
+    assert (offer.hourly_usd, offer.details["zone"]) == (pytest.approx(0.085), "us-east-1c")
+    assert offer.details["price_source"].startswith("on-demand rate")
+    node = aws.provider.launch(offer, "bc-odcr", "camp-a")
+    assert aws.fake.requests[-1]["instance_market_options"] == {}, "an on-demand reservation has no market type"
+    assert [i.id for i in aws.fake.reservations.members["cr-00000000000000001"]] == [node.node_id]
+    assert _reserved(aws, "cr-00000000000000001", itype="c5.large") == []
+    aws.provider.terminate(node)
+
+
+@pytest.mark.parametrize(("reservation", "message"), [
+    (None, "no capacity reservation cr-00000000000000002 in us-east-1: check the cell's capacity_reservation and "
+     "region"),
+    ({"instance_type": "p4d.24xlarge"}, "is for p4d.24xlarge, not p5.48xlarge: set the cell's instance_type"),
+    ({"state": "scheduled", "start": "2026-12-01T11:30:00Z"}, "starts at 2026-12-01 11:30:00+00:00: run the campaign "
+     "once it is active"),
+    ({"state": "expired"}, "is expired: name an active one"),
+])
+def test_a_reservation_the_cell_cannot_use_is_a_clear_error(aws: AWS, reservation: dict[str, str] | None,
+                                                             message: str) -> None:
+    if reservation is not None:
+        kind = reservation.pop("instance_type", "p5.48xlarge")
+        aws.fake.reservations.add("cr-00000000000000002", kind, "us-east-1a", 2, kind="capacity-block", **reservation)
+    with pytest.raises(ProviderError, match=re.escape(message)):
+        _reserved(aws, "cr-00000000000000002", nodes=2)
