@@ -133,6 +133,33 @@ def test_node_0_failing_before_the_bad_worker_exits_is_that_workers_bad_node_by_
     assert (hosts[2:], bad) == (["host-a", "host-c"], {"host-b"})
 
 
+FABRIC = {"t": 1.5, "kind": "error", "phase": "preflight", "bad_node": True,
+          "message": "preflight failed across nodes, the fabric between the nodes is bad (no one node named): "
+                     "inter_node_busbw: node pair at 150 GB/s"}
+
+
+@pytest.mark.parametrize("who", ["node 0", "worker"])
+def test_a_fabric_verdict_that_names_no_node_blames_no_host_and_is_no_bad_node(tmp_path: Path, who: str) -> None:
+    """Every node's preflight says the fabric (no ``bad_node_rank``): the attempt is an error, not
+    ``bad_node``; no host is excluded (node 0's host was), the next cluster may take the same hosts."""
+    from tests.fakes.memory_provider import Script
+
+    if who == "node 0":
+        head = Script(events=[[PREFLIGHT_START, FABRIC]], exit_code=EXIT_BAD_NODE, log="bad fabric\n")
+        worker = Script(events=[[]], exit_code=None)
+    else:  # node 0 failed first (its ranks lost the worker's); the worker's verdict names no node
+        gone = {"t": 2.0, "kind": "error", "phase": "preflight", "message": "ClusterProbeFailed: a peer node is gone"}
+        head = Script(events=[[PREFLIGHT_START], [gone]], exit_code=EXIT_ERROR)
+        worker = Script(events=[[], [], [FABRIC]], exit_code=None)
+    run, provider = _bad_worker_run(tmp_path, head, worker)
+    hosts, bad = _hosts_and_bad_hosts(run, provider)
+    first, second = run.attempts(MEMORY_KEY)
+    assert first.outcome == "error", first.detail  # was: bad_node, node 0's host excluded
+    assert "no node named" in (first.detail or "") and "no host excluded" in (first.detail or ""), first.detail
+    assert bad == set() and hosts == ["host-a", "host-b", "host-a", "host-b"] and second.outcome == "done"
+    assert "bad_node" not in run.states(MEMORY_KEY)
+
+
 def test_the_cell_is_not_running_before_every_worker_passed_its_preflight(tmp_path: Path) -> None:
     from tests.fakes.memory_provider import Script
 
@@ -230,3 +257,31 @@ def test_node_ranks_outside_the_cells_cluster_are_a_clear_error(home: Path, tmp_
     result = cli_here("plan", str(path), home=home)
     assert result.returncode == 2 and fragment in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_bad_node_recorded_before_for_a_verdict_naming_no_node_excludes_no_host(tmp_path: Path) -> None:
+    """A store written before (a cluster's attempt closed ``bad_node`` on a fabric verdict) does not
+    keep node 0's host excluded from the campaign's later clusters."""
+    from benchctl.engine.bad_hosts import campaign_bad_hosts
+    from benchctl.provisioners.base import Offer
+    from benchctl.store import queries as q
+    from benchctl.store.database import open_store
+
+    engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    cell = q.NewCell(key="k", provider="local", gpu="cpu", count=1, market="on-demand", config_json="{}")
+    campaign_id, _ = q.upsert_campaign(engine, "c", "{}", "/tmp/c.yaml", 10.0, [cell])
+    (row,) = q.cells(engine, campaign_id)
+
+    def member(host: str) -> Node:
+        offer = Offer(provider="p", offer_id=host, gpu="cpu", count=1, vcpus=1, region="r", hourly_usd=1.0,
+                      market="on-demand", host=host)
+        return Node(provider="p", node_id=host, token=host, campaign_tag="c", offer=offer, host=host)
+
+    for token, verdict in (("fabric", dict(FABRIC)), ("named", {**FABRIC, "bad_node_rank": 0})):
+        attempt = q.new_attempt(engine, row.id or 0, token=token, provider="p", market="on-demand", remote_dir="x",
+                                hourly_usd=1.0, host=f"host-{token}")
+        head = member(f"host-{token}")
+        q.attach_node(engine, attempt.id or 0, Node(**{**head.__dict__, "peers": (member("host-w"),)}).to_dict())
+        q.record_events(engine, attempt.id or 0, [verdict], 0, 100)
+        q.close_attempt(engine, attempt.id or 0, "bad_node", "payload exit 3")
+    assert campaign_bad_hosts(engine, campaign_id) == {"host-named"}  # was: host-fabric too

@@ -23,7 +23,8 @@ with its own ``node_rank`` and runs the payload (``benchctl.engine.workers``), a
 terminated, each whatever the others raise; the attempt ends when the last member stopped billing.
 The cell is ``running`` once node 0 started a later phase and every worker's preflight passed (a
 worker's own verdict can come after node 0's); a worker's exit 3 ends the attempt ``bad_node``
-naming the node its preflight named (``benchctl.engine.bad_hosts``), also when node 0 then failed.
+naming the node its preflight named (``benchctl.engine.bad_hosts``), also when node 0 then failed;
+a verdict that names no node (the fabric between them) ends it ``error``, no host blamed.
 """
 
 from __future__ import annotations
@@ -343,7 +344,12 @@ class AttemptDriver:
         return self._bad_node(node, detail, worker_bad_rank(errors, worker.rank))
 
     def _bad_node(self, node: Node, detail: str, rank: int | None) -> Outcome:
-        """``bad_node``, naming the cluster's member ``rank`` when it is a worker (see ``bad_hosts``)."""
+        """``bad_node``, naming the cluster's member ``rank`` when it is a worker (see ``bad_hosts``).
+        A cluster's verdict that names no node (the fabric between the nodes) is an ``error``: no
+        host is blamed, no node replaced as bad (the next attempt may take the same hosts)."""
+        if node.peers and rank is None:
+            return Outcome(OutcomeKind.ERROR, f"{detail} (the fabric between the nodes: no node named, no host "
+                           "excluded)")
         bad_host = bad_member_host(node, rank)
         where = f" {naming(rank, len(node.members()), bad_host)}" if bad_host and rank is not None else ""
         return Outcome(OutcomeKind.BAD_NODE, f"{detail}{where}", bad_host=bad_host)

@@ -3,7 +3,8 @@
 A single node's bad verdict marks its host. A cluster's marks the host of the member the
 payload's error event names (``bad_node_rank``: node 0's events, or a worker's that exited 3,
 ``worker_bad_rank``), else node 0's (the attempt's host): a bad worker node is replaced, not the
-whole cluster's hosts. Only node 0's events are stored, so the attempt's detail names the member
+whole cluster's hosts. A verdict that names no node (the fabric, ``names_no_node``) marks no host.
+Only node 0's events are stored, so the attempt's detail names the member
 (``naming``), and ``campaign_bad_hosts`` reads it back from there (``named_in``).
 """
 
@@ -73,10 +74,33 @@ def campaign_bad_hosts(engine: Engine, campaign_id: int) -> set[str]:
     for attempt in q.campaign_attempts(engine, campaign_id):
         if attempt.outcome != OutcomeKind.BAD_NODE.value:
             continue
-        host = _cluster_bad_host(engine, attempt, errors_by_cell) or attempt.host
+        host = _cluster_bad_host(engine, attempt, errors_by_cell)
+        if host is None and _fabric_verdict(engine, attempt, errors_by_cell):
+            continue  # recorded before a verdict naming no node ended the attempt as an error
+        host = host or attempt.host
         if host:
             hosts.add(host)
     return hosts
+
+
+def _errors(engine: Engine, attempt: Attempt, errors_by_cell: dict[int, list[Any]]) -> list[dict[str, Any]]:
+    if attempt.cell_id not in errors_by_cell:
+        errors_by_cell[attempt.cell_id] = q.events(engine, attempt.cell_id, "error")
+    found = [json.loads(e.data_json) for e in errors_by_cell[attempt.cell_id] if e.attempt_id == attempt.id]
+    return [e for e in found if isinstance(e, dict)]
+
+
+def names_no_node(errors: list[dict[str, Any]]) -> bool:
+    """A cluster's bad verdict about the fabric between its nodes: ``bad_node`` without a rank."""
+    return bad_node_rank(errors) is None and any(error.get("bad_node") is True for error in errors)
+
+
+def _fabric_verdict(engine: Engine, attempt: Attempt, errors_by_cell: dict[int, list[Any]]) -> bool:
+    try:
+        node = Node.from_dict(json.loads(attempt.node_json or "null"))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False
+    return bool(node.peers) and names_no_node(_errors(engine, attempt, errors_by_cell))
 
 
 def _cluster_bad_host(engine: Engine, attempt: Attempt, errors_by_cell: dict[int, list[Any]]) -> str | None:
@@ -88,8 +112,5 @@ def _cluster_bad_host(engine: Engine, attempt: Attempt, errors_by_cell: dict[int
         return None
     if not node.peers:
         return None
-    if attempt.cell_id not in errors_by_cell:
-        errors_by_cell[attempt.cell_id] = q.events(engine, attempt.cell_id, "error")
-    errors = [json.loads(e.data_json) for e in errors_by_cell[attempt.cell_id] if e.attempt_id == attempt.id]
-    return bad_member_host(node, bad_node_rank([e for e in errors if isinstance(e, dict)])) \
+    return bad_member_host(node, bad_node_rank(_errors(engine, attempt, errors_by_cell))) \
         or named_in(attempt.detail, node)
