@@ -106,10 +106,10 @@ def test_live_measurements_in_a_snapshot_are_judged(tmp_path: Path) -> None:
 
 def test_a_missing_or_garbled_file_never_crashes(tmp_path: Path) -> None:
     for name in ("nvidia-smi-query.csv", "nvidia-smi-topo-m.txt", "nvidia-smi-nvlink-s.txt", "dev-shm.txt",
-                 "nproc.txt", "lscpu.txt", "numactl-H.txt", "env.txt", "torch.json", "probes.json"):
+                 "nproc.txt", "lscpu.txt", "numactl-H.txt", "env.txt", "torch.json", "probes.json", "toolchain.json"):
         (tmp_path / name).write_text("\x00garbage\n,,,\n{not json")
     checks = judge(Facts(tmp_path), Expect("H100_SXM", 8), resolve())
-    assert len(checks) == 13 and {c["status"] for c in checks} <= {"pass", "warn", "fail", "skip"}
+    assert len(checks) == 14 and {c["status"] for c in checks} <= {"pass", "warn", "fail", "skip"}
     empty = judge(Facts(tmp_path / "nothing"), Expect("H100_SXM", 8), resolve())
     assert all(c["status"] == "skip" for c in empty)
 
