@@ -87,7 +87,7 @@ def test_the_real_h200_snapshot_passes_with_what_a_p5e_cell_expects(home: Path) 
              "inter_node": [], "cluster": {**figures, "busbw_gbps": 360.0, "ranks": 16}}
     checks = {c["name"]: c for c in judge_cluster(probe, gpu, cell.world_size, thresholds.resolve(), set())}
     assert all("no published figure" not in c["hint"] for c in checks.values()), checks
-    assert checks["inter_node_busbw"]["expected"] == ">= 350 GB/s"
+    assert checks["inter_node_busbw"]["expected"].startswith(">= 350 GB/s")
 
 
 @pytest.mark.parametrize(("name", "model"), [("H200_SXM", "H200"), ("h200 sxm", "H200"), ("H100-SXM", "H100_SXM"),

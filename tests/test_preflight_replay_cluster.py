@@ -47,8 +47,10 @@ def test_a_healthy_cluster_node_shows_its_fabric_and_cross_node_checks(home: Pat
     code, report = _replay(home, _snapshot(tmp_path, _probe()))
     checks = {c["name"]: c for c in report["checks"]}
     assert [c["name"] for c in report["checks"]][-10:] == FABRIC + CROSS
-    assert {name: checks[name]["status"] for name in CROSS} == dict.fromkeys(CROSS, "pass")
-    assert checks["inter_node_busbw"]["expected"] == ">= 350 GB/s", "8× H100 SXM: judged on the published figure"
+    assert {name: checks[name]["status"] for name in CROSS} == {**dict.fromkeys(CROSS, "pass"),
+                                                                "cluster_falloff": "skip"}  # 2 nodes: the pair decides
+    assert checks["inter_node_busbw"]["expected"] == ">= 350 GB/s (warn below, fail below 280)", \
+        "8× H100 SXM: judged on the published figure"
     assert checks["intra_node_busbw"]["observed"]["busbw_gbps"] == {"node0": 472.0, "node1": 468.0}
     assert (code, report["verdict"], report["nodes"]) == (0, "pass", 2)
 

@@ -67,7 +67,7 @@ def _statuses(checks: list[dict[str, Any]]) -> dict[str, str]:
 def test_a_healthy_h100_pair_passes_the_published_figures() -> None:
     checks = judge_cluster(_cluster([470.0, 475.0], 360.0), "H100_SXM", 8, resolve(), set())
     assert _statuses(checks) == {"intra_node_busbw": "pass", "rail_busbw": "pass", "inter_node_busbw": "pass",
-                                 "cluster_falloff": "pass"}
+                                 "cluster_falloff": "skip"}  # on 2 nodes the pair decides
     assert bad_node_ranks(checks) == []
     by_name = {c["name"]: c for c in checks}
     assert by_name["intra_node_busbw"]["expected"] == ">= 365 GB/s (warn below, fail below 292) per node"
@@ -88,7 +88,7 @@ def test_a_slow_node_pair_names_no_node_and_says_debug_below_200() -> None:
     assert by_name["inter_node_busbw"]["status"] == "fail" and "something to debug" in by_name["inter_node_busbw"][
         "hint"]
     assert "GDRDMA" in by_name["inter_node_busbw"]["hint"]
-    assert by_name["cluster_falloff"]["status"] == "fail"
+    assert by_name["cluster_falloff"]["status"] == "skip"  # reported: the failing pair already says it
     assert bad_node_ranks(checks) == []
     between = judge_cluster(_cluster([470.0, 470.0], 300.0), "H100_SXM", 8, resolve(), set())
     assert "below the published node-pair figure" in {c["name"]: c for c in between}["inter_node_busbw"]["hint"]
@@ -110,8 +110,8 @@ def test_four_nodes_judge_the_falloff_not_the_pair() -> None:
         "cluster_falloff"] == "fail"  # 36 % below: past the published 4-node range
 
 
-@pytest.mark.parametrize(("nodes", "limit"), [(2, 0.25), (3, 0.3043), (4, 0.3043), (8, 0.3913), (16, 0.4783),
-                                              (32, 0.4783)])
+@pytest.mark.parametrize(("nodes", "limit"), [(2, 0.2708), (3, 0.3333), (4, 0.3333), (8, 0.4167), (16, 0.5),
+                                              (32, 0.5)])
 def test_the_default_falloff_widens_to_the_published_figures_of_larger_clusters(nodes: int, limit: float) -> None:
     assert falloff_limit(nodes, 0.25, explicit=False) == pytest.approx(limit, abs=1e-4)
     assert falloff_limit(nodes, 0.1, explicit=True) == 0.1  # the campaign's own figure stands
