@@ -84,7 +84,7 @@ def test_run_refuses_before_any_provider_or_database_is_touched(home: Path, tmp_
 
 def test_cpu_cells_and_unknown_gpus_are_not_judged(tmp_path: Path) -> None:
     text = SKY_CAMPAIGN.replace("gpu: H100_SXM, count: 8, market: on-demand",
-                                "gpu: TPU_V9, count: 8, market: on-demand")
+                                "gpu: GH200, count: 8, market: on-demand")  # no card memory in the table
     campaign = parse_campaign(text, str(tmp_path / "c.yaml"))
     fits = [cell_fit(campaign, cell) for cell in campaign.cells]
     assert [(f.mem_est_gib, f.gpu_mem_gib, f.fits) for f in fits] == [(None, None, True), (51.0, 79.6, True)]
