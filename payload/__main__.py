@@ -1,5 +1,6 @@
-"""``python -m payload run job.json`` (the runner) and ``python -m payload worker ...`` (one rank, for the
-attempt's distributed phases).
+"""``python -m payload run job.json`` (the runner), ``python -m payload worker ...`` (one rank, for the
+attempt's distributed phases) and ``python -m payload self-destroy ...`` (the node ends its own bill:
+``self_destroy``).
 
 A rank of the attempt (no ``--phase``) that finished leaves with ``os._exit`` once its group is
 destroyed and its output flushed: the interpreter's teardown of torch costs about 0.4 s of CPU per
@@ -28,8 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--rendezvous", required=True,
                         help="file path for the FileStore (one node) and the rank's done and result files")
     worker.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout (the phase's budget)")
+    destroy = sub.add_parser("self-destroy", help="destroy this node with the key the provider put in its container "
+                             "(the dead-man switch's idle shutdown on Vast.ai and RunPod)")
+    destroy.add_argument("provider", choices=["vastai", "runpod"])
+    destroy.add_argument("node_id", help="the instance or pod id the controller rented")
+    destroy.add_argument("--api", required=True, help="the provider API's base URL")
+    destroy.add_argument("--environ", default="/proc/1/environ",
+                         help="where the container's own environment is read (default: PID 1's)")
     args = parser.parse_args(argv)
 
+    if args.command == "self-destroy":
+        from .self_destroy import self_destroy
+
+        return self_destroy(args.provider, args.node_id, args.api, args.environ)
     if args.command == "run":
         from .runner import run_job
 

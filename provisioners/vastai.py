@@ -30,6 +30,9 @@
   (``ssh_host``/``ssh_port``), as the settings say; direct falls back to the proxy when there is no
   mapping or the mapped port gives no SSH banner within ``probe_timeout_s``. The address is read
   once per node, not on every ``transport`` call.
+- Idle shutdown (the payload's dead-man switch): the node destroys its own instance with
+  ``CONTAINER_API_KEY``, the per-instance key Vast puts in every container, read from PID 1's
+  environment on the node (``provisioners.self_destroy``); Vast has no idle stop of its own.
 - Rate limits: Vast allows one call per endpoint and API key every ``MIN_INTERVAL_S`` seconds and
   sends no ``Retry-After``; one ``Limiter`` per API key, shared by every provider and thread of the
   process, spaces the calls. ``owned`` lists the account's instances a page (``PAGE_SIZE``) per
@@ -72,6 +75,7 @@ from benchctl.provisioners.base import (
     ProviderSettings,
     Unavailable,
 )
+from benchctl.provisioners.self_destroy import CONTAINER_ENVIRON, self_destroy_command
 from benchctl.provisioners.ssh_keys import campaign_key
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
@@ -234,6 +238,9 @@ class VastProvider(Provider):
             raise AuthError(f"vastai: no API key: {KEY_HELP}")
         self.settings = settings or VastSettings()
         url = os.environ.get("VAST_URL") or "https://console.vast.ai"
+        self.url = url
+        self.container_environ = CONTAINER_ENVIRON
+        """Where the node reads its container's environment at idle shutdown (a test names a file)."""
         self.sdk = VastAI(api_key=key, server_url=url, retry=1)
         self.sdk.client.timeout = request_timeout_s
         self.create_sdk = VastAI(api_key=key, server_url=url, retry=1)
@@ -405,6 +412,10 @@ class VastProvider(Provider):
             if not page.get("next_token"):
                 return rows
             params["after_token"] = page["next_token"]
+
+    def idle_shutdown_command(self, node: Node) -> str | None:
+        # Vast has no idle stop of its own: the node destroys itself with the per-instance key in its container.
+        return self_destroy_command(self.settings.python, self.name, node.node_id, self.url, self.container_environ)
 
     def owned(self, campaign_tag: str) -> list[Node]:
         nodes = []

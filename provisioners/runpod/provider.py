@@ -26,6 +26,9 @@
   reported at once; anything else is ours and re-raised as it is.
 - The key: ``RUNPOD_API_KEY``, else the SDK's ``~/.runpod/config.toml``. It is handed to the SDK
   only, never to nodes, events or the store.
+- Idle shutdown (the payload's dead-man switch): the pod terminates itself with the pod-scoped
+  ``RUNPOD_API_KEY`` RunPod puts in its container, read from PID 1's environment on the node, and
+  the pod id from the controller (``provisioners.self_destroy``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from benchctl.provisioners.base import (
     Unavailable,
 )
 from benchctl.provisioners.runpod import queries as runpod_graphql
+from benchctl.provisioners.self_destroy import CONTAINER_ENVIRON, self_destroy_command
 from benchctl.provisioners.ssh_keys import campaign_key
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
@@ -166,6 +170,8 @@ class RunPodProvider(Provider):
         self.root = root
         self.settings = settings or RunPodSettings()
         self._endpoints: dict[str, SSHEndpoint] = {}
+        self.container_environ = CONTAINER_ENVIRON
+        """Where the node reads its container's environment at idle shutdown (a test names a file)."""
         self._ran: set[str] = set()
         """Pods seen running (a restart after that ends the attempt)."""
         self._restarted: set[str] = set()
@@ -334,8 +340,10 @@ class RunPodProvider(Provider):
         return nodes
 
     def idle_shutdown_command(self, node: Node) -> str | None:
-        # RunPod images carry runpodctl and the pod's own scoped key; removing the pod stops billing.
-        return 'runpodctl remove pod "$RUNPOD_POD_ID"'
+        # The pod terminates itself with its pod-scoped RUNPOD_API_KEY, read from its container's environment:
+        # a payload started over SSH has neither that key nor RUNPOD_POD_ID (the id comes from here).
+        return self_destroy_command(self.settings.python, self.name, node.node_id, runpod_graphql.base_url(),
+                                    self.container_environ)
 
 
 def pod_state(pod: dict[str, Any] | None) -> NodeState:

@@ -34,6 +34,11 @@ QUERIES = (GPU_TYPES, GPU_TYPE_IDS, DEPLOY_ON_DEMAND, POD, PODS, TERMINATE)
 """Every query text this module sends: a test checks that nothing else goes over the wire."""
 
 
+def base_url() -> str:
+    """RunPod's API as the SDK finds it: ``RUNPOD_API_BASE_URL``, else https://api.runpod.io."""
+    return os.environ.get("RUNPOD_API_BASE_URL", "https://api.runpod.io")
+
+
 def post(query: str, variables: dict[str, Any], api_key: str) -> dict[str, Any]:
     """The answer's ``data``. Raises the SDK's AuthenticationError (401) or QueryError (GraphQL
     errors); a ``requests.exceptions.RequestException`` for what may pass on retry (no answer,
@@ -42,7 +47,7 @@ def post(query: str, variables: dict[str, Any], api_key: str) -> dict[str, Any]:
     from runpod import error
     from runpod.user_agent import USER_AGENT
 
-    url = f"{os.environ.get('RUNPOD_API_BASE_URL', 'https://api.runpod.io')}/graphql"
+    url = f"{base_url()}/graphql"
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Authorization": f"Bearer {api_key}"}
     response = requests.post(url, headers=headers, json={"query": query, "variables": variables}, timeout=30)
     if response.status_code == 401:

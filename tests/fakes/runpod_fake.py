@@ -9,13 +9,16 @@ cloud) pairs whose create mutations fail with RunPod's capacity error. ``faults`
 answers served before the next real ones: ``401``, ``429``, ``500`` (an HTML page), ``malformed``
 (broken JSON), ``drop`` (connection closed), ``slow`` (answers after 3 s) or ``answer_lost`` (the
 request is carried out, then the connection closes without its answer).
-Every behaviour's source is in tests/fakes/README.md (RunPod).
+Each pod has its own ``RUNPOD_API_KEY`` (``pod_keys``), good for terminating that pod only, and
+``container_environ`` is its container's environment. Every behaviour's source is in
+tests/fakes/README.md (RunPod).
 Requests carry ``query`` and ``variables``, executed as a GraphQL server does: the variables are
 data, coerced to their declared types. Point the SDK at it with ``RUNPOD_API_BASE_URL``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -90,6 +93,8 @@ class FakeRunPod:
         """The account's SSH keys, which RunPod puts in every pod's PUBLIC_KEY."""
         self.ports_s = boot_s
         """How long after its runtime a pod's port mappings appear."""
+        self.pod_keys: dict[str, str] = {}
+        """Each pod's own ``RUNPOD_API_KEY`` (in its container, never in the API's answers)."""
         self.requests: list[str] = []
         """Every request body received (a test checks what went over the wire)."""
         self.lock = threading.Lock()
@@ -139,6 +144,7 @@ class FakeRunPod:
                "env": [f"{k}={v}" for k, v in env.items()], "created": time.time(), "machineId": f"m-{pod_id[:6]}"}
         with self.lock:
             self.pods[pod_id] = pod
+            self.pod_keys[pod_id] = uuid.uuid4().hex
         return self._view(pod)
 
     def _view(self, pod: dict) -> dict:
@@ -149,6 +155,24 @@ class FakeRunPod:
                   "type": "tcp"}] if up >= self.ports_s else []
         return {**pod, "runtime": {"ports": ports, "uptimeInSeconds": 1} if booted else None,
                 "machine": {"podHostId": f"{pod['id']}-host", "gpuDisplayName": "H100"}}
+
+    def key_for(self, authorization: str, body: bytes) -> str:
+        """The key a request must carry: the account's, or a pod's own ``RUNPOD_API_KEY`` for a
+        ``podTerminate`` of that pod (anything else with it is refused as a wrong key)."""
+        with self.lock:
+            own = next((p for p, k in self.pod_keys.items() if authorization == f"Bearer {k}"), None)
+        if own is not None:
+            with contextlib.suppress(ValueError, AttributeError):
+                request = json.loads(body)
+                if "podTerminate" in request["query"] and (request.get("variables") or {}).get("podId") == own:
+                    return self.pod_keys[own]
+        return self.api_key
+
+    def container_environ(self, pod_id: str) -> bytes:
+        """The pod's container environment as its PID 1 has it (``/proc/1/environ``)."""
+        with self.lock:
+            key = self.pod_keys[pod_id]
+        return f"PATH=/usr/bin\0RUNPOD_POD_ID={pod_id}\0RUNPOD_API_KEY={key}\0RUNPOD_GPU_COUNT=8\0".encode()
 
     def restart(self, pod_id: str) -> None:
         """RunPod restarts the pod (host maintenance, an edit of the pod): ``desiredStatus``
@@ -191,7 +215,8 @@ def running_fake_runpod(fake: FakeRunPod) -> Iterator[str]:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             fake.requests.append(body.decode(errors="replace"))
             lost = bool(fake.faults) and fake.faults[0] == "answer_lost" and bool(fake.faults.pop(0))
-            if self.answer_fault(fake.faults, fake.api_key, b'{"data": {"pod": ', b'{"error": "unauthorized"}'):
+            if self.answer_fault(fake.faults, fake.key_for(self.headers.get("Authorization", ""), body),
+                                 b'{"data": {"pod": ', b'{"error": "unauthorized"}'):
                 return
             request = json.loads(body)
             result = graphql_sync(SCHEMA, request["query"], root_value=fake,

@@ -43,6 +43,12 @@ Each behaviour below cites where the real API shows it (see also tests/fakes/REA
   ``update_provisioning_data``, commit 71b416c4 "Detect Vast.ai interruptions during
   provisioning"); it keeps its disk, which bills, and may resume by itself when its bid wins again
   (docs guides/instances/choosing/instance-types.mdx, "Interruptible Instances").
+- Per-instance keys: every instance's container has ``CONTAINER_API_KEY``, a key for that
+  instance, and ``CONTAINER_ID``, its id; "you can also stop or destroy the instance from within"
+  with them (vast-ai/docs ``guides/instances/docker-environment.mdx``, "Predefined Variables" and
+  "Using the CLI from Inside an Instance"). The fake accepts that key for its own instance's GET and
+  DELETE only; ``container_environ`` is the environment the container's PID 1 has. The same page
+  warns that SSH sessions do not see these variables.
 - A bid that loses at rent time (under the machine's current ``min_bid``) still creates the
   instance, stopped (the same three states), and answers an error whose body names it in
   ``new_contract`` (dstack ``vastai/api_client.py`` ``VastAICreateInstanceError``: "Vast.ai creates
@@ -63,6 +69,7 @@ import base64
 import json
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,6 +129,8 @@ class FakeVast:
         self.instances: dict[int, dict[str, Any]] = {}
         self.faults: list[str] = []
         self.rent_bodies: list[dict[str, Any]] = []
+        self.container_keys: dict[int, str] = {}
+        """Each instance's own ``CONTAINER_API_KEY`` (in its container, never in the API's answers)."""
         self.failed_bid_status = 400
         """The HTTP status of a rent whose bid lost (the body says ``success: false`` either way)."""
         self.failed_bid_names_it = True
@@ -185,6 +194,7 @@ class FakeVast:
                 "num_gpus": offer["num_gpus"], "cpu_cores_effective": offer["cpu_cores_effective"],
                 "image_uuid": body.get("image"), "start_date": time.time(),
                 "extra_env": [[k, v] for k, v in (body.get("env") or {}).items()]}
+            self.container_keys[self._next] = uuid.uuid4().hex
             if lost:  # created all the same, stopped, billing its disk (see the module doc)
                 answer = {"success": False, "error": "invalid_price", "msg": f"bid below min_bid {offer['min_bid']}"}
                 return self.failed_bid_status, {**answer, **({"new_contract": self._next}
@@ -251,6 +261,21 @@ class FakeVast:
         with self.lock:
             self.instances[instance_id].update(actual_status=actual, **fields)
 
+    def key_for(self, authorization: str, method: str, path: list[str]) -> str:
+        """The key a request must carry: the account's, or an instance's own ``CONTAINER_API_KEY``
+        for that instance's GET and DELETE (anything else with it is refused as a wrong key)."""
+        with self.lock:
+            own = next((i for i, k in self.container_keys.items() if authorization == f"Bearer {k}"), None)
+        if own is not None and method in ("GET", "DELETE") and path == ["api", "v0", "instances", str(own)]:
+            return self.container_keys[own]
+        return self.api_key
+
+    def container_environ(self, instance_id: int) -> bytes:
+        """The instance's container environment as its PID 1 has it (``/proc/1/environ``)."""
+        with self.lock:
+            key = self.container_keys[instance_id]
+        return f"PATH=/usr/bin\0CONTAINER_API_KEY={key}\0CONTAINER_ID={instance_id}\0GPU_COUNT=1\0".encode()
+
     def inventory(self) -> list[int]:
         with self.lock:
             return sorted(self.instances)
@@ -290,7 +315,8 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
             slow_create = endpoint == "create" and fake.faults[:1] == ["slow_create"]
             if slow_create:
                 fake.faults.pop(0)
-            elif self.answer_fault(fake.faults, fake.api_key, b'{"offers": [',
+            elif self.answer_fault(fake.faults, fake.key_for(self.headers.get("Authorization", ""), method, path),
+                                   b'{"offers": [',
                                    b'{"success": false, "error": "invalid_user_key"}'):
                 return
             threshold = fake.admit(self.headers.get("Authorization", ""), endpoint)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 from tests.fakes.skypilot_standin import SkyPilotStandIn
 from tests.fakes.sshd import running_sshd
@@ -36,3 +38,11 @@ def standin(tmp_path: Path, sky_home: None) -> Iterator[SkyPilotStandIn]:
         sky = SkyPilotStandIn(sshd, tmp_path / "standin", workdir=tmp_path / "work", boot_s=0.3)
         yield sky
         assert sky.inventory() == [], "a test left a cluster up"
+
+
+def run_in_bare_session(command: str, environ: bytes, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run a node's idle-shutdown ``command`` as a payload started over SSH would: under ``env -i``
+    (none of the container's variables), in a directory holding ``payload/``, with the container's
+    own environment (PID 1's) in a file the command is told to read (``environ`` is its content)."""
+    (tmp_path / "container-environ").write_bytes(environ)
+    return subprocess.run(["env", "-i", "sh", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from benchctl.provisioners import vastai
 from benchctl.provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError
 from benchctl.provisioners.vastai import Limiter, VastProvider, VastSettings, instance_state
 from tests.fakes.vastai_fake import RATE_LIMITS, FakeVast, running_fake_vast, ssh_banner
+from tests.provisioners.conftest import run_in_bare_session
 
 SCALE = 0.05
 """The fake enforces Vast's intervals ×0.05; the provider keeps them ×0.075 (a margin for a busy machine)."""
@@ -296,3 +298,20 @@ def test_a_lost_bid_is_no_capacity_and_its_stopped_instance_is_destroyed(fake: F
         provider.launch(offer, "bc-lost", "bc-camp-9")
     assert fake.calls["create"] == 1, "a lost bid is not sent again"
     assert fake.inventory() == [], "the stopped instance the lost bid left is destroyed"
+
+
+def test_the_idle_shutdown_destroys_the_instance_from_a_bare_ssh_session(fake: FakeVast, tmp_path: Path) -> None:
+    """The dead-man's shutdown runs in the payload's environment (an SSH session's: no container
+    variables); it reads CONTAINER_API_KEY from the container's own environment and destroys the
+    instance at Vast. The command itself holds no key."""
+    provider = _provider(tmp_path, python=sys.executable)
+    provider.container_environ = str(tmp_path / "container-environ")
+    (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
+    node = provider.launch(offer, "bc-dead", "bc-camp-10")
+    command = provider.idle_shutdown_command(node)
+    assert command is not None and fake.container_keys[int(node.node_id)] not in command
+    assert "vast-key" not in command, "the controller's key never goes to a node"
+    done = run_in_bare_session(command, fake.container_environ(int(node.node_id)), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert fake.inventory() == [], "the instance destroyed itself"
+    assert fake.container_keys[int(node.node_id)] not in done.stdout + done.stderr
