@@ -20,7 +20,9 @@
   Statuses are read with SkyPilot's AUTO refresh, which asks the cloud about spot clusters.
 - SSH goes to the head's IP, port and user from the handle with the key's content from the status
   record (SkyPilot writes its ssh config on the API server's machine, which may not be ours); the
-  key is kept under ``root/keys`` (0600), so the last reads of a reclaimed node stay possible.
+  key is kept under ``root/keys`` (0600), so the last reads of a reclaimed node stay possible. A
+  cluster running a docker image is reached in its container, through its VM, as SkyPilot's own
+  ssh config does, and the payload's Python runs in a login shell there (``docker.py``).
 - Terminate: ``sky.down``, waited for, its output kept off the terminal; a cluster already gone is success.
 - Clusters (``launch_cluster``, cells with ``nodes`` > 1): one SkyPilot cluster with the task's
   ``num_nodes``; node 0 is the head, peer ``k`` worker ``k`` in the handle's node order. Each
@@ -37,6 +39,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 import time
@@ -62,6 +65,7 @@ from benchctl.provisioners.base import (
     Unavailable,
     member_token,
 )
+from benchctl.provisioners.skypilot import docker
 from benchctl.provisioners.skypilot.network import fabric_sold, network_resources
 from benchctl.provisioners.skypilot.sdk import Cluster, SkyClient, SkySDK
 from benchctl.provisioners.skypilot.task import accelerators, form_conflict, task_config, validate, validate_gpu
@@ -184,6 +188,8 @@ class SkyPilotProvider(Provider):
         """Between retries (a test replaces it)."""
         self.minute_s = 60.0
         """How long SkyPilot's idle minute is (a test shortens it, with its stand-in's)."""
+        self.docker_port = docker.DOCKER_SSH_PORT
+        """Where a docker cluster's container sshd listens on its VM (a test points it at its own)."""
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         return call_api(lambda: fn(*args), classify, _wording(what), max_s=60, sleep=self.sleep)
@@ -345,7 +351,9 @@ class SkyPilotProvider(Provider):
 
     def _save_access(self, node: Node, cluster: Cluster) -> None:
         """Keep the cluster's key (one for all its nodes) and this member's address: the head's for
-        node 0, worker ``k``'s for node ``k`` (ProviderError while the handle does not list it yet)."""
+        node 0, worker ``k``'s for node ``k`` (ProviderError while the handle does not list it yet);
+        with a docker image, that node's VM and the container's user (ProviderError while SkyPilot
+        gives none: the node is never reached on its VM instead)."""
         assert cluster.access is not None
         key = self.root / "keys" / _name(node)
         key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -360,7 +368,13 @@ class SkyPilotProvider(Provider):
             host, port = cluster.nodes[rank].external, cluster.nodes[rank].ssh_port
         else:
             raise ProviderError(f"skypilot lists no node {rank} of {_name(node)} yet")
-        node.details["ssh"] = {"host": host, "port": port, "user": cluster.access.user}
+        ssh: dict[str, Any] = {"host": host, "port": port, "user": cluster.access.user}
+        image = str(node.offer.details.get("task", {}).get("resources", {}).get("image_id") or "")
+        if image.startswith("docker:"):
+            if not cluster.access.docker_user:
+                raise ProviderError(f"skypilot gives no container user of {_name(node)} yet")
+            ssh["docker_user"] = cluster.access.docker_user
+        node.details["ssh"] = ssh
 
     def transport(self, node: Node) -> SSHTransport:
         ssh = node.details.get("ssh")
@@ -373,7 +387,14 @@ class SkyPilotProvider(Provider):
             ssh = node.details["ssh"]
         endpoint = SSHEndpoint(host=str(ssh["host"]), port=int(ssh["port"]), user=str(ssh["user"]), key=str(key),
                                workdir=self.settings.workdir, python=self.settings.python)
-        return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
+        known_hosts = self.root / "known_hosts" / node.node_id
+        if ssh.get("docker_user"):  # the container, through the node's VM
+            config = self.root / "ssh" / node.node_id
+            docker.write_config(config, endpoint.host, endpoint.port, endpoint.user, str(ssh["docker_user"]), key,
+                                known_hosts.with_name(f"{node.node_id}.vm"), self.docker_port)
+            endpoint = replace(endpoint, host=docker.ALIAS, config_file=str(config),
+                               python=docker.login_python(self.settings.python))
+        return SSHTransport(endpoint, known_hosts, node.token)
 
     def terminate(self, node: Node) -> None:
         """``sky.down`` of the member's whole cluster (once per process: every member ends with it)."""
@@ -385,6 +406,8 @@ class SkyPilotProvider(Provider):
         self._down_done.add(name)
         (self.root / "autodown" / name).unlink(missing_ok=True)
         (self.root / "keys" / name).unlink(missing_ok=True)
+        for config in [self.root / "ssh" / name, *(self.root / "ssh").glob(f"{glob.escape(name)}#*")]:
+            config.unlink(missing_ok=True)
 
     def owned(self, campaign_tag: str) -> list[Node]:
         nodes = []

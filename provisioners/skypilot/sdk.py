@@ -28,6 +28,9 @@ class Access:
     user: str
     private_key: str = field(repr=False)
     """The key's content (the API server's key file is on the server's machine); never in a repr."""
+    docker_user: str | None = None
+    """The container's user when the cluster runs a docker image (``host``, ``port``, ``user`` are then
+    the VM's: provisioners/skypilot/docker.py)."""
 
 
 @dataclass(frozen=True)
@@ -259,9 +262,11 @@ def _cluster(record: Any) -> Cluster:
         credentials = _field(record, "credentials") or {}
         ips, ports = handle.cached_external_ips, handle.cached_external_ssh_ports
         if ips and credentials.get("ssh_private_key_content"):
+            docker_user = credentials.get("docker_user") or getattr(handle, "docker_user", None)
             access = Access(host=str(ips[0]), port=int(ports[0]) if ports else 22,
                             user=str(credentials.get("ssh_user") or handle.ssh_user),
-                            private_key=str(credentials["ssh_private_key_content"]))
+                            private_key=str(credentials["ssh_private_key_content"]),
+                            docker_user=str(docker_user) if docker_user else None)
         resources = handle.launched_resources
         if resources is not None:
             try:  # one node's: the handle's get_hourly_price is get_cost(3600) × launched_nodes, the cluster's

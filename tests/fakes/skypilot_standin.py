@@ -124,6 +124,8 @@ class SkyPilotStandIn:
     SkyPilot's client does (sky/server/common.py ``check_server_healthy_or_start_fn``, 0.14.1);
     ``prices`` reads the catalog on the client and needs none (sky/catalog/__init__.py)."""
     started_api_server: bool = False
+    container: SSHServer | None = None
+    """The docker container's sshd on every VM of a cluster launched with a docker image (``add_container``)."""
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -133,6 +135,16 @@ class SkyPilotStandIn:
             keys.write(Path(f"{self.key}.pub").read_text())
         self._clusters: dict[str, _Cluster] = {}
         self._ids = itertools.count(1)
+
+    def add_container(self, container: SSHServer) -> None:
+        """Clusters launched with ``image_id: docker:…`` run their container's sshd at ``container``
+        (SkyPilot's port 10022 on the VM, sky/skylet/constants.py ``DEFAULT_DOCKER_PORT``, reached
+        from the VM; the container shares the VM's network, ``--net=host``), which authorizes the
+        keys the VM does (sky/provision/docker_utils.py ``initialize``). The handle's ``docker_user``
+        is the container's user; the VM's ``ssh_user`` stays the VM's."""
+        with (container.root / "authorized_keys").open("a") as keys:
+            keys.write(Path(f"{self.key}.pub").read_text())
+        self.container = container
 
     # -- SkyClient --------------------------------------------------------------------------------
     def _fault(self) -> None:
@@ -202,6 +214,8 @@ class SkyPilotStandIn:
         if cluster.status == "UP" or cluster.unhealthy:
             record["handle"] = handle = self._handle(cluster)
             record["credentials"] = {"ssh_user": handle.ssh_user, "ssh_private_key_content": self.key.read_text()}
+            if handle.docker_user:  # sky/backends/backend_utils.py ssh_credentials_from_handles
+                record["credentials"]["docker_user"] = handle.docker_user
         return _cluster(record)
 
     def _handle(self, cluster: _Cluster) -> _Handle:
@@ -212,9 +226,11 @@ class SkyPilotStandIn:
         region, hourly = self.lands_in or (resources.region or "us-east-1", listed[0] if listed else 0.0)
         # every node is the test's sshd; internal IPs as a cloud's private subnet gives them, head first
         nodes = range(cluster.task.num_nodes)
+        docker = resources.extract_docker_image() is not None
+        docker_user = (self.container.user if self.container else self.sshd.user) if docker else None
         return _Handle(_Resources(region, resources.instance_type, spot, hourly), cluster.task.num_nodes,
                        [f"10.0.0.{rank + 11}" for rank in nodes], [self.sshd.host for _ in nodes],
-                       [self.sshd.port for _ in nodes], self.sshd.user)
+                       [self.sshd.port for _ in nodes], self.sshd.user, docker_user)
 
     def down(self, cluster_name: str) -> None:
         self._fault()

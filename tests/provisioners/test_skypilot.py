@@ -144,6 +144,36 @@ def test_spot_launch_ssh_through_the_alias_preemption_owned_and_down(standin: Sk
     assert provider.status(node) is NodeState.TERMINATED and standin.inventory() == []
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_a_docker_cell_runs_in_the_container_reached_through_its_vm(standin: SkyPilotStandIn, tmp_path: Path,
+                                                                     nodes: int) -> None:
+    """With ``image_id: docker:…`` the handle's IPs, ports and ``ssh_user`` are the VM's; the container
+    is ``docker_user`` at localhost:10022 through the VM (sky/utils/cluster_utils.py
+    ``SSHConfigHelper.add_cluster``: ProxyCommand ``ssh … -W %h:%p <ssh_user>@<ip>``, then
+    ``User docker_user``, ``HostName localhost``, ``Port DEFAULT_DOCKER_PORT``). The image's
+    environment is in /etc/profile.d (sky/provision/docker_utils.py ``SETUP_ENV_VARS_CMD``), which
+    SkyPilot's own commands read through ``/bin/bash --login`` (sky/utils/command_runner.py)."""
+    from tests.fakes.sshd import running_sshd
+
+    with running_sshd(tmp_path / "container", extra_config="SetEnv BENCHCTL_IN=container") as container:
+        standin.add_container(container)
+        provider = _provider(tmp_path, standin)
+        provider.docker_port = container.port  # SkyPilot's 10022 on a real VM
+        (offer,) = provider.offers(_request(gpu="cpu", count=1, image="pytorch/pytorch:2.8.0-cuda12.8-cudnn9-devel"))
+        node = provider.launch_cluster(offer, nodes, "bc-tok9", "bc-camp-1") if nodes > 1 else \
+            provider.launch(offer, "bc-tok9", "bc-camp-1")
+        for member in node.members():
+            _wait_running(provider, member)
+            transport = provider.transport(member)
+            landed = transport.run('echo "in the ${BENCHCTL_IN:-vm}"')
+            assert (landed.code, landed.out.strip()) == (0, "in the container"), landed.err
+            assert transport.python.startswith("/bin/bash --login -c ")
+            ran = transport.run(f"{transport.python} -c 'print(6 * 7)'")
+            assert (ran.code, ran.out.strip()) == (0, "42"), ran.err
+            transport.close()
+        provider.terminate(node)
+
+
 def test_on_demand_cluster_gone_without_our_down_is_terminated(standin: SkyPilotStandIn, tmp_path: Path) -> None:
     provider = _provider(tmp_path, standin)
     (offer,) = provider.offers(_request(gpu="cpu", count=1))
