@@ -17,7 +17,9 @@ meets at ``master_port + 1``, ``+ 2`` … so it never reaches a store of the set
 local rank is the GPU index (``torch.cuda.set_device(local_rank)``), never the global rank. A node
 whose peer is gone fails, never hangs: its ranks' collectives time out (``--timeout-s``) and the
 runner stops a phase at its budget. ``subgroups`` gives each rank its node's group and its rail
-(the ranks of the same local rank on every node).
+(the ranks of the same local rank on every node). Before any of that, each worker node probes node
+0's rendezvous port over TCP (``probe_rendezvous``: "rendezvous unreachable from node k" within
+``RENDEZVOUS_PROBE_S``), node 0's runner answering on it (``hold_rendezvous``) until its ranks start.
 
 Device discipline: NCCL maps only CUDA tensors (a CPU tensor fails with "No backend type
 associated with device type cpu"), so every tensor handed to a collective is created on
@@ -200,6 +202,87 @@ def subgroups(job: Job) -> tuple[Any, Any]:
     return groups
 
 
+RENDEZVOUS_PROBE_S = 10.0
+"""How long a worker node tries to reach node 0's rendezvous port before it gives up."""
+
+
+class RendezvousUnreachable(RuntimeError):
+    """A worker node could not open a TCP connection to node 0's rendezvous port: a firewall or
+    security group that blocks it, or an address this node cannot route to (the wrong interface)."""
+
+
+_held: dict[str, Any] = {}
+"""The listener that keeps node 0's rendezvous port answering until its ranks' store takes it."""
+
+
+def hold_rendezvous(job: Job) -> None:
+    """On node 0 of a cluster: answer TCP connections on ``master_port`` (accept, wait for the
+    caller to close first, close) until the first set of ranks starts its store there
+    (``release_rendezvous``), so the other nodes can probe it from their start. A port this node
+    cannot bind is left alone (the store reports it)."""
+    import socket
+
+    if job.nodes < 2 or job.node_rank != 0 or not job.master_port or _held:
+        return
+    try:
+        listener = socket.create_server(("", job.master_port), family=socket.AF_INET6, dualstack_ipv6=True) \
+            if socket.has_dualstack_ipv6() else socket.create_server(("", job.master_port))
+    except OSError:
+        return
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def answer() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            with conn:  # the prober closes first: no TIME_WAIT left on this side of the port
+                conn.settimeout(5.0)
+                with contextlib.suppress(OSError):
+                    conn.recv(1)
+        listener.close()
+
+    thread = threading.Thread(target=answer, name="rendezvous-hold", daemon=True)
+    thread.start()
+    _held.update(stop=stop, thread=thread)
+
+
+def release_rendezvous() -> None:
+    """Close ``hold_rendezvous``'s listener (before the ranks' store binds the port); nothing held: nothing."""
+    if _held:
+        _held.pop("stop").set()
+        _held.pop("thread").join(timeout=5.0)
+
+
+def probe_rendezvous(job: Job, timeout_s: float = RENDEZVOUS_PROBE_S, interval_s: float = 0.5) -> None:
+    """On a worker node (``node_rank`` > 0): open a TCP connection to node 0's ``master_addr:master_port``
+    before NCCL starts, retrying every ``interval_s`` (node 0 may start a moment later) for
+    ``timeout_s``; RendezvousUnreachable ("rendezvous unreachable from node k") when none opens."""
+    import socket
+
+    if job.nodes < 2 or job.node_rank == 0:
+        return
+    deadline = time.monotonic() + timeout_s
+    last: OSError | None = None
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((job.master_addr, job.master_port), timeout=max(0.1, min(left, 3.0))):
+                return
+        except OSError as exc:
+            last = exc
+        if time.monotonic() + interval_s >= deadline:
+            break
+        time.sleep(interval_s)
+    raise RendezvousUnreachable(
+        f"rendezvous unreachable from node {job.node_rank}: no TCP connection to node 0 at "
+        f"{job.master_addr}:{job.master_port} within {timeout_s:.0f} s ({type(last).__name__}: {last}); the port is "
+        "blocked between the nodes (firewall, security group) or that address is not one this node can reach "
+        "(the wrong interface): open the port between the nodes or give node 0's internal address")
+
+
 CLOSE_GRACE_S = 30.0
 """How long ``Ranks.close`` waits for the ranks to leave the group before killing them."""
 
@@ -299,6 +382,7 @@ def _start(job_path: Path, world_size: int, label: str, worker_args: list[str],
     output to ``artifacts/logs/<label>-rank<r>.log`` (``r`` the global rank), with torchrun's
     ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` and ``NODE_RANK`` set."""
     global _incarnation
+    release_rendezvous()  # node 0: its ranks' store takes the port the runner held
     workdir = job_path.parent
     logs = workdir / "artifacts" / "logs"
     logs.mkdir(parents=True, exist_ok=True)

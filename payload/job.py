@@ -23,6 +23,9 @@ EXIT_ERROR = 1
 EXIT_BAD_NODE = 3
 EXIT_IDLE = 4
 """The dead-man switch stopped the payload: the controller's heartbeat went stale."""
+EXIT_RENDEZVOUS = 5
+"""A worker node could not reach node 0's rendezvous port before NCCL started
+(``payload.distributed.probe_rendezvous``): no node is bad, the network between them is."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ elapsed_s}``. A probe still running when the budget is spent makes its check ``f
 out"). Verdict ``fail`` raises BadNode (runner exit code 3).
 
 Across nodes (``job.nodes`` > 1) the all_reduce probe is the cluster probe instead
-(``payload.probes.cluster_rank``, on every node, CPU included, within what is left of the budget):
+(``payload.probes.cluster_rank``, on every node, CPU included, within its own budget,
+``cluster_probe_budget_s``, so a slow first NCCL init between nodes is no failure):
 each node's own all_reduce (``probes.json``'s ``allreduce``, judged by the node-local check as on
 one node), each rail's and the whole cluster's (``facts/cluster.json``), judged by
 ``payload.cluster_checks``. Every node gets the same figures, so every node reaches the same
@@ -88,7 +89,7 @@ def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float,
             probes[unfinished] = {"error": reason}
     cuda_failed = cuda_init_failed(job, probes)
     if job.nodes > 1 and not timed_out and not cuda_failed:  # a node that passes always joins the cluster probe
-        _cluster(job, job_path, facts_dir, deadline, probes, ranks)
+        _cluster(job, job_path, facts_dir, probes, ranks)
     elif wants_gpu and not timed_out and not cuda_failed:
         timed_out += _allreduce(job, job_path, facts_dir, deadline, probes, ranks)
     (facts_dir / "probes.json").write_text(json.dumps(probes, indent=2))
@@ -139,20 +140,20 @@ def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probe
     return []
 
 
-def _cluster(job: Job, job_path: Path, facts_dir: Path, deadline: float, probes: dict[str, Any],
-             ranks: Ranks | None = None) -> None:
-    """The cross-node probe on the attempt's ``ranks`` (on ranks of its own without) within the
-    budget: ``probes["cluster"]`` (also ``cluster.json``) the figures or ``{"error": ...}``, and on
-    GPUs ``probes["allreduce"]`` this node's own figure."""
+def _cluster(job: Job, job_path: Path, facts_dir: Path, probes: dict[str, Any], ranks: Ranks | None = None) -> None:
+    """The cross-node probe on the attempt's ``ranks`` (on ranks of its own without) within its own
+    budget (``cluster_probe_budget_s``): ``probes["cluster"]`` (also ``cluster.json``) the figures
+    or ``{"error": ...}``, and on GPUs ``probes["allreduce"]`` this node's own figure."""
     from .distributed import Ranks, RanksFailed
 
     own = ranks if ranks is not None else Ranks(job_path, job.count)
-    budget_s = max(0.0, deadline - time.monotonic())
+    budget_s = resolve(job.preflight_thresholds)["cluster_probe_budget_s"]  # its own: a first NCCL init is slow
     try:
         with _nccl_debug(facts_dir):
             result = own.run("preflight_cluster", timeout_s=budget_s)
     except RanksFailed as exc:
-        reason = (f"the other nodes' ranks did not finish within the {budget_s:.0f} s left of the budget"
+        reason = (f"the other nodes' ranks did not finish within the cluster probe's {budget_s:.0f} s "
+                  "(cluster_probe_budget_s)"
                   if "timed out" in str(exc) else str(exc))
         probes["cluster"] = {"error": f"{reason}: a peer node is gone or failed its own preflight (see every "
                                       "node's exit code)"}

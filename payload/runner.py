@@ -1,7 +1,8 @@
 """``python -m payload run job.json``: run the job's pending phases, writing events.jsonl beside it.
 
 Exit codes: 0 every phase done, 3 preflight says the node is bad, 4 the dead-man switch stopped it
-(``payload.deadman``), 1 any other error. The last
+(``payload.deadman``), 5 a worker node could not reach node 0's rendezvous port (before any phase:
+``payload.distributed.probe_rendezvous``; no node is bad), 1 any other error. The last
 event is always ``done`` with the exit code (unless the process is killed).
 
 Across nodes (``job.nodes`` > 1) the controller starts this runner on every node with the same
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -32,10 +34,10 @@ from typing import Any
 from .collectives import run_collectives
 from .command import run_command
 from .deadman import start_deadman
-from .distributed import Layout, Ranks, launch
+from .distributed import Layout, Ranks, RendezvousUnreachable, hold_rendezvous, launch, probe_rendezvous
 from .efa_env import efa_environment
 from .events import EventLog
-from .job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, PHASES, Job
+from .job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, EXIT_RENDEZVOUS, PHASES, Job
 from .p2p import run_p2p
 from .preflight import BadNode, run_preflight
 from .profile import grad_accum_steps, summarize
@@ -85,13 +87,27 @@ def run_job(job_file: str | Path) -> int:
             os.environ[NOTICE_FILE_ENV] = str(watch.path)  # the ranks, started from here, look for it there
         ranks = Ranks(job_path, job.count)
         try:
-            code = _run_phases(job, job_path, log, ranks, watch)
+            code = _rendezvous(job, log) or _run_phases(job, job_path, log, ranks, watch)
         finally:
             ranks.close()
             if watch is not None:
                 watch.stop()
         log.emit("done", exit_code=code)
     return code
+
+
+def _rendezvous(job: Job, log: EventLog) -> int | None:
+    """Across nodes, before any phase: node 0 answers on its rendezvous port, the others probe it.
+    EXIT_RENDEZVOUS (with an error event and the reason on stderr, for ``payload.log``) when this
+    worker cannot reach it; None otherwise."""
+    hold_rendezvous(job)
+    try:
+        probe_rendezvous(job)
+    except RendezvousUnreachable as exc:
+        print(exc, file=sys.stderr, flush=True)
+        log.emit("error", message=str(exc), rendezvous_unreachable=job.node_rank)
+        return EXIT_RENDEZVOUS
+    return None
 
 
 def _run_phases(job: Job, job_path: Path, log: EventLog, ranks: Ranks, watch: SpotWatch | None = None) -> int:

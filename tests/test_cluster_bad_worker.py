@@ -160,6 +160,21 @@ def test_a_fabric_verdict_that_names_no_node_blames_no_host_and_is_no_bad_node(t
     assert "bad_node" not in run.states(MEMORY_KEY)
 
 
+def test_a_worker_that_cannot_reach_the_rendezvous_ends_the_attempt_as_an_error_naming_it(tmp_path: Path) -> None:
+    """The worker's payload exits EXIT_RENDEZVOUS (5) before any phase: an error whose detail says
+    which node could not reach node 0, no host excluded, no bad node."""
+    from benchctl.payload.job import EXIT_RENDEZVOUS
+    from tests.fakes.memory_provider import Script
+
+    why = "rendezvous unreachable from node 1: no TCP connection to node 0 at 10.0.0.1:29500 within 10 s\n"
+    run, provider = _bad_worker_run(tmp_path, Script(events=[[PREFLIGHT_START]], exit_code=None),
+                                    Script(events=[[]], exit_code=EXIT_RENDEZVOUS, log=why))
+    hosts, bad = _hosts_and_bad_hosts(run, provider)
+    first, second = run.attempts(MEMORY_KEY)
+    assert first.outcome == "error" and "payload exit 5: rendezvous unreachable from node 1" in (first.detail or "")
+    assert bad == set() and hosts[2:] == ["host-a", "host-b"] and second.outcome == "done"
+
+
 def test_the_cell_is_not_running_before_every_worker_passed_its_preflight(tmp_path: Path) -> None:
     from tests.fakes.memory_provider import Script
 
