@@ -300,7 +300,8 @@ def test_sockets_where_no_rdma_was_sold_label_the_result_and_fail_no_node(tmp_pa
     from benchctl.payload.job import Job
     from benchctl.payload.preflight import _fabric
 
-    facts = snapshot(tmp_path, ibstat="ibstat-h100-roce-2-down.txt", log="nccl-socket-fallback-azure-nd96asr-v4-2node.log")
+    facts = snapshot(tmp_path, ibstat="ibstat-h100-roce-2-down.txt",
+                     log="nccl-socket-fallback-azure-nd96asr-v4-2node.log")
     job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"], nodes=2,
               fabric=sold)
     checks = by_name(_fabric(job, facts.directory))
@@ -333,7 +334,8 @@ def test_a_down_spare_beside_the_sold_ports_is_not_counted_against_the_node(tmp_
     checks = by_name(fabric_checks(facts, {"NCCL_IB_HCA": "mlx5_0"}, FabricExpect.parse("ib 1x200")))
     assert checks["fabric_hca"]["status"] == "pass"
     assert checks["fabric_hca"]["observed"]["not_counted"] == ["mlx5_1:1 Down/Disabled"]
-    assert checks["fabric_nic_use"]["status"] == "pass" and checks["fabric_nic_use"]["observed"]["rails"] == ["mlx5_0:1"]
+    nic_use = checks["fabric_nic_use"]
+    assert nic_use["status"] == "pass" and nic_use["observed"]["rails"] == ["mlx5_0:1"]
     two = by_name(fabric_checks(facts, {}, FabricExpect.parse("ib 2x200")))["fabric_hca"]
     assert two["status"] == "fail" and "1 of 2 sold ports" in two["hint"] and "mlx5_1:1 Down/Disabled" in two["hint"]
 
@@ -351,7 +353,8 @@ def _sixteen_by_200() -> str:
 def test_sixteen_200g_rails_pass_when_that_was_sold(tmp_path: Path) -> None:
     facts = snapshot(tmp_path, ibstat=_sixteen_by_200())
     sold = FabricExpect.parse("roce 16x200")
-    rails = sorted(n.split(":")[0] for n in by_name(fabric_checks(facts, {}, sold))["fabric_nic_use"]["observed"]["rails"])
+    found = by_name(fabric_checks(facts, {}, sold))["fabric_nic_use"]["observed"]["rails"]
+    rails = sorted(n.split(":")[0] for n in found)
     pinned = {"NCCL_IB_HCA": ",".join(f"={name}" if i == 0 else name for i, name in enumerate(rails)),
               "NCCL_IB_GID_INDEX": "3"}
     checks = by_name(fabric_checks(facts, pinned, sold))
