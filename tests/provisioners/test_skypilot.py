@@ -400,33 +400,10 @@ def test_sdk_reads_access_and_price_from_the_handle() -> None:
     assert (unhealthy.status, unhealthy.unhealthy, unhealthy.access) == ("INIT", "some nodes are terminated", None)
 
 
-def test_plan_refuses_a_gpu_form_the_cloud_cannot_tell_apart(home: Path, tmp_path: Path, standin: SkyPilotStandIn,
-                                                            monkeypatch: pytest.MonkeyPatch,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from dataclasses import replace
-
-    from benchctl.cli.main import main
-    from benchctl.provisioners.registry import PROVIDERS
-
-    monkeypatch.setitem(PROVIDERS, "skypilot", replace(PROVIDERS["skypilot"],
-                                                       make=lambda home, settings: _provider(tmp_path, standin)))
-    path = tmp_path / "sky.yaml"
-    path.write_text("name: sky\nbudget_usd: 200\n"
-                    "target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}\n"
-                    "payload: {profile: {device_batch_size: 8, sequence_len: 2048}}\nmatrix:\n"
-                    "  - {provider: skypilot, cloud: vast, gpu: H100_SXM, count: 8, market: on-demand}\n")
-    with pytest.raises(SystemExit) as exit_:
-        main(["plan", str(path)])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert err.startswith("error: skypilot:H100_SXMx8:on-demand:cloud=vast: SkyPilot's vast catalog cannot tell "
-                          "H100_SXM from the other forms")
-    assert standin.launched == []
-
-
-def test_plan_refuses_spot_on_lambda_and_multi_node_on_runpod(home: Path, tmp_path: Path, standin: SkyPilotStandIn,
-                                                               monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def _plan_refused(tmp_path: Path, standin: SkyPilotStandIn, monkeypatch: pytest.MonkeyPatch,
+                  capsys: pytest.CaptureFixture[str], cells: str) -> list[str]:
+    """``benchctl plan`` of a campaign with these matrix lines, on the stand-in: exit 2, no traceback,
+    nothing launched; the error's lines."""
     from dataclasses import replace
 
     from benchctl.cli.main import main
@@ -437,19 +414,35 @@ def test_plan_refuses_spot_on_lambda_and_multi_node_on_runpod(home: Path, tmp_pa
     path = tmp_path / "sky.yaml"
     path.write_text("name: sky\nbudget_usd: 500\n"
                     "target: {model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}\n"
-                    "payload: {profile: {device_batch_size: 8, sequence_len: 2048}}\nmatrix:\n"
-                    "  - {provider: skypilot, cloud: lambda, gpu: H100_SXM, count: 8, market: spot}\n"
-                    "  - {provider: skypilot, cloud: runpod, gpu: H100_SXM, count: 8, nodes: 2, market: on-demand}\n")
+                    f"payload: {{profile: {{device_batch_size: 8, sequence_len: 2048}}}}\nmatrix:\n{cells}")
     with pytest.raises(SystemExit) as exit_:
         main(["plan", str(path)])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "Traceback" not in err
-    lines = err.strip().removeprefix("error: ").splitlines()
-    assert len(lines) == 2, err
+    assert exit_.value.code == 2 and "Traceback" not in err and err.startswith("error: ")
+    assert standin.launched == []
+    return err.strip().removeprefix("error: ").splitlines()
+
+
+def test_plan_refuses_a_gpu_form_the_cloud_cannot_tell_apart(home: Path, tmp_path: Path, standin: SkyPilotStandIn,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    (line,) = _plan_refused(tmp_path, standin, monkeypatch, capsys,
+                            "  - {provider: skypilot, cloud: vast, gpu: H100_SXM, count: 8, market: on-demand}\n")
+    assert line.startswith("skypilot:H100_SXMx8:on-demand:cloud=vast: SkyPilot's vast catalog cannot tell "
+                           "H100_SXM from the other forms")
+
+
+def test_plan_refuses_spot_on_lambda_and_multi_node_on_runpod(home: Path, tmp_path: Path, standin: SkyPilotStandIn,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    lines = _plan_refused(tmp_path, standin, monkeypatch, capsys,
+                          "  - {provider: skypilot, cloud: lambda, gpu: H100_SXM, count: 8, market: spot}\n"
+                          "  - {provider: skypilot, cloud: runpod, gpu: H100_SXM, count: 8, nodes: 2, "
+                          "market: on-demand}\n")
+    assert len(lines) == 2, lines
     assert lines[0].startswith("skypilot:H100_SXMx8:spot:cloud=lambda: SkyPilot cannot launch this cell on Lambda: "
                                "spot_instance")
     assert "on RunPod: multi-node" in lines[1] and "use nodes: 1" in lines[1]
-    assert standin.launched == []
 
 
 def test_sdk_launch_keeps_skypilots_echo_off_the_terminal_and_not_other_threads(
