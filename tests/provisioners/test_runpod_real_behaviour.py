@@ -67,9 +67,12 @@ def _campaign(tmp_path: Path, gpu: str, market: str) -> Path:
 
 
 def test_plan_refuses_an_unknown_runpod_gpu_with_exit_2(fake: FakeRunPod, tmp_path: Path) -> None:
-    result = cli_here("plan", str(_campaign(tmp_path, "H100-SXM", "on-demand")), home=tmp_path / "home")
+    # 'H100-SXM' is now read as benchctl's H100_SXM (payload.gpu_models.canonical); a name no node check
+    # knows is refused when the campaign is read, with the names to use, before any provider is asked
+    result = cli_here("plan", str(_campaign(tmp_path, "H100SXM", "on-demand")), home=tmp_path / "home")
     assert result.returncode == 2, result.stderr
-    assert "runpod has no GPU type 'H100-SXM'" in result.stderr and "Traceback" not in result.stderr
+    assert "unknown GPU model 'H100SXM'" in result.stderr and "H100_SXM" in result.stderr
+    assert "Traceback" not in result.stderr and not fake.requests
 
 
 def test_spot_is_refused_plainly_and_never_bid_for(fake: FakeRunPod, tmp_path: Path) -> None:
