@@ -153,14 +153,17 @@ def test_a_bad_worker_host_is_left_out_of_the_next_cluster_not_node_0s(tmp_path:
     assert second.outcome == "done"
 
 
-def test_a_bad_node_rank_that_is_no_rank_excludes_node_0s_host_as_today(tmp_path: Path) -> None:
+def test_a_bad_node_rank_that_is_no_rank_blames_no_host(tmp_path: Path) -> None:
+    # issue 27 item 6: a verdict that names no node (here a rank that is a bool, not an int) is not
+    # node 0's fault: no host is excluded and the attempt is no bad_node
     bad = Script(events=[[{"t": 1.0, "kind": "error", "phase": "preflight", "message": "bad",
                            "bad_node": True, "bad_node_rank": True}]], exit_code=EXIT_BAD_NODE)
     provider = MemoryProvider([offer("host-a", 1.0), offer("host-b", 2.0), offer("host-c", 3.0)],
                               [bad, Script(exit_code=None), Script(), Script()])
     run = cluster_run(tmp_path, provider)
     assert run_campaign(run.ctx, concurrency=1).complete
-    assert [n.node.host for n in provider.launched()][2] == "host-b", "node 0's host excluded"
+    assert [n.node.host for n in provider.launched()][2] == "host-a", "node 0's host is not excluded"
+    assert "bad_node" not in [a.outcome for a in run.attempts(KEY)]
 
 
 def _rent_and_crash(run: MemoryRun, start: bool = True) -> tuple[Node, MemoryProvider]:
