@@ -74,7 +74,6 @@ for command in (run, plan, resume, down, status, leaderboard, import_command, re
 
 def main(argv: list[str] | None = None) -> None:
     from benchctl.errors import BenchctlError
-    from benchctl.provisioners.base import ProviderError
     from benchctl.terminal_text import clean
 
     debug = os.environ.get("BENCHCTL_DEBUG", "") not in ("", "0") or "--debug" in (argv or sys.argv[1:])
@@ -88,8 +87,18 @@ def main(argv: list[str] | None = None) -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted: `benchctl resume` continues where this stopped", err=True)
         sys.exit(130)
-    except (BenchctlError, ProviderError) as exc:  # a provider's error outside a cell: exit 1
+    except Exception as exc:
+        if not isinstance(exc, (BenchctlError, _provider_error())):  # a provider's error outside a cell: exit 1
+            raise
         if debug:
             traceback.print_exc()
         click.echo(f"error: {clean(str(exc), newlines=True)}", err=True)  # messages quote files and nodes
         sys.exit(getattr(exc, "exit_code", 1))
+
+
+def _provider_error() -> type[Exception]:
+    """``ProviderError``, imported only once something failed: ``provisioners.base`` brings pydantic,
+    which a command that never touches a provider (``--help``, ``status``) should not pay for."""
+    from benchctl.provisioners.base import ProviderError
+
+    return ProviderError

@@ -24,26 +24,15 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from benchctl.campaign.spec import Campaign, CampaignSpec, CellSpec
+from benchctl.campaign.spec import Campaign, CellSpec
+from benchctl.engine.attempt_limits import (  # noqa: F401 (re-exported: the engine's names for them)
+    COLLECT_ALLOWANCE_S,
+    COLLECT_MIN_S,
+    READY_TIMEOUT_S,
+    attempt_worst_case_s,
+    collect_timeout_s,
+)
 from benchctl.store import queries as q
-
-COLLECT_ALLOWANCE_S = 600.0
-"""Time allowed after the payload for syncing, collecting artifacts and terminating."""
-COLLECT_MIN_S = 10.0
-"""The shortest deadline a collection gets, however short the payload's timeout."""
-READY_TIMEOUT_S = 900.0
-"""How long a launched node may take to be ready before the attempt gives up on it."""
-
-
-def attempt_worst_case_s(spec: CampaignSpec) -> float:
-    """The longest one attempt can bill: node start-up, the payload's timeout, collection."""
-    return READY_TIMEOUT_S + spec.payload.timeout_minutes * 60.0 + COLLECT_ALLOWANCE_S
-
-
-def collect_timeout_s(spec: CampaignSpec) -> float:
-    """The deadline of collecting one attempt's files: ``payload.timeout_minutes``, clamped to
-    ``COLLECT_MIN_S`` .. ``COLLECT_ALLOWANCE_S`` (so the worst case above still holds)."""
-    return min(max(spec.payload.timeout_minutes * 60.0, COLLECT_MIN_S), COLLECT_ALLOWANCE_S)
 
 
 def worst_case_spend(campaign: Campaign, cells: list[CellSpec], providers: Any, spent_usd: float) -> float:

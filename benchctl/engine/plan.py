@@ -22,7 +22,7 @@ from typing import Any
 from benchctl.campaign.images import compile_warnings
 from benchctl.campaign.memory_fit import cell_fit
 from benchctl.campaign.spec import Campaign, CellSpec
-from benchctl.engine.budget import attempt_worst_case_s
+from benchctl.engine.attempt_limits import attempt_worst_case_s
 from benchctl.engine.providers import Providers, offer_request
 from benchctl.errors import BenchctlError, ProviderUnavailable, UsageError
 from benchctl.provisioners.base import ProviderError

@@ -1,0 +1,68 @@
+"""Commands pay only for what they use (issue 31 item 14): ``--help`` loads no pydantic, no SQLAlchemy,
+no store; ``plan`` of a local campaign (which never opens the database) loads no SQLAlchemy and no
+store models. Checked by running the real ``main`` in a fresh interpreter and reading ``sys.modules``
+afterwards (structure, not time: the time is in docs/measurements/2026-11-26-read-paths.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+HEAVY = ("pydantic", "sqlalchemy", "sqlmodel", "benchctl.store.models", "benchctl.store.database",
+         "benchctl.provisioners.base", "matplotlib", "rich", "yaml")
+
+_PROBE = """
+import json, sys
+from benchctl.cli.main import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"exit": code, "loaded": sorted(m for m in %r if m in sys.modules)}), file=sys.stderr)
+""" % (HEAVY,)
+
+
+def _loaded_after(*argv: str, home: Path) -> tuple[int, list[str]]:
+    env = {**os.environ, "BENCHCTL_HOME": str(home)}
+    env.pop("BENCHCTL_DB", None)
+    done = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    found = json.loads(last)
+    return found["exit"], found["loaded"]
+
+
+def test_help_loads_no_pydantic_no_sqlalchemy_no_store(tmp_path: Path) -> None:
+    code, loaded = _loaded_after("--help", home=tmp_path)
+    assert code == 0
+    assert loaded == []
+
+
+def test_a_command_help_loads_nothing_heavy(tmp_path: Path) -> None:
+    for command in ("status", "report", "leaderboard", "plan"):
+        code, loaded = _loaded_after(command, "--help", home=tmp_path)
+        assert code == 0 and loaded == [], (command, loaded)
+
+
+def test_plan_of_a_local_campaign_never_loads_the_store(tmp_path: Path) -> None:
+    code, loaded = _loaded_after("plan", str(REPO / "campaigns" / "local-smoke.yaml"), home=tmp_path)
+    assert code == 0
+    assert not {"sqlalchemy", "sqlmodel", "benchctl.store.models", "benchctl.store.database",
+                "matplotlib"} & set(loaded), loaded
+    assert "pydantic" in loaded  # the campaign spec is pydantic: plan pays for what it uses
+    assert not (tmp_path / "benchctl.db").exists()
+
+
+def test_an_error_outside_a_provider_still_gets_one_line(tmp_path: Path) -> None:
+    """The lazily imported ProviderError keeps the one error path: a bad campaign file is one line, exit 2."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbudget_usd: -1\n")
+    done = subprocess.run([sys.executable, "-m", "benchctl", "plan", str(bad)], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "BENCHCTL_HOME": str(tmp_path)}, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
