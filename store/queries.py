@@ -226,6 +226,13 @@ def add_artifact(engine: Engine, artifact: Artifact) -> None:
         s.commit()
 
 
+def add_artifacts(engine: Engine, artifacts: list[Artifact]) -> None:
+    """Every row in one transaction."""
+    with Session(engine) as s:
+        s.add_all(artifacts)
+        s.commit()
+
+
 def spent_usd(engine: Engine, campaign_id: int, now: float | None = None) -> float:
     """Money spent: closed attempts' cost plus open attempts' running cost up to ``now``."""
     return sum(spent_by_outcome(engine, campaign_id, now).values())

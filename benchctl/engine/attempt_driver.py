@@ -11,7 +11,10 @@ The node is not trusted: a malformed event line is stored as an error event (``e
 ``exit_code`` file that holds no exit status is an attempt error (the cell retries), and an
 OSError of the node's files or of the attempt's local directory ends the attempt as an error.
 Collecting the attempt's files has a deadline (``collect_timeout_s``) and the budget is watched
-meanwhile: at the budget the transfer stops and the attempt ends ``budget``.
+meanwhile: at the budget the transfer stops and the attempt ends ``budget``. The node's
+``events.jsonl`` and ``payload.log`` come home before its ``artifacts/`` (a damaged or oversized
+archive cannot cost them). Artifact rows are written, and their files hashed (each distinct path
+once: ``artifact_records``), only after ``terminate``: hashing never runs while the node bills.
 While the payload runs, every ``status_interval_s`` the driver asks the provider for the node's
 state (a preempted node ends the attempt) and checks the campaign's spend against its budget; it
 touches the payload's heartbeat (its dead-man switch) as often, or four times per
@@ -37,11 +40,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchctl import payload
 from benchctl.campaign.spec import CellSpec
+from benchctl.engine.artifact_records import Announced, announced, artifact_rows
 from benchctl.engine.bad_hosts import bad_member_host, bad_node_rank, naming, worker_bad_rank
 from benchctl.engine.budget import collect_timeout_s
 from benchctl.engine.cell_states import CellState
@@ -70,7 +74,7 @@ from benchctl.provisioners.base import NoCapacity, Node, NodeState, Provider, Pr
 from benchctl.provisioners.transfer_deadline import Deadline, TransferTimeout
 from benchctl.results.cell_result import timed_samples
 from benchctl.store import queries as q
-from benchctl.store.models import Artifact, Attempt
+from benchctl.store.models import Attempt
 
 MAX_DIR_NAME_BYTES = 120
 """Longer cell keys get a shortened directory name (a file name holds at most 255 bytes)."""
@@ -95,6 +99,8 @@ class AttemptDriver:
     transition: Callable[[CellState], None]
     halted: Callable[[], Outcome | None]
     """Why the attempt must stop now (Ctrl-C, lost lease), or None."""
+    collected: list[Announced] | None = field(default=None, init=False)
+    """The artifacts that came home, recorded by ``end`` once the node is terminated."""
 
     def drive(self, attempt: Attempt, node: Node, reattach: bool) -> Outcome:
         outcome = Outcome(OutcomeKind.ERROR, "controller error")
@@ -139,7 +145,8 @@ class AttemptDriver:
         whatever the one before raised; what failed is logged and added to the attempt's detail."""
         failed = []
         for step, call in (("the last read of its events", lambda: self.last_sync(attempt, node)),
-                           ("terminating its node", lambda: self.terminate(node))):
+                           ("terminating its node", lambda: self.terminate(node)),
+                           ("recording its artifacts", lambda: self.record_artifacts(attempt))):
             try:
                 call()
             except Exception as exc:  # whatever it was, the node must still be terminated and the attempt closed
@@ -155,6 +162,15 @@ class AttemptDriver:
             self.ctx.log(f"{self.key}: when node {node.node_id} stopped billing is unknown ({exc}); closing it now")
         detail = "; ".join([outcome.detail, *failed] if outcome.detail else failed)
         q.close_attempt(self.ctx.engine, _id(attempt), outcome.kind.value, detail or None, terminated_at=ended)
+
+    def record_artifacts(self, attempt: Attempt) -> None:
+        """The rows of what ``_collect`` brought home (nothing if it did not finish), each file hashed once."""
+        if self.collected is None:
+            return
+        local = self.ctx.artifacts_dir / cell_dir_name(self.key) / str(attempt.number)
+        q.add_artifacts(self.ctx.engine, artifact_rows(self.collected, _id(attempt), self.cell_id,
+                                                       attempt.remote_dir, local))
+        self.collected = None
 
     def last_sync(self, attempt: Attempt, node: Node) -> None:
         """Read what the node still has before it goes: nothing measured is lost. A node that
@@ -376,19 +392,9 @@ class AttemptDriver:
         for path in (self.ctx.artifacts_dir, cell_dir, local):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
         transport.max_artifact_bytes = int(self.ctx.campaign.spec.max_artifact_gb * 1024**3)
-        for name in ("artifacts", "events.jsonl", "payload.log"):
+        for name in ("events.jsonl", "payload.log", "artifacts"):
             transport.get(f"{attempt.remote_dir}/{name}", str(local), timeout=deadline)
-        for event in q.events(self.ctx.engine, self.cell_id, "artifact"):
-            if event.attempt_id != attempt.id:
-                continue
-            data = json.loads(event.data_json)
-            path = local / data["path"]
-            here = _inside(path, local)
-            q.add_artifact(self.ctx.engine, Artifact(attempt_id=_id(attempt), cell_id=self.cell_id, name=data["name"],
-                                                     remote_path=f"{attempt.remote_dir}/{data['path']}",
-                                                     local_path=str(path) if here else None,
-                                                     bytes=path.stat().st_size if here else None,
-                                                     sha256=_sha256(path) if here else None))
+        self.collected = announced(q.events(self.ctx.engine, self.cell_id, "artifact"), _id(attempt))
         for refused in transport.refused_members():
             self.ctx.log(f"{self.key}: refused from the node's artifacts: {refused}")
 
@@ -396,20 +402,3 @@ class AttemptDriver:
 def _id(attempt: Attempt) -> int:
     assert attempt.id is not None
     return attempt.id
-
-
-def _inside(path: Path, directory: Path) -> bool:
-    """``path`` is a regular file inside ``directory`` (never an error: the name is the node's)."""
-    try:
-        return path.is_file() and path.resolve().is_relative_to(directory.resolve())
-    except (OSError, ValueError, RuntimeError):
-        return False
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
