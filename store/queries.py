@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, func, select
+from sqlmodel import Session, case, col, func, select
 
 from benchctl.store.models import Artifact, Attempt, Campaign, Cell, Event, Result
 
@@ -136,19 +136,57 @@ def close_attempt(engine: Engine, attempt_id: int, outcome: str, detail: str | N
 
 
 def attempt_cost(attempt: Attempt, until: float) -> float:
-    if attempt.launched_at is None or attempt.hourly_usd is None:
+    return running_cost(attempt.hourly_usd, attempt.launched_at, until)
+
+
+def running_cost(hourly_usd: float | None, launched_at: float | None, until: float) -> float:
+    """What an attempt at ``hourly_usd`` launched at ``launched_at`` costs up to ``until`` (0: either unknown)."""
+    if launched_at is None or hourly_usd is None:
         return 0.0
-    return max(0.0, until - attempt.launched_at) / 3600.0 * attempt.hourly_usd
+    return max(0.0, until - launched_at) / 3600.0 * hourly_usd
+
+
+@dataclass(frozen=True)
+class CampaignSpend:
+    """A campaign's attempts summed by the database: what ended, per outcome, and each attempt still open."""
+
+    closed: dict[str, float]
+    """Outcome (``unknown`` for none) → the cost of the closed attempts that ended so."""
+    open: list[tuple[float | None, float | None]]
+    """``(hourly_usd, launched_at)`` of every open attempt."""
+
+    def running_usd(self, now: float) -> float:
+        """What the open attempts have cost up to ``now``."""
+        return sum(running_cost(hourly, launched, now) for hourly, launched in self.open)
+
+
+def campaign_spend(engine: Engine, campaign_id: int) -> CampaignSpend:
+    """The campaign's spend in one statement (one snapshot): closed attempts summed per outcome in
+    the database, open ones one row each. It returns as many rows at 10,000 closed attempts as at 10:
+    the budget reads it on every status poll of every running cell."""
+    is_open = col(Attempt.open)
+    query = (select(is_open, col(Attempt.outcome), func.sum(col(Attempt.cost_usd)), func.max(col(Attempt.hourly_usd)),
+                    func.max(col(Attempt.launched_at)))
+             .join(Cell, col(Attempt.cell_id) == col(Cell.id)).where(Cell.campaign_id == campaign_id)
+             .group_by(is_open, col(Attempt.outcome), case((is_open, col(Attempt.id))))  # an open attempt: its own row
+             .order_by(col(Attempt.outcome)))
+    closed: dict[str, float] = {}
+    running: list[tuple[float | None, float | None]] = []
+    with Session(engine) as s:
+        for was_open, outcome, cost, hourly, launched in s.exec(query):
+            if was_open:
+                running.append((hourly, launched))
+            else:
+                key = outcome or "unknown"
+                closed[key] = closed.get(key, 0.0) + (cost or 0.0)
+    return CampaignSpend(closed, running)
 
 
 def spent_by_outcome(engine: Engine, campaign_id: int, now: float | None = None) -> dict[str, float]:
     """Money spent per attempt outcome (``open`` for attempts still running)."""
     now = now if now is not None else time.time()
-    totals: dict[str, float] = {}
-    for a in campaign_attempts(engine, campaign_id):
-        key = "open" if a.open else (a.outcome or "unknown")
-        totals[key] = totals.get(key, 0.0) + attempt_spent(a, now)
-    return totals
+    spend = campaign_spend(engine, campaign_id)
+    return {**spend.closed, "open": spend.running_usd(now)} if spend.open else dict(spend.closed)
 
 
 def attempt_spent(attempt: Attempt, now: float) -> float:
@@ -161,6 +199,38 @@ def campaign_attempts(engine: Engine, campaign_id: int) -> list[Attempt]:
     with Session(engine) as s:
         return list(s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
                            .where(Cell.campaign_id == campaign_id).order_by(col(Attempt.id))))
+
+
+@dataclass(frozen=True)
+class EndedAttempt:
+    """What is read of an attempt that ended with a given outcome (``attempts_ended``)."""
+
+    id: int
+    host: str | None
+    node_json: str | None
+    detail: str | None
+
+
+def attempts_ended(engine: Engine, campaign_id: int, outcome: str) -> list[EndedAttempt]:
+    """The campaign's attempts that ended ``outcome``, oldest first: only their rows, only the columns read."""
+    query = (select(col(Attempt.id), col(Attempt.host), col(Attempt.node_json), col(Attempt.detail))
+             .join(Cell, col(Attempt.cell_id) == col(Cell.id)).where(Cell.campaign_id == campaign_id)
+             .where(col(Attempt.outcome) == outcome).order_by(col(Attempt.id)))
+    with Session(engine) as s:
+        return [EndedAttempt(*row) for row in s.exec(query)]
+
+
+def attempt_errors(engine: Engine, attempt_ids: Sequence[int]) -> dict[int, list[str]]:
+    """Attempt id → the ``data_json`` of its ``error`` events, in line order."""
+    found: dict[int, list[str]] = {attempt_id: [] for attempt_id in attempt_ids}
+    if not found:
+        return found
+    query = (select(col(Event.attempt_id), col(Event.data_json)).where(col(Event.attempt_id).in_(list(found)))
+             .where(Event.kind == "error").order_by(col(Event.attempt_id), col(Event.line)))
+    with Session(engine) as s:
+        for attempt_id, data in s.exec(query):
+            found[attempt_id].append(data)
+    return found
 
 
 def attempts(engine: Engine, cell_id: int) -> list[Attempt]:

@@ -20,7 +20,6 @@ from benchctl.engine.cluster import member_hosts
 from benchctl.outcomes import OutcomeKind
 from benchctl.provisioners.base import Node
 from benchctl.store import queries as q
-from benchctl.store.models import Attempt
 
 
 def bad_node_rank(errors: list[dict[str, Any]]) -> int | None:
@@ -68,49 +67,41 @@ def named_in(detail: str | None, node: Node) -> str | None:
 
 
 def campaign_bad_hosts(engine: Engine, campaign_id: int) -> set[str]:
-    """Every host a ``bad_node`` attempt of the campaign found bad."""
+    """Every host a ``bad_node`` attempt of the campaign found bad. Reads only those attempts, and the
+    error events of those that rented a cluster: it costs the same however many other attempts ran."""
+    bad = q.attempts_ended(engine, campaign_id, OutcomeKind.BAD_NODE.value)
+    clusters = {attempt.id: node for attempt in bad if (node := _cluster(attempt)) is not None}
+    errors = q.attempt_errors(engine, sorted(clusters))
     hosts: set[str] = set()
-    errors_by_cell: dict[int, list[Any]] = {}
-    for attempt in q.campaign_attempts(engine, campaign_id):
-        if attempt.outcome != OutcomeKind.BAD_NODE.value:
-            continue
-        host = _cluster_bad_host(engine, attempt, errors_by_cell)
-        if host is None and _fabric_verdict(engine, attempt, errors_by_cell):
-            continue  # recorded before a verdict naming no node ended the attempt as an error
+    for attempt in bad:
+        host = None
+        if (node := clusters.get(attempt.id)) is not None:
+            found = _parsed(errors[attempt.id])
+            host = bad_member_host(node, bad_node_rank(found)) or named_in(attempt.detail, node)
+            if host is None and names_no_node(found):
+                continue  # recorded before a verdict naming no node ended the attempt as an error
         host = host or attempt.host
         if host:
             hosts.add(host)
     return hosts
 
 
-def _errors(engine: Engine, attempt: Attempt, errors_by_cell: dict[int, list[Any]]) -> list[dict[str, Any]]:
-    if attempt.cell_id not in errors_by_cell:
-        errors_by_cell[attempt.cell_id] = q.events(engine, attempt.cell_id, "error")
-    found = [json.loads(e.data_json) for e in errors_by_cell[attempt.cell_id] if e.attempt_id == attempt.id]
-    return [e for e in found if isinstance(e, dict)]
+def _cluster(attempt: q.EndedAttempt) -> Node | None:
+    """The cluster an attempt rented (its node 0 with peers); None for one node or an unreadable record."""
+    if attempt.node_json is None:
+        return None
+    try:
+        node = Node.from_dict(json.loads(attempt.node_json))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return node if node.peers else None
+
+
+def _parsed(errors: list[str]) -> list[dict[str, Any]]:
+    found = [json.loads(data) for data in errors]
+    return [error for error in found if isinstance(error, dict)]
 
 
 def names_no_node(errors: list[dict[str, Any]]) -> bool:
     """A cluster's bad verdict about the fabric between its nodes: ``bad_node`` without a rank."""
     return bad_node_rank(errors) is None and any(error.get("bad_node") is True for error in errors)
-
-
-def _fabric_verdict(engine: Engine, attempt: Attempt, errors_by_cell: dict[int, list[Any]]) -> bool:
-    try:
-        node = Node.from_dict(json.loads(attempt.node_json or "null"))
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return False
-    return bool(node.peers) and names_no_node(_errors(engine, attempt, errors_by_cell))
-
-
-def _cluster_bad_host(engine: Engine, attempt: Attempt, errors_by_cell: dict[int, list[Any]]) -> str | None:
-    if attempt.node_json is None:
-        return None
-    try:
-        node = Node.from_dict(json.loads(attempt.node_json))
-    except (ValueError, TypeError, KeyError):
-        return None
-    if not node.peers:
-        return None
-    return bad_member_host(node, bad_node_rank(_errors(engine, attempt, errors_by_cell))) \
-        or named_in(attempt.detail, node)

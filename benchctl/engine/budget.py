@@ -71,18 +71,15 @@ class Budget:
     def committed_usd(self, now: float | None = None) -> tuple[float, int]:
         """(spent by closed attempts + the worst case still possible for open ones, open attempts)."""
         now = time.time() if now is None else now
-        total, running = 0.0, 0
-        for a in q.campaign_attempts(self.engine, self.campaign_id):
-            if not a.open:
-                total += a.cost_usd or 0.0
-                continue
-            running += 1
-            hourly = a.hourly_usd or 0.0
-            started = a.launched_at or now
-            total += max(now - started, self.attempt_worst_case_s) * hourly / 3600.0
-        return total, running
+        spend = q.campaign_spend(self.engine, self.campaign_id)  # the database's figures, never a copy of ours
+        total = sum(spend.closed.values())
+        for hourly, launched_at in spend.open:
+            total += max(now - (launched_at or now), self.attempt_worst_case_s) * (hourly or 0.0) / 3600.0
+        return total, len(spend.open)
 
     def exceeded(self) -> bool:
+        """The campaign's spend (closed attempts' cost + open ones' so far) reached the budget: one
+        aggregate query, as cheap at 10,000 attempts as at 10."""
         return q.spent_usd(self.engine, self.campaign_id) >= self.budget_usd
 
     @contextmanager
