@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, case, col, func, select
 
 from benchctl.store.models import Artifact, Attempt, Campaign, Cell, Event, Result
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -239,27 +243,89 @@ def attempts(engine: Engine, cell_id: int) -> list[Attempt]:
 
 
 def record_events(engine: Engine, attempt_id: int, events: Iterable[dict[str, Any]], read_from: int,
-                  new_offset: int) -> int:
+                  new_offset: int, dropped: Mapping[str, int] | None = None) -> int | None:
     """Store complete events read from an attempt's events.jsonl at byte ``read_from`` and advance
     its offset to ``new_offset``, atomically, only if the stored offset is still ``read_from``
     (another reader got there first otherwise: nothing is stored twice). Lines are numbered from
-    the attempt's stored line count. Returns the number stored."""
+    the attempt's stored line count. One short write transaction with one bulk INSERT (the caller
+    bounds the batch). ``dropped`` (what → how many lines the caller left out of this batch) is
+    added to the attempt's one summary event (kind ``dropped``: "N more <what> dropped"), made at
+    the next line the first time. A busy database is retried (``retry_busy``). Returns the number
+    stored, None when another reader got there first."""
+    rows = [{"t": float(event.get("t", 0.0)), "kind": str(event.get("kind", "")), "phase": event.get("phase"),
+             "data_json": json.dumps({k: v for k, v in event.items() if k not in ("t", "kind", "phase")},
+                                     sort_keys=True)} for event in events]
+    counts = {what: n for what, n in (dropped or {}).items() if n}
+
+    def write() -> int | None:
+        with engine.begin() as conn:
+            taken = conn.execute(sa.update(Attempt).where(col(Attempt.id) == attempt_id)
+                                 .where(col(Attempt.events_offset) == read_from)
+                                 .values(events_offset=new_offset))
+            if taken.rowcount != 1:  # another reader stored these lines
+                return None
+            first = conn.execute(sa.select(col(Attempt.events_lines), col(Attempt.cell_id))
+                                 .where(col(Attempt.id) == attempt_id)).one()
+            line = first.events_lines
+            if rows:
+                conn.execute(sa.insert(Event), [{**row, "attempt_id": attempt_id, "cell_id": first.cell_id,
+                                                 "line": line + i} for i, row in enumerate(rows)])
+                line += len(rows)
+            if counts:
+                line += _add_dropped(conn, attempt_id, first.cell_id, line, counts)
+            conn.execute(sa.update(Attempt).where(col(Attempt.id) == attempt_id).values(events_lines=line))
+            return len(rows)
+
+    return retry_busy(write)
+
+
+DROPPED_KIND = "dropped"
+"""The kind of an attempt's summary of the event lines it did not store (no node writes it)."""
+
+
+def _add_dropped(conn: sa.Connection, attempt_id: int, cell_id: int, line: int, counts: Mapping[str, int]) -> int:
+    """Add ``counts`` to the attempt's summary event (made at ``line``); 1 when it was made, else 0."""
+    found = conn.execute(sa.select(col(Event.id), col(Event.data_json)).where(col(Event.attempt_id) == attempt_id)
+                         .where(col(Event.kind) == DROPPED_KIND)).first()
+    total = dict(counts)
+    if found is not None:
+        for what, n in json.loads(found.data_json).get("dropped", {}).items():
+            total[what] = total.get(what, 0) + int(n)
+    message = "; ".join(f"{n} more {what} dropped" for what, n in sorted(total.items()))
+    data = json.dumps({"message": message, "dropped": total}, sort_keys=True)
+    if found is not None:
+        conn.execute(sa.update(Event).where(col(Event.id) == found.id).values(data_json=data, t=time.time()))
+        return 0
+    conn.execute(sa.insert(Event).values(attempt_id=attempt_id, cell_id=cell_id, line=line, t=time.time(),
+                                         kind=DROPPED_KIND, phase=None, data_json=data))
+    return 1
+
+
+BUSY_TRIES = 4
+"""How often a write that found the database locked is tried in all."""
+
+
+def retry_busy(write: Callable[[], T], tries: int = BUSY_TRIES) -> T:
+    """``write()`` (one whole transaction), tried again after 0.5, 1, 2 s while SQLite says the
+    database is locked or busy (its own busy timeout already waited); other errors, and the last
+    one, are raised."""
+    for attempt in range(tries):
+        try:
+            return write()
+        except OperationalError as exc:
+            busy = "locked" in str(exc.orig) or "busy" in str(exc.orig)
+            if not busy or attempt == tries - 1:
+                raise
+            time.sleep(0.5 * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+def malformed_stored(engine: Engine, attempt_id: int) -> int:
+    """How many of the attempt's stored events are malformed lines (error events marked ``malformed_event``)."""
     with Session(engine) as s:
-        attempt = s.get(Attempt, attempt_id)
-        assert attempt is not None
-        if attempt.events_offset != read_from:
-            return 0
-        line = attempt.events_lines
-        for event in events:
-            data = {k: v for k, v in event.items() if k not in ("t", "kind", "phase")}
-            s.add(Event(attempt_id=attempt_id, cell_id=attempt.cell_id, line=line, t=float(event.get("t", 0.0)),
-                        kind=str(event.get("kind", "")), phase=event.get("phase"),
-                        data_json=json.dumps(data, sort_keys=True)))
-            line += 1
-        stored = line - attempt.events_lines
-        attempt.events_lines, attempt.events_offset = line, new_offset
-        s.commit()
-        return stored
+        return s.exec(select(func.count()).select_from(Event).where(Event.attempt_id == attempt_id)
+                      .where(Event.kind == "error")
+                      .where(col(Event.data_json).contains('"malformed_event": true'))).one()
 
 
 def events(engine: Engine, cell_id: int, kind: str | None = None, phase: str | None = None) -> list[Event]:
@@ -340,11 +406,19 @@ def cells_by_key(engine: Engine, key: str, campaign: str | None = None) -> list[
         return [(k, c) for k, c in s.exec(query)]
 
 
-def attempt_events(engine: Engine, attempt_id: int, after_line: int = -1) -> list[Event]:
-    """The attempt's stored events after line ``after_line``, in line order."""
+def attempt_events(engine: Engine, attempt_id: int, after_line: int = -1, limit: int | None = None) -> list[Event]:
+    """The attempt's stored events after line ``after_line``, in line order (the first ``limit``)."""
     with Session(engine) as s:
         return list(s.exec(select(Event).where(Event.attempt_id == attempt_id).where(Event.line > after_line)
-                           .order_by(col(Event.line))))
+                           .order_by(col(Event.line)).limit(limit)))
+
+
+def iter_attempt_events(engine: Engine, attempt_id: int, after_line: int = -1, chunk: int = 1000) -> Iterator[Event]:
+    """``attempt_events``, read ``chunk`` rows per short session (memory bounded by ``chunk``, not by
+    what the attempt stored)."""
+    while rows := attempt_events(engine, attempt_id, after_line, limit=chunk):
+        yield from rows
+        after_line = rows[-1].line
 
 
 def attempt_row(engine: Engine, attempt_id: int) -> Attempt:

@@ -12,6 +12,8 @@ import click
 from benchctl.cli.options import CliState, pass_state
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from benchctl.store.models import Attempt, Event
 
 POLL_S = 1.0
@@ -58,7 +60,7 @@ def logs(state: CliState, cell: str, campaign: str | None, number: int | None, f
         raise UsageError(f"cell {cell!r} has no attempt {number} (it has 1..{len(attempts)})")
     assert chosen.id is not None
     click.echo(f"events of attempt {chosen.number}:")
-    last = _print_events(q.attempt_events(engine, chosen.id))
+    last = _print_events(q.iter_attempt_events(engine, chosen.id))
     if not follow:
         if last < 0:
             click.echo("  (none stored)")
@@ -67,8 +69,8 @@ def logs(state: CliState, cell: str, campaign: str | None, number: int | None, f
     try:
         while q.attempt_row(engine, chosen.id).open:
             time.sleep(POLL_S)
-            last = max(last, _print_events(q.attempt_events(engine, chosen.id, last)))
-        _print_events(q.attempt_events(engine, chosen.id, last))  # what the controller stored as it closed
+            last = max(last, _print_events(q.iter_attempt_events(engine, chosen.id, last)))
+        _print_events(q.iter_attempt_events(engine, chosen.id, last))  # what the controller stored as it closed
         click.echo(_attempt_line(q.attempt_row(engine, chosen.id)))
     except KeyboardInterrupt:
         return
@@ -103,22 +105,37 @@ def _attempt_line(a: Attempt) -> str:
     return f"attempt {a.number} on {clean(a.host or '-')} ({a.provider}, {a.market}, {cost}): {ended}{detail}"
 
 
-def _print_events(rows: list[Event]) -> int:
-    """Print each event as one line; return the last line number printed (-1 for none)."""
-    from benchctl.terminal_text import clean
-
+def _print_events(rows: Iterable[Event]) -> int:
+    """Print each event as one line as it is read (``rows`` may be a stream); return the last line
+    number printed (-1 for none). A stored event that cannot be shown is one line naming it."""
     last = -1
     for e in rows:
+        click.echo(_event_line(e))
+        last = e.line if isinstance(e.line, int) else last
+    return last
+
+
+def _event_line(e: Event) -> str:
+    """One event as a line: time, kind, phase, its fields (the summary of dropped lines: its message)."""
+    from benchctl.store.queries import DROPPED_KIND
+    from benchctl.terminal_text import clean
+
+    try:
         stamp = datetime.fromtimestamp(e.t, timezone.utc).strftime("%H:%M:%S")
         phase = f" [{e.phase}]" if e.phase else ""
         try:
             data = json.loads(e.data_json)
-            body = " ".join(f"{k}={_short(v)}" for k, v in data.items()) if isinstance(data, dict) else str(data)
         except ValueError:
-            body = e.data_json
-        click.echo(clean(f"  {stamp} {e.kind}{phase} {body}").rstrip())
-        last = e.line
-    return last
+            data = e.data_json
+        if isinstance(data, dict) and e.kind == DROPPED_KIND:
+            body = str(data.get("message", ""))
+        elif isinstance(data, dict):
+            body = " ".join(f"{k}={_short(v)}" for k, v in data.items())
+        else:
+            body = _short(data)
+        return clean(f"  {stamp} {e.kind}{phase} {body}").rstrip()
+    except (ValueError, TypeError, OverflowError, OSError, RecursionError) as exc:
+        return clean(f"  line {e.line}: stored event not shown ({type(exc).__name__}: {str(exc)[:120]})")
 
 
 def _short(value: object) -> str:

@@ -50,7 +50,7 @@ from benchctl.engine.bad_hosts import bad_member_host, bad_node_rank, naming, wo
 from benchctl.engine.budget import collect_timeout_s
 from benchctl.engine.cell_states import CellState
 from benchctl.engine.cluster import billed_hourly, cluster_ended_at, cluster_state, terminate_all
-from benchctl.engine.event_sync import sync_events
+from benchctl.engine.event_sync import EventStoreError, drain_events, sync_events
 from benchctl.engine.run_context import Outcome, OutcomeKind, RunContext
 from benchctl.engine.workers import (
     EXIT_CODE,
@@ -137,6 +137,9 @@ class AttemptDriver:
         except OSError as exc:  # the node's files, or the attempt's local directory
             outcome = Outcome(OutcomeKind.ERROR, f"{type(exc).__name__}: {exc}")
             return outcome
+        except EventStoreError as exc:  # the store refused the node's events (retried): the attempt ends
+            outcome = Outcome(OutcomeKind.ERROR, str(exc))
+            return outcome
         finally:
             self.end(attempt, node, outcome)
 
@@ -176,7 +179,7 @@ class AttemptDriver:
         """Read what the node still has before it goes: nothing measured is lost. A node that
         cannot be read is logged (its events are lost), never raised."""
         try:
-            sync_events(self.ctx.engine, attempt, self.provider.transport(node))
+            drain_events(self.ctx.engine, attempt, self.provider.transport(node))
         except ProviderError as exc:
             self.ctx.log(f"{self.key}: could not read attempt {attempt.number}'s last events: {exc}")
 

@@ -1,7 +1,12 @@
 """Tail an attempt's events.jsonl by byte offset into the store.
 
 Only complete lines are taken; the offset and the events are committed together, so after any
-crash the next read starts exactly where the stored events end.
+crash the next read starts exactly where the stored events end. What a sync costs is bounded by
+lines as well as bytes, whatever the node writes: one read of at most ``READ_LIMIT`` bytes, at most
+``MAX_LINES_PER_SYNC`` lines, stored ``BATCH_LINES`` at a time (one short write transaction with
+one bulk INSERT each). An attempt keeps at most ``MAX_MALFORMED`` malformed lines and
+``MAX_EVENTS`` events; what it drops past them is counted in its one summary event (kind
+``dropped``: "N more malformed lines dropped").
 
 The file is written by the node, which is not trusted: a line that is not an event as the payload
 writes it (not JSON, not an object, ``t`` not a finite number, an unknown ``kind``, a field the
@@ -15,12 +20,17 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from benchctl.payload.events import KINDS
 from benchctl.provisioners.base import ProviderError, Transport
+from benchctl.results.evidence_rules import event_time_problem, value_problem
 from benchctl.store import queries as q
 from benchctl.store.models import Attempt
 
@@ -30,6 +40,21 @@ READ_LIMIT = 4 * 1024 * 1024
 """The most one sync reads; a longer backlog is read by the next syncs."""
 QUOTED_BYTES = 120
 """How much of a refused line its error event quotes."""
+MAX_LINES_PER_SYNC = 100_000
+"""The most lines one sync takes (about a second of work); the rest wait for the next sync."""
+BATCH_LINES = 2_000
+"""Lines per write transaction: one bulk INSERT each, so no write holds the database for long."""
+MAX_MALFORMED = 100
+"""Malformed lines stored per attempt as error events; the rest are counted in its summary event."""
+MAX_EVENTS = 100_000
+"""Events stored per attempt (the payload writes a few thousand); the rest are counted in its summary
+event, except phase markers (``MARKERS``), kept up to ``MAX_MARKERS`` more."""
+MARKERS = ("phase_start", "phase_end", "done")
+MAX_MARKERS = 1_000
+DRAIN_SYNCS = 32
+"""The most syncs the last read of an attempt makes (3.2 M lines)."""
+MALFORMED = "malformed lines"
+OVER_CAP = f"events past the attempt's {MAX_EVENTS}"
 
 _NUMBER = (int, float)
 _FIELDS: dict[tuple[str, str | None], dict[str, tuple[type, ...]]] = {
@@ -42,21 +67,12 @@ _FIELDS: dict[tuple[str, str | None], dict[str, tuple[type, ...]]] = {
 """Fields the controller reads, by (kind, phase or None for any phase), and the types they must have."""
 
 
-def _finite(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, _NUMBER):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
-
-
 def _problem(event: Any) -> str | None:
     """What makes ``event`` (parsed JSON) not an event, or None."""
     if not isinstance(event, dict):
         return f"not an object but {type(event).__name__}"
-    if "t" in event and not _finite(event["t"]):  # without one, it is stored at 0
-        return "'t' is not a finite number"
+    if "t" in event and (bad_time := event_time_problem(event["t"])):  # without one, it is stored at 0
+        return bad_time
     kind, phase = event.get("kind"), event.get("phase")
     if kind not in KINDS:
         return f"'kind' is not one of {', '.join(KINDS)}"
@@ -71,7 +87,7 @@ def _problem(event: Any) -> str | None:
             return f"{kind} event's {name!r} is not finite"
         if isinstance(value, str) and "\0" in value:
             return f"{kind} event's {name!r} holds a NUL character"
-    return None
+    return value_problem(event)  # the record rules: 64-bit integers, finite numbers, UTF-8 text
 
 
 def parse_line(raw: bytes) -> dict[str, Any]:
@@ -90,26 +106,116 @@ def parse_line(raw: bytes) -> dict[str, Any]:
             "message": f"unparseable event line ({why}): {quoted}"}
 
 
-def parse_lines(data: bytes, complete: bool = False) -> tuple[list[dict[str, Any]], int]:
-    """Events in the complete lines of ``data`` and the number of bytes they span. With ``complete``
-    (``data`` is a full read of ``READ_LIMIT`` bytes without a line end), all of it is one over-long line."""
-    end = data.rfind(b"\n") + 1
-    if end == 0 and complete:
-        end = len(data)
-    events = [parse_line(raw) for raw in data[:end].split(b"\n") if raw.strip()]
-    return events, end
+def parse_lines(data: bytes, complete: bool = False, max_lines: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Events in the complete lines of ``data`` (its first ``max_lines`` lines) and the number of
+    bytes they span. With ``complete`` (``data`` is a full read of ``READ_LIMIT`` bytes without a
+    line end), all of it is one over-long line."""
+    events, consumed = [], 0
+    for raw, end in _lines(data, complete, max_lines):
+        consumed = end
+        if raw.strip():
+            events.append(parse_line(raw))
+    return events, consumed
+
+
+def _lines(data: bytes, complete: bool, max_lines: int | None) -> Iterator[tuple[bytes, int]]:
+    """Each complete line of ``data`` (the first ``max_lines``) with the offset just past it."""
+    start, taken = 0, 0
+    while max_lines is None or taken < max_lines:
+        end = data.find(b"\n", start)
+        if end < 0:
+            if start == 0 and complete and data:
+                yield data, len(data)
+            return
+        yield data[start:end], end + 1
+        start, taken = end + 1, taken + 1
+
+
+class EventStoreError(Exception):
+    """The store refused an attempt's events (a busy database was retried first)."""
+
+
+def valid_events(data: bytes, max_lines: int = MAX_LINES_PER_SYNC) -> list[dict[str, Any]]:
+    """The events on the first ``max_lines`` complete lines of ``data``, malformed lines left out."""
+    return [event for raw, _ in _lines(data, False, max_lines) if (event := _event(raw)) is not None]
+
+
+@dataclass
+class _Batch:
+    """What one write transaction stores: events, the offset in the read past their lines, the lines dropped."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    end: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
 
 
 def sync_events(engine: Engine, attempt: Attempt, transport: Transport) -> list[dict[str, Any]]:
-    """Store the events appended since the attempt's stored offset; return them."""
+    """Store the events appended since the attempt's stored offset (at most ``MAX_LINES_PER_SYNC``
+    lines, ``BATCH_LINES`` per write transaction); return the phase markers among those stored
+    (``phase_start``, ``phase_end``, ``done``). Raises ``ProviderError`` when the node cannot be read."""
+    return _sync(engine, attempt, transport)[0]
+
+
+def drain_events(engine: Engine, attempt: Attempt, transport: Transport, syncs: int = DRAIN_SYNCS) -> None:
+    """Sync until nothing is left to read, at most ``syncs`` times: the last read of an attempt."""
+    for _ in range(syncs):
+        if not _sync(engine, attempt, transport)[1]:
+            return
+
+
+def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[dict[str, Any]], bool]:
+    """One sync: (its phase markers, whether it stopped at ``MAX_LINES_PER_SYNC`` lines)."""
     assert attempt.id is not None
-    current = next(a for a in q.attempts(engine, attempt.cell_id) if a.id == attempt.id)
+    current = q.attempt_row(engine, attempt.id)
     try:
         data = transport.read_from(f"{current.remote_dir}/events.jsonl", current.events_offset, limit=READ_LIMIT)
     except OSError as exc:
         raise ProviderError(f"reading {current.remote_dir}/events.jsonl failed: {exc}") from exc
-    events, consumed = parse_lines(data[:READ_LIMIT], complete=len(data) >= READ_LIMIT)
-    if consumed and q.record_events(engine, attempt.id, events, current.events_offset,
-                                    current.events_offset + consumed):
-        return events
-    return []
+    data, base, stored = data[:READ_LIMIT], current.events_offset, current.events_lines
+    malformed: int | None = None  # read from the store at the first malformed line
+    markers: list[dict[str, Any]] = []
+    batch, begin, lines = _Batch(), 0, 0
+    for raw, end in _lines(data, len(data) >= READ_LIMIT, MAX_LINES_PER_SYNC):
+        lines += 1
+        event = _event(raw) if raw.strip() else {}
+        if event is None:
+            malformed = q.malformed_stored(engine, attempt.id) if malformed is None else malformed
+            if malformed < MAX_MALFORMED:
+                batch.events.append(parse_line(raw))
+                malformed += 1
+            else:
+                batch.dropped[MALFORMED] += 1
+        elif event:
+            kept = stored + len(batch.events)
+            if kept < MAX_EVENTS or (event["kind"] in MARKERS and kept < MAX_EVENTS + MAX_MARKERS):
+                batch.events.append(event)
+                markers += [event] if event["kind"] in MARKERS else []
+            else:
+                batch.dropped[OVER_CAP] += 1
+        batch.end = end
+        if lines % BATCH_LINES == 0:
+            if _record(engine, attempt.id, batch, base + begin, base + end) is None:
+                return markers, False  # another reader took these lines
+            stored, begin, batch = stored + len(batch.events), end, _Batch()
+    if batch.end > begin:
+        _record(engine, attempt.id, batch, base + begin, base + batch.end)
+    return markers, lines >= MAX_LINES_PER_SYNC
+
+
+def _record(engine: Engine, attempt_id: int, batch: _Batch, read_from: int, new_offset: int) -> int | None:
+    try:
+        return q.record_events(engine, attempt_id, batch.events, read_from, new_offset, batch.dropped)
+    except SQLAlchemyError as exc:
+        why = getattr(exc, "orig", None) or exc  # the driver's error, without the statement and its rows
+        raise EventStoreError(f"storing the node's events failed: {type(why).__name__}: {why}") from exc
+
+
+def _event(raw: bytes) -> dict[str, Any] | None:
+    """The event on ``raw``, or None when it is not one (``parse_line`` then says why)."""
+    if len(raw) > MAX_LINE_BYTES or not raw.lstrip().startswith(b"{"):
+        return None
+    try:
+        event = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return dict(event) if _problem(event) is None else None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.engine.cluster import rendezvous_port
-from benchctl.engine.event_sync import parse_lines
+from benchctl.engine.event_sync import valid_events
 from benchctl.payload.job import EXIT_BAD_NODE, EXIT_OK, Job
 from benchctl.provisioners.base import Node, Provider, ProviderError, Transport
 from benchctl.provisioners.transfer_deadline import Deadline, TransferTimeout
@@ -106,13 +106,14 @@ def worker_errors(worker: Worker, remote_dir: str) -> list[dict[str, Any]]:
 
 
 def _events(worker: Worker, remote_dir: str) -> list[dict[str, Any]] | None:
-    """The events in a worker's ``events.jsonl`` (its first ``LOG_READ_BYTES``), each line checked
-    as node 0's are (``event_sync.parse_lines``); None when it cannot be read."""
+    """The events in a worker's ``events.jsonl`` (its first ``LOG_READ_BYTES``, at most
+    ``MAX_LINES_PER_SYNC`` lines), each line checked as node 0's are, malformed ones left out
+    (``event_sync.valid_events``); None when it cannot be read."""
     try:
         data = worker.transport.read_from(f"{remote_dir}/events.jsonl", 0, limit=LOG_READ_BYTES)
     except (ProviderError, OSError):
         return None
-    return parse_lines(data)[0]
+    return valid_events(data)
 
 
 def workers_passed_preflight(found: list[Worker], remote_dir: str) -> bool:
