@@ -1,6 +1,6 @@
-"""``python -m payload run job.json`` (the runner), ``python -m payload worker ...`` (one rank, for the
-attempt's distributed phases) and ``python -m payload self-destroy ...`` (the node ends its own bill:
-``self_destroy``).
+"""``python -m payload run job.json`` (the runner; every process it started ends before it does:
+``reaper``), ``python -m payload worker ...`` (one rank, for the attempt's distributed phases) and
+``python -m payload self-destroy ...`` (the node ends its own bill: ``self_destroy``).
 
 A rank of the attempt (no ``--phase``) that finished leaves with ``os._exit`` once its group is
 destroyed and its output flushed: the interpreter's teardown of torch costs about 0.4 s of CPU per
@@ -42,10 +42,16 @@ def main(argv: list[str] | None = None) -> int:
         from .self_destroy import self_destroy
 
         return self_destroy(args.provider, args.node_id, args.api, args.environ)
-    if args.command == "run":
+    if args.command == "run":  # no process it starts outlives it, however it detaches (``reaper``)
+        from .reaper import adopt_orphans, end_all_on_sigterm, end_descendants
         from .runner import run_job
 
-        return run_job(args.job)
+        adopt_orphans()
+        end_all_on_sigterm()
+        try:
+            return run_job(args.job)
+        finally:
+            end_descendants()
     from .distributed import run_worker
 
     code = run_worker(args.job, args.phase, args.rank, args.world_size, args.rendezvous, args.timeout_s,

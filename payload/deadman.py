@@ -10,9 +10,7 @@ node: stopping saves the money (the measured events stay on disk for a later ``r
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -20,6 +18,7 @@ from pathlib import Path
 
 from .events import EventLog
 from .job import EXIT_IDLE
+from .reaper import end_descendants
 
 HEARTBEAT = "heartbeat"
 
@@ -32,21 +31,6 @@ def heartbeat_age(workdir: Path, started: float, now: float | None = None) -> fl
     except OSError:
         last = started
     return now - max(last, started)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def start_deadman(workdir: Path, max_idle_minutes: float, log: EventLog, shutdown: str | None) -> threading.Thread:
@@ -64,9 +48,7 @@ def start_deadman(workdir: Path, max_idle_minutes: float, log: EventLog, shutdow
                  f"{max_idle_minutes:g}): the payload stopped itself; `benchctl resume` continues the cell",
                  idle=True)
         log.emit("done", exit_code=EXIT_IDLE)
-        for pid in descendants(os.getpid()):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        end_descendants()
         if shutdown:
             subprocess.Popen(["sh", "-c", shutdown], start_new_session=True, stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -70,7 +70,11 @@ def extract_stream(stream: IO[bytes], target: Path, max_bytes: int = DEFAULT_MAX
     head = stream.read(512)
     if not head:
         return report  # nothing was sent (the remote path did not exist)
-    root = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        root = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ArchiveRefused(f"{target} is a link or not a folder ({exc.strerror}); nothing is written through it"
+                             ) from exc
     try:
         with _reading("not a tar stream"):
             archive = _GuardedTarFile.open(fileobj=_Prefixed(head, stream), mode="r|*")

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from benchctl.store.migrations import upgrade
+from benchctl.store.migrations import HEAD, SchemaTooNew, current_version, upgrade
+from benchctl.store.sqlite_url import BadSQLiteURL, UnsafeSQLiteFile, check_file, sqlite_target
 
 
 class StoreError(Exception):
@@ -20,7 +19,13 @@ class StoreError(Exception):
 
 
 class BadDatabaseURL(StoreError):
-    """The URL itself is wrong (not a reachability problem)."""
+    """The URL itself is wrong (not a reachability problem), or the file it names is not to be opened."""
+
+
+class ReadOnlyStore(StoreError):
+    """A write to a database opened with ``mode=ro``."""
+
+    exit_code = 2
 
 
 def default_url(home: Path) -> str:
@@ -49,35 +54,64 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def create_db_engine(url: str) -> Engine:
-    url = normalize_url(url)
+def _sqlite_read_only(dbapi_conn: Any, _record: Any) -> None:
+    """A read-only connection: no journal mode to set (that is a write), a plain BEGIN (no write lock)."""
+    dbapi_conn.isolation_level = None
+    dbapi_conn.execute("PRAGMA foreign_keys=ON")
+
+
+def _refuse_writes(context: Any) -> None:
+    original = context.original_exception
+    if "readonly database" in str(original):  # SQLITE_READONLY: "attempt to write a readonly database"
+        raise ReadOnlyStore("the database was opened read-only (mode=ro in its URL) and this command writes to "
+                            "it: drop mode=ro from --db / BENCHCTL_DB to run it") from original
+
+
+def create_db_engine(url: str | URL, read_only: bool = False) -> Engine:
+    """``read_only``: an SQLite URL that SQLite opens read-only (``sqlite_url``); a write raises ReadOnlyStore."""
+    url = normalize_url(url) if isinstance(url, str) else url
     try:
-        if url.startswith("sqlite"):
+        if str(url).startswith("sqlite") and read_only:
+            engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+            sa.event.listen(engine, "connect", _sqlite_read_only)
+            sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+            sa.event.listen(engine, "handle_error", _refuse_writes)
+        elif str(url).startswith("sqlite"):
             engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
             sa.event.listen(engine, "connect", _sqlite_pragmas)
             sa.event.listen(engine, "begin", _sqlite_begin)
         else:
             engine = sa.create_engine(url, pool_pre_ping=True)
     except (ArgumentError, ModuleNotFoundError, ImportError) as exc:
-        raise BadDatabaseURL(f"cannot use database URL {_redact(url)}: {exc}. "
+        raise BadDatabaseURL(f"cannot use database URL {_redact(str(url))}: {exc}. "
                          "Give an SQLAlchemy URL such as sqlite:///path/benchctl.db or "
                          "postgresql://user@host:5432/db (PostgreSQL needs benchctl[postgres])") from exc
     return engine
 
 
 def open_store(url: str) -> Engine:
-    """An engine on ``url`` with the schema migrated to the newest version."""
-    if url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///")
-        try:
-            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if path and path != ":memory:" and "?" not in path:
-                _create_private(Path(path))
-        except OSError as exc:
-            raise StoreError(f"cannot create the folder or file of {url}: {exc}. Check BENCHCTL_HOME or --db") from exc
-    engine = create_db_engine(url)
+    """An engine on ``url`` with the schema migrated to the newest version. SQLite URLs go through
+    ``sqlite_url``: no stray files, no links, a new file 0600; ``mode=ro`` opens read-only, checks the
+    schema is the newest instead of migrating, and a write raises ReadOnlyStore."""
     try:
-        upgrade(engine)
+        target = sqlite_target(url)
+    except BadSQLiteURL as exc:
+        raise BadDatabaseURL(f"cannot use database URL {_redact(url)}: {exc}") from exc
+    read_only = target is not None and target.read_only
+    engine = create_db_engine(url if target is None else target.url, read_only)
+    try:
+        if target is not None:
+            check_file(target)
+        if read_only:
+            _check_schema(engine)
+        else:
+            upgrade(engine)
+    except (BadSQLiteURL, UnsafeSQLiteFile) as exc:
+        engine.dispose()
+        raise BadDatabaseURL(f"cannot use database URL {_redact(url)}: {exc}") from exc
+    except OSError as exc:
+        engine.dispose()
+        raise StoreError(f"cannot create the folder or file of {url}: {exc}. Check BENCHCTL_HOME or --db") from exc
     except OperationalError as exc:
         engine.dispose()
         raise StoreError(f"cannot open the database {_redact(url)}: {exc.orig}. "
@@ -88,11 +122,17 @@ def open_store(url: str) -> Engine:
     return engine
 
 
-def _create_private(path: Path) -> None:
-    """A new SQLite file is made empty and 0600 before SQLite opens it (its WAL files follow its mode);
-    an existing one is left as it is."""
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+def _check_schema(engine: Engine) -> None:
+    """A read-only database is read as it is: its schema must be the one this benchctl writes."""
+    with engine.connect() as conn:
+        version = current_version(conn)
+    if version > HEAD:
+        raise SchemaTooNew(f"the database is at schema version {version}, newer than this benchctl knows ({HEAD}): "
+                           "upgrade benchctl")
+    if version < HEAD:
+        raise BadDatabaseURL(f"the database is at schema version {version}, older than this benchctl reads "
+                             f"({HEAD}), and mode=ro forbids migrating it: open it once without mode=ro, then read "
+                             "it with mode=ro")
 
 
 def _redact(url: str) -> str:

@@ -313,6 +313,9 @@ class CellSpec(_Strict):
         for name, setting in value.items():
             if not isinstance(name, str) or not _ENV_NAME.match(name):
                 raise ValueError(f"{name!r} is not an environment variable name")
+            if name.upper().startswith("BENCHCTL_"):  # the node's marker, the metrics file, the rendezvous
+                raise ValueError(f"the name {name}: BENCHCTL_* names are benchctl's own (set on the node by "
+                                 "benchctl); give the variable another name")
             if _SECRET_NAME.search(name):
                 raise ValueError(f"{name} looks like a secret; campaign env is stored in the database and job.json, "
                                  "so keep secrets out of it")

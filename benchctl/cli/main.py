@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted: `benchctl resume` continues where this stopped", err=True)
         sys.exit(130)
     except Exception as exc:
-        if not isinstance(exc, (BenchctlError, _provider_error())):  # a provider's error outside a cell: exit 1
+        if not isinstance(exc, (BenchctlError, _provider_error(), _read_only_store())):  # a provider's: exit 1
             raise
         if debug:
             traceback.print_exc()
@@ -102,3 +102,9 @@ def _provider_error() -> type[Exception]:
     from benchctl.provisioners.base import ProviderError
 
     return ProviderError
+
+
+def _read_only_store() -> type[Exception] | tuple[()]:
+    """``ReadOnlyStore`` (a write to a ``mode=ro`` database, exit 2), only where the store was opened."""
+    database = sys.modules.get("benchctl.store.database")
+    return database.ReadOnlyStore if database is not None else ()

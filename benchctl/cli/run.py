@@ -258,7 +258,7 @@ def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency:
     from benchctl.engine.run_context import RunContext
     from benchctl.engine.scheduler import pending_cells, run_campaign, terminate_orphans
     from benchctl.errors import BenchctlError
-    from benchctl.home import home, lease_ttl_s
+    from benchctl.home import artifacts_dir, home, lease_ttl_s
 
     engine = state.engine()
     name = campaign.spec.name
@@ -269,7 +269,7 @@ def _execute(state: CliState, campaign: Campaign, row: CampaignRow, concurrency:
                          payload.profile.steps if "profile" in payload.phases else None)
     ctx = RunContext(engine=engine, campaign=campaign, campaign_id=row.id, campaign_uid=row.uid,
                      providers=Providers(home(), campaign.spec.providers),
-                     artifacts_dir=home() / "artifacts" / name, leases=leases,
+                     artifacts_dir=artifacts_dir(name), leases=leases,
                      budget=Budget(engine, row.id, campaign.spec.budget_usd, attempt_worst_case_s(campaign.spec)),
                      poll_interval_s=poll_interval, status_interval_s=status_interval, log=view.log,
                      hard_exit=view.hard_exit)

@@ -68,6 +68,7 @@ from benchctl.engine.workers import (
     workers,
     workers_passed_preflight,
 )
+from benchctl.home import private_dir
 from benchctl.payload.deadman import HEARTBEAT
 from benchctl.payload.job import EXIT_BAD_NODE, EXIT_OK, Job
 from benchctl.provisioners.base import NoCapacity, Node, NodeState, Provider, ProviderError, Transport
@@ -392,8 +393,7 @@ class AttemptDriver:
     def _collect(self, attempt: Attempt, transport: Transport, deadline: Deadline) -> None:
         cell_dir = self.ctx.artifacts_dir / cell_dir_name(self.key)
         local = cell_dir / str(attempt.number)
-        for path in (self.ctx.artifacts_dir, cell_dir, local):
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(local, below=self.ctx.artifacts_dir.parent)  # a planted link there is refused, not followed
         transport.max_artifact_bytes = int(self.ctx.campaign.spec.max_artifact_gb * 1024**3)
         for name in ("events.jsonl", "payload.log", "artifacts"):
             transport.get(f"{attempt.remote_dir}/{name}", str(local), timeout=deadline)

@@ -153,14 +153,15 @@ def copy_out(home: Path, relative: str, target: Path, max_bytes: int, deadline: 
     """Copy ``home/relative`` (a file or a directory; nothing if absent) into ``target`` (created 0o700)
     under its own name, as the module docstring says. ``target`` is the controller's; ``home`` and
     every component of ``relative`` are the node's and are not followed. Raises OSError when
-    ``home`` or ``target`` cannot be opened, ``TransferTimeout`` past the deadline."""
+    ``home`` or ``target`` cannot be opened (``target`` a link included: it is not followed either),
+    ``TransferTimeout`` past the deadline."""
     parts = [p for p in Path(relative).parts if p not in ("", ".")]
     if not parts or ".." in parts or Path(relative).is_absolute():
         raise ValueError(f"path {relative!r} leaves the node's home")
     copy = _Copy(max_bytes, deadline)
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
     with contextlib.ExitStack() as fds:
-        dst = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        dst = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a planted link: ELOOP
         fds.callback(os.close, dst)
         src = os.open(home, _DIR_FLAGS)
         fds.callback(os.close, src)

@@ -43,7 +43,7 @@ from benchctl.provisioners.base import (
     launch_members,
 )
 from benchctl.provisioners.local import machine_lock as local_machine_lock
-from benchctl.provisioners.local.processes import kill_node_processes, node_env, process_alive
+from benchctl.provisioners.local.processes import MARKER, kill_node_processes, node_env, process_alive
 from benchctl.provisioners.local.transport import LocalTransport
 from benchctl.provisioners.node_records import write_private
 
@@ -124,7 +124,7 @@ class LocalProvider(Provider):
         _write_record(node_dir, {"node": None, "token": token, "campaign_tag": campaign_tag, "terminated": False,
                                  "created_at": time.time(), "offer": asdict(offer)})
         faults = offer.details.get("faults") or {}
-        env = {**node_env(token), **faults.get("env", {})}
+        env = {**node_env(token), **faults.get("env", {}), MARKER: token}  # no fault drops the marker
         watched = str(offer.details.get("samples_home") or node_dir / "home")
         if faults:
             env["BENCHCTL_FAULTS"] = json.dumps(faults)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchctl.provisioners.base import CommandResult, ProviderError, Transport
 from benchctl.provisioners.local.file_copy import copy_out
-from benchctl.provisioners.local.processes import node_env, process_alive
+from benchctl.provisioners.local.processes import MARKER, node_env, process_alive
 from benchctl.provisioners.transfer_deadline import Deadline
 
 
@@ -49,7 +49,7 @@ class LocalTransport(Transport):
             raise ProviderError(f"the local node {self.token} is gone; it cannot run commands")
         try:
             proc = subprocess.run(["sh", "-c", cmd], cwd=self.home, capture_output=True, text=True, timeout=timeout,
-                                  start_new_session=True, env={**node_env(self.token), **self.env},
+                                  start_new_session=True, env={**node_env(self.token), **self.env, MARKER: self.token},
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as exc:
             raise ProviderError(f"command timed out after {timeout:.0f}s on the local node: {cmd}") from exc

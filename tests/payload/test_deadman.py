@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from benchctl.payload.deadman import descendants, heartbeat_age
+from benchctl.payload.deadman import heartbeat_age
+from benchctl.payload.reaper import descendants
 from tests.conftest import REPO
 
 
