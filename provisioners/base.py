@@ -204,7 +204,8 @@ class Transport(ABC):
         file does not exist yet."""
 
     def refused_members(self) -> list[str]:
-        """What ``get`` refused to bring back (unsafe paths, over the size cap), with why."""
+        """What ``get`` refused to bring back (unsafe paths, over the size or member cap), with why, and
+        what it kept with a warning (a file that changed while it was read)."""
         return []
 
 

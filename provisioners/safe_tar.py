@@ -3,7 +3,9 @@
 Only regular files and directories are written; every other member (symlink, hard link, device,
 FIFO, sparse or unknown type) is refused, and so is a name that is empty, absolute, has a ``..``
 component or a NUL, or is over-long (a component over 255 bytes, a path over 4096), and a file that
-would take the total past ``max_bytes``. Refused members are skipped and reported, never written.
+would take the total past ``max_bytes``, and every member past the first ``MAX_MEMBERS`` (each is
+refused in turn, what came before is kept). Refused members are skipped and reported (the first
+``refusals.MAX_LISTED``, then a count), never written.
 
 Nothing relies on ``tarfile``'s extraction filters: files are created by this module, one path
 component at a time relative to directory descriptors opened with ``O_NOFOLLOW``, so no link (ours,
@@ -11,8 +13,9 @@ planted, or raced) is ever followed. Directories are created 0700, files 0600 (w
 temporary name and renamed into place, so a broken stream leaves no half-written file).
 
 The stream itself is bounded before ``tarfile`` reads it: a pax or GNU long-name header over 64 KiB,
-more than 8 such headers in a row or 16 MiB of them in all, more than 10,000 members, or a negative
-or absurd size stops the extraction with ``ArchiveRefused`` (what was written so far stays).
+more than 8 such headers in a row or 16 MiB of them in all, or a negative or absurd size stops the
+extraction with ``ArchiveRefused`` (what was written so far stays). A stream of endless members is
+bounded by the caller's deadline; the memory it takes here is not.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from benchctl.provisioners.base import ProviderError
+from benchctl.provisioners.refusals import Refusals
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
 MAX_MEMBERS = 10_000
@@ -54,10 +58,11 @@ class ArchiveRefused(ProviderError, tarfile.TarError):
 
 
 @dataclass
-class ExtractReport:
+class ExtractReport(Refusals):
     written: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
+    """At most ``MAX_MEMBERS`` names."""
     bytes: int = 0
+    members: int = 0
 
 
 def extract_stream(stream: IO[bytes], target: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> ExtractReport:
@@ -81,7 +86,9 @@ def extract_stream(stream: IO[bytes], target: Path, max_bytes: int = DEFAULT_MAX
         with archive:
             while (member := _next(archive)) is not None:
                 data = archive.extractfile(member) if _has_data(member) else None
-                problem = _refusal(member, report.bytes, max_bytes)
+                report.members += 1
+                problem = _refusal(member, report.bytes, max_bytes) if report.members <= MAX_MEMBERS else \
+                    f"past the {MAX_MEMBERS}-member cap on one download"
                 if problem is None:
                     try:
                         _write(root, _parts(member.name), data)
@@ -91,9 +98,10 @@ def extract_stream(stream: IO[bytes], target: Path, max_bytes: int = DEFAULT_MAX
                     report.written.append(member.name)
                     report.bytes += member.size if data is not None else 0
                 else:
-                    report.refused.append(f"{_shown(member.name)}: {problem}")
+                    report.refuse(f"{_shown(member.name)}: {problem}")
                 if data is not None:
                     _drain(data)
+                archive.members.clear()  # tarfile keeps every header it read: memory would grow with the stream
     finally:
         os.close(root)
     return report
@@ -223,9 +231,6 @@ class _GuardedInfo(tarfile.TarInfo):
                 raise ArchiveRefused(f"refused: extended headers over {MAX_EXTENDED_TOTAL_BYTES} bytes in all")
         else:
             archive.extended_in_a_row = 0
-            archive.members_seen += 1
-            if archive.members_seen > MAX_MEMBERS:
-                raise ArchiveRefused(f"refused: more than {MAX_MEMBERS} members (the rest was not read)")
         if self.type == tarfile.GNUTYPE_SPARSE:
             raise ArchiveRefused("refused: a sparse member (artifacts are plain files)")
         member: tarfile.TarInfo = super()._proc_member(archive)  # type: ignore[misc]
@@ -246,7 +251,6 @@ def _check_size(size: int) -> None:
 
 class _GuardedTarFile(tarfile.TarFile):
     tarinfo = _GuardedInfo
-    members_seen = 0
     extended_in_a_row = 0
     extended_bytes = 0
 

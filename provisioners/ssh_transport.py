@@ -7,13 +7,17 @@
   node's own, so the key seen at the first connect is stored and every later connect must match.
 - Uploads are a tar stream over the SSH pipe (no rsync on the node); downloads come back the same
   way and are unpacked by ``safe_tar`` (a rented node is not trusted).
+- A download is not failed by GNU tar's exit status 1 when all tar said is that files changed
+  while it read them (``TAR_FILES_DIFFER``): a payload's straggler may still write; what tar
+  read is kept, and each such file is reported (``refused_members``).
 - Every transfer has a deadline (``transfer_deadline``): past it the ssh client is killed and
   ``TransferTimeout`` raised; ``get`` kills it too once extraction ends.
 - ``read_from`` is ``tail -c +N`` (``| head -c LIMIT``); every call has a timeout; ssh's own failure (exit 255: refused,
   unreachable, reset) is retried with backoff, bounded, because a booting node refuses for a while.
 - ``start`` runs the command under ``setsid nohup`` (it survives a dropped connection), once per
   directory however often the launch is sent (a guard on the node), and appends its process group
-  id to ``.benchctl/<token>.pids`` under the work dir, so ``kill_all`` ends exactly our processes;
+  id to ``.benchctl/<token>.pids`` under the work dir, so ``kill_all`` ends exactly our processes
+  (that group and its session; what left both, the payload's runner ends: ``payload.reaper``);
   the group adds its id to ``.benchctl/<token>.ended`` when its command ends, so ``vanished``
   tells a group that ended from one killed with the machine.
 """
@@ -36,6 +40,7 @@ from typing import IO
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from benchctl.provisioners.base import CommandResult, ProviderError, Transport
+from benchctl.provisioners.refusals import MAX_LISTED
 from benchctl.provisioners.safe_tar import extract_stream
 from benchctl.provisioners.transfer_deadline import Deadline, killed_at
 
@@ -44,6 +49,14 @@ STARTED = ".benchctl-started"
 """Made in a ``start``'s directory by the launch that started its command (the guard, see ``start``)."""
 EXIT_GRACE_S = 10.0
 """How long ``get`` waits for ssh to exit once the archive was read, before it kills it."""
+TAR_FILES_DIFFER = 1
+"""GNU tar's exit status 1, "Some files differ": with ``--create``, files changed while they were
+archived, and the archive holds them as read (GNU tar manual, "Synopsis", exit codes:
+https://www.gnu.org/software/tar/manual/html_node/Synopsis.html; src/create.c sets it for the
+warnings ``FILE_CHANGED``). Any other tar (busybox) uses 1 for every error, so it counts as a
+warning only when every line tar wrote to stderr is one of these."""
+FILE_CHANGED = ("file changed as we read it", "file shrank by", "file removed before we read it")
+MAX_STDERR_BYTES = 1 << 20
 
 
 class SSHUnreachable(ProviderError):
@@ -174,10 +187,13 @@ class SSHTransport(Transport):
             raise ProviderError(f"could not start {cmd!r} on {self.endpoint.host}: {result.err.strip()}")
 
     def kill_all(self) -> None:
-        """End every process group this transport's token started (TERM, then KILL)."""
+        """End every process group and session this transport's token started (TERM, then KILL;
+        ``pkill -s`` where the node has procps). The payload's runner ends, on TERM, whatever it
+        started that left both (``payload.reaper``)."""
         pids = self._ours("pids")
-        script = (f"test -f {pids} || exit 0; for p in $(cat {pids}); do kill -TERM -$p 2>/dev/null; done; "
-                  f"sleep 2; for p in $(cat {pids}); do kill -KILL -$p 2>/dev/null; done; "
+        each = "for p in $(cat {pids}); do kill -{sig} -$p 2>/dev/null; pkill -{sig} -s $p 2>/dev/null; done"
+        script = (f"test -f {pids} || exit 0; {each.format(pids=pids, sig='TERM')}; "
+                  f"sleep 2; {each.format(pids=pids, sig='KILL')}; "
                   f"rm -f {pids} {self._ours('ended')}; exit 0")
         result = self.run(script, timeout=30)
         if result.code != 0:
@@ -247,7 +263,10 @@ class SSHTransport(Transport):
             self.received_bytes += report.bytes
             if deadline.expired() and proc.returncode != 0:
                 raise deadline.timeout(what)
-            if proc.returncode not in (0, -signal.SIGKILL):
+            changed = _files_changed(err) if proc.returncode == TAR_FILES_DIFFER else None
+            if changed is not None:
+                self.refused += [f"{line}; kept as tar read it" for line in changed[:MAX_LISTED]]
+            elif proc.returncode not in (0, -signal.SIGKILL):
                 raise ProviderError(f"{what} failed: {_tail(err)}")
 
     def refused_members(self) -> list[str]:
@@ -274,6 +293,19 @@ def _tail(file: IO[bytes], keep: int = 300) -> str:
     size = file.seek(0, os.SEEK_END)
     file.seek(max(0, size - 4 * keep))
     return file.read().decode(errors="replace").strip()[-keep:]
+
+
+def _files_changed(file: IO[bytes]) -> list[str] | None:
+    """The lines of what was written to ``file`` (tar's stderr) when each is a GNU tar warning that a
+    file changed while it was read (``FILE_CHANGED``), without the ``tar: `` prefix; else None."""
+    size = file.seek(0, os.SEEK_END)
+    if size > MAX_STDERR_BYTES:
+        return None
+    file.seek(0)
+    lines = [line.strip() for line in file.read().decode(errors="replace").splitlines() if line.strip()]
+    if not lines or not all(any(w in line.lower() for w in FILE_CHANGED) for line in lines):
+        return None
+    return [line.removeprefix("tar: ") for line in lines]
 
 
 def _is_ssh_error(stderr: bytes) -> bool:

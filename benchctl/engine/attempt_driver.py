@@ -399,7 +399,7 @@ class AttemptDriver:
             transport.get(f"{attempt.remote_dir}/{name}", str(local), timeout=deadline)
         self.collected = announced(q.events(self.ctx.engine, self.cell_id, "artifact"), _id(attempt))
         for refused in transport.refused_members():
-            self.ctx.log(f"{self.key}: refused from the node's artifacts: {refused}")
+            self.ctx.log(f"{self.key}: collecting the node's files: {refused}")
 
 
 def _id(attempt: Attempt) -> int:

@@ -13,7 +13,8 @@ earlier copy or someone else left there. So:
   checked between blocks;
 - directories are created 0o700, files 0o600.
 
-What was refused is reported with why, as ``safe_tar`` does.
+What was refused is reported with why, as ``safe_tar`` does (the first ``refusals.MAX_LISTED``, then
+a count): an entry past ``MAX_ENTRIES`` is refused in turn, what came before is kept.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchctl.provisioners.refusals import Refusals
 from benchctl.provisioners.transfer_deadline import Deadline
 
 MAX_ENTRIES = 100_000
@@ -34,9 +36,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass
-class CopyReport:
+class CopyReport(Refusals):
     written: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
     bytes: int = 0
 
 
@@ -48,7 +49,7 @@ class _Copy:
         self.entries = 0
 
     def refuse(self, name: str, why: str) -> None:
-        self.report.refused.append(f"{name}: {why}")
+        self.report.refuse(f"{name}: {why}")
 
     def entry(self, src_dir: int, name: str, dst_dir: int, shown: str, depth: int) -> None:
         self.deadline.check(f"copying {shown}")
