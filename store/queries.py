@@ -348,6 +348,15 @@ def save_result(engine: Engine, result: Result) -> None:
         s.commit()
 
 
+def delete_result(engine: Engine, cell_id: int) -> None:
+    """Remove the cell's result, if it has one (its evidence was refused)."""
+    with Session(engine) as s:
+        existing = s.exec(select(Result).where(Result.cell_id == cell_id)).first()
+        if existing is not None:
+            s.delete(existing)
+            s.commit()
+
+
 def results(engine: Engine, campaign_id: int | None = None) -> list[tuple[Result, Cell, Campaign]]:
     with Session(engine) as s:
         query = select(Result, Cell, Campaign).where(Result.cell_id == Cell.id).where(Cell.campaign_id == Campaign.id)

@@ -176,14 +176,15 @@ def _shown(value: Any) -> str:
 
 def _recompute_results(engine: Engine, campaign_id: int, campaign: Campaign) -> None:
     """Results of done cells follow the file's target (the steps a cost is multiplied by)."""
-    from benchctl.results.cell_result import compute_result
+    from benchctl.results.cell_result import save_cell_result
+    from benchctl.results.evidence_rules import NO_RESULT
     from benchctl.store import queries as q
 
     for cell in q.cells(engine, campaign_id):
         if cell.state == "done" and cell.id is not None:
-            result = compute_result(engine, cell.id, campaign.spec)
-            if result is not None:
-                q.save_result(engine, result)
+            why = save_cell_result(engine, cell.id, campaign.spec)
+            if why != cell.reason and (why or (cell.reason or "").startswith(NO_RESULT)):
+                q.set_cell_state(engine, cell.id, "done", why)
 
 
 @click.command()

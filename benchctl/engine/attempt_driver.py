@@ -74,6 +74,7 @@ from benchctl.payload.job import EXIT_BAD_NODE, EXIT_OK, Job
 from benchctl.provisioners.base import NoCapacity, Node, NodeState, Provider, ProviderError, Transport
 from benchctl.provisioners.transfer_deadline import Deadline, TransferTimeout
 from benchctl.results.cell_result import timed_samples
+from benchctl.results.evidence_check import phases_done
 from benchctl.store import queries as q
 from benchctl.store.models import Attempt
 
@@ -255,10 +256,10 @@ class AttemptDriver:
                    fabric=self.spec.fabric or node.offer.fabric)
 
     def _done_phases(self) -> list[str]:
-        """Workload phases finished by earlier attempts. Preflight is never carried over: it judges
+        """Workload phases finished by earlier attempts (``evidence_check.phases_done``: framed by the
+        attempt's own start and end, with their samples). Preflight is never carried over: it judges
         the node, and every new node must prove itself healthy."""
-        ended = {e.phase for e in q.events(self.ctx.engine, self.cell_id, kind="phase_end") if e.phase}
-        return sorted(ended - {"preflight"})
+        return sorted(phases_done(self.ctx.engine, self.cell_id, self.ctx.campaign.spec) - {"preflight"})
 
     def _start_payload(self, attempt: Attempt, node: Node, transport: Transport,
                        peers: list[Worker] | None = None) -> None:
@@ -292,12 +293,15 @@ class AttemptDriver:
         beat_every = min(self.ctx.status_interval_s, self.ctx.campaign.spec.max_idle_minutes * 60 / 4)
         timeout = time.monotonic() + self.ctx.campaign.spec.payload.timeout_minutes * 60
         past_preflight = False  # node 0 started a later phase; running once every worker passed its own too
+        in_preflight = True  # until the cell is read in another state: then it never returns to preflight
         while True:
             for event in sync_events(self.ctx.engine, attempt, transport):
                 past_preflight |= event.get("kind") == "phase_start" and event.get("phase") != "preflight"
-            if past_preflight and q.cell(self.ctx.engine, self.cell_id).state == CellState.PREFLIGHT.value \
-                    and workers_passed_preflight(peers, attempt.remote_dir):
-                self.transition(CellState.RUNNING)
+            if past_preflight and in_preflight:
+                in_preflight = q.cell(self.ctx.engine, self.cell_id).state == CellState.PREFLIGHT.value
+                if in_preflight and workers_passed_preflight(peers, attempt.remote_dir):
+                    self.transition(CellState.RUNNING)
+                    in_preflight = False
             exit_code = transport.read_from(f"{attempt.remote_dir}/exit_code", 0, limit=EXIT_CODE_BYTES).strip()
             if exit_code:
                 sync_events(self.ctx.engine, attempt, transport)

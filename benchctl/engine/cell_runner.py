@@ -38,7 +38,7 @@ from benchctl.provisioners.base import (
     ProviderError,
     of_attempt,
 )
-from benchctl.results.cell_result import compute_result
+from benchctl.results.cell_result import save_cell_result
 from benchctl.store import queries as q
 from benchctl.store.models import Attempt
 
@@ -221,10 +221,7 @@ class CellRunner:
             self.ctx.log(f"{self.key}: {outcome.detail or 'lease lost'}; this controller leaves the cell")
             return True
         if outcome.kind is OutcomeKind.DONE:
-            result = compute_result(self.ctx.engine, self.cell_id, self.ctx.campaign.spec)
-            if result is not None:
-                q.save_result(self.ctx.engine, result)
-            self.transition(CellState.DONE)
+            self.transition(CellState.DONE, save_cell_result(self.ctx.engine, self.cell_id, self.ctx.campaign.spec))
             return True
         if outcome.kind is OutcomeKind.CANCELLED:
             self.transition(CellState.CANCELLED, "interrupted; `benchctl resume` continues")

@@ -17,12 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from benchctl.campaign.spec import CampaignSpec
 from benchctl.payload.stats import median, percentile
 from benchctl.results.cell_evidence import allreduce_busbw, cell_flags, node_facts
 from benchctl.results.cost import cost_to_train, steps_for
+from benchctl.results.evidence_check import phases_done, refusal
+from benchctl.results.evidence_rules import NO_RESULT, Measured, timed_sample_problem
 from benchctl.results.step_split import step_split
 from benchctl.store import queries as q
 from benchctl.store.models import Result
@@ -41,8 +44,8 @@ def timed_profile_events(engine: Engine, cell_id: int) -> list[tuple[int, dict[s
     seen: dict[int, tuple[int, dict[str, Any]]] = {}
     for event in q.events(engine, cell_id, kind="sample", phase="profile"):
         data = json.loads(event.data_json)
-        if data.get("warmup") or data.get("timed_index") is None:
-            continue
+        if not isinstance(data, dict) or data.get("warmup") or timed_sample_problem(data):
+            continue  # a warmup step, or no step (what is wrong with it: evidence_check.refusal)
         seen.setdefault(int(data["timed_index"]), (event.attempt_id, data))
     return [seen[i] for i in sorted(seen)]
 
@@ -64,10 +67,35 @@ def _how_computed(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return how
 
 
-def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result | None:
-    """None until some attempt completed the profile phase (its ``phase_end``) with timed steps."""
-    if not q.events(engine, cell_id, kind="phase_end", phase="profile"):
-        return None
+@dataclass(frozen=True)
+class NoResult:
+    """The cell's evidence may not rank: ``why`` names the first bad record (``evidence_check``)."""
+
+    why: str
+
+
+def save_cell_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> str | None:
+    """Compute and store the cell's result; where its evidence is refused, remove any result it had
+    and return ``no result: why`` (for the cell's reason, which status, leaderboard and report show)."""
+    outcome = compute_result(engine, cell_id, spec)
+    if isinstance(outcome, Result):
+        q.save_result(engine, outcome)
+    elif isinstance(outcome, NoResult):
+        q.delete_result(engine, cell_id)
+        return f"{NO_RESULT}{outcome.why}"
+    return None
+
+
+def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result | NoResult | None:
+    """The cell's result; ``NoResult`` when its samples break the record rules
+    (``evidence_check.refusal``: the campaign's profile unfinished included) or its figures leave
+    the bounds every result meets (``evidence_rules.Measured``); None when the campaign runs no profile
+    (or no attempt framed the profile it measured, as a cell of a campaign without one)."""
+    why = refusal(engine, cell_id, spec)
+    if why:
+        return NoResult(why)
+    if "profile" not in phases_done(engine, cell_id, spec):
+        return NoResult("no attempt finished the profile phase") if "profile" in spec.payload.phases else None
     samples = timed_samples(engine, cell_id)
     if not samples:
         return None
@@ -83,13 +111,25 @@ def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result |
     split = step_split(timed)
     facts = node_facts(engine, cell_id)
     busbw = allreduce_busbw(engine, cell_id)
-    return Result(cell_id=cell_id, step_time_ms=cost.step_time_s * 1000, step_time_p10_ms=percentile(times, 10) * 1000,
-                  step_time_p90_ms=percentile(times, 90) * 1000, timed_steps=len(times), hourly_usd=cost.hourly_usd,
-                  market=cell.market, target_steps=cost.target_steps, train_hours=cost.train_hours,
-                  cost_to_train_usd=cost.cost_usd, computed_at=time.time(), model=target.model,
-                  interconnect=facts.interconnect, vcpus=facts.vcpus, numa=facts.numa,
-                  optimizer_ms=split.optimizer_s * 1000 if split else None,
-                  optimizer_share=split.optimizer_share if split else None,
-                  comm_share=split.comm_share if split else None,
-                  busbw_gbps=busbw[0] if busbw else None, busbw_bytes=busbw[1] if busbw else None,
-                  flags_json=json.dumps(cell_flags(engine, cell_id)), **_how_computed(timed))
+    result = Result(
+        cell_id=cell_id, step_time_ms=cost.step_time_s * 1000, step_time_p10_ms=percentile(times, 10) * 1000,
+        step_time_p90_ms=percentile(times, 90) * 1000, timed_steps=len(times), hourly_usd=cost.hourly_usd,
+        market=cell.market, target_steps=cost.target_steps, train_hours=cost.train_hours,
+        cost_to_train_usd=cost.cost_usd, computed_at=time.time(), model=target.model,
+        interconnect=facts.interconnect, vcpus=facts.vcpus, numa=facts.numa,
+        optimizer_ms=split.optimizer_s * 1000 if split else None,
+        optimizer_share=split.optimizer_share if split else None, comm_share=split.comm_share if split else None,
+        busbw_gbps=busbw[0] if busbw else None, busbw_bytes=busbw[1] if busbw else None,
+        flags_json=json.dumps(cell_flags(engine, cell_id)), **_how_computed(timed))
+    why = out_of_bounds(result)
+    return NoResult(why) if why else result
+
+
+def out_of_bounds(result: Result) -> str | None:
+    """Which figure of ``result`` leaves the bounds an imported record must meet too (``Measured``)."""
+    try:
+        Measured.model_validate({name: getattr(result, name) for name in Measured.model_fields})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        return f"{'.'.join(map(str, error['loc']))} {error['input']!r}: {error['msg']}"
+    return None

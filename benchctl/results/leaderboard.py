@@ -26,6 +26,7 @@ from benchctl.campaign.cell_key import CellKey
 from benchctl.payload.collective_math import format_bytes
 from benchctl.payload.stats import median
 from benchctl.results.cell_evidence import cell_flags
+from benchctl.results.evidence_rules import NO_RESULT
 from benchctl.store.models import Campaign, Cell, Result
 
 COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "nodes", "interconnect", "vcpus", "numa", "market",
@@ -67,7 +68,7 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
     filters = filters or Filters(campaigns=[campaign] if campaign else [])
     camp, cell, result = (_table(m) for m in (Campaign, Cell, Result))
     query = (sa.select(camp.c.name, cell.c.id, cell.c.key, cell.c.provider, cell.c.gpu, cell.c.count, cell.c.market,
-                       cell.c.state, cell.c.config_json, *(result.c[c] for c in _RESULT_COLUMNS))
+                       cell.c.state, cell.c.config_json, cell.c.reason, *(result.c[c] for c in _RESULT_COLUMNS))
              .select_from(cell).join(camp, camp.c.id == cell.c.campaign_id)
              .outerjoin(result, result.c.cell_id == cell.c.id))
     for column, wanted in _filtered_columns(filters):
@@ -146,7 +147,7 @@ def _table(model: type) -> sa.Table:
 
 
 def _row(engine: Engine, record: Any) -> dict[str, Any]:
-    (campaign, cell_id, key, provider, gpu, count, market, state, config_json, *result) = record
+    (campaign, cell_id, key, provider, gpu, count, market, state, config_json, reason, *result) = record
     values = dict(zip(_RESULT_COLUMNS, result, strict=True))
     flags_json = values.pop("flags_json")
     row: dict[str, Any] = {name: None for name in COLUMNS}
@@ -155,6 +156,7 @@ def _row(engine: Engine, record: Any) -> dict[str, Any]:
     row.update(campaign=campaign, cell=key, provider=provider, gpu=gpu, count=count, market=market, status=state,
                env=config.get("env", {}), nodes=config.get("nodes", 1),  # cells stored before nodes existed: 1
                flags=list(_flags(flags_json)) if flags_json is not None else cell_flags(engine, cell_id))
+    row["no_result"] = reason if reason and reason.startswith(NO_RESULT) else None  # shown, not a column
     return row
 
 
@@ -232,5 +234,5 @@ def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]
             "target steps": _num(row["target_steps"]),
             "train h": _num(row["train_hours"], 2), "cost-to-train $": _num(row["cost_to_train_usd"], 2)
             if row["cost_to_train_usd"] is not None or row["step_time_ms"] is not None
-            else f"no result ({row['status']})",
+            else row.get("no_result") or f"no result ({row['status']})",
             "spot / on-demand $": both, "flags": ", ".join(row["flags"]) or "-", "status": row["status"]}

@@ -11,7 +11,8 @@ What the leaderboard derives (rank, train hours, costs, status) is accepted and 
 train_hours = step_time × target_steps / 3600, cost = train_hours × hourly_usd.
 Leaderboard rows without a result (no step time) are skipped. Problems raise SpecError with the
 file and line. The file is untrusted: at most 4 MiB and 10,000 records, numbers finite and within
-bounds (no negative times or bandwidths), campaign names as in campaign files.
+the bounds a result computed from a node's samples meets too (``evidence_rules.Measured``: step
+times of 10 µs to a day, no negative bandwidths), text UTF-8, campaign names as in campaign files.
 """
 
 from __future__ import annotations
@@ -30,20 +31,20 @@ from benchctl.campaign.spec import MAX_NODES, MAX_TARGET_STEPS, Target, check_ca
 from benchctl.campaign.yaml_source import INT_MAX, Limits, Path_, format_path, line_of, load_yaml, read_capped
 from benchctl.errors import SpecError
 from benchctl.results.cost import cost_to_train, steps_for
+from benchctl.results.evidence_rules import MAX_NUMBER, Measured, value_problem
 from benchctl.store.imports import CellResult
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-_HOW = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
-"""precision / attention: a name, or names joined with ``+`` (a cell measured on differing nodes)."""
 MAX_RECORDS = 10_000
 LIMITS = Limits(max_bytes=4 * 1024**2, max_values=1_000_000)
-_MS = 1e9
-"""The longest step (or optimizer) time a record may state, in milliseconds (11.6 days)."""
 DERIVED = ("rank", "campaign", "train_hours", "cost_to_train_usd", "status", "spot_usd_per_hour",
            "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd")
 
 
-class Record(BaseModel):
+class Record(Measured):
+    """A result record: the measured figures and their bounds (``Measured``, shared with the results
+    benchctl computes from a node's samples), the configuration, the price and the target."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     provider: str = Field(pattern=_NAME, max_length=100)
@@ -52,30 +53,14 @@ class Record(BaseModel):
     nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     """Nodes of ``count`` GPUs each, rented as one unit; ``hourly_usd`` is the price of all of them."""
     market: Literal["spot", "on-demand"]
-    hourly_usd: float = Field(ge=0, le=1e6)
-    step_time_ms: float = Field(gt=0, le=_MS)
-    step_time_p10_ms: float | None = Field(default=None, gt=0, le=_MS)
-    step_time_p90_ms: float | None = Field(default=None, gt=0, le=_MS)
+    hourly_usd: float = Field(ge=0, le=MAX_NUMBER)
     target: Target | None = None
     target_steps: int | None = Field(default=None, ge=1, le=MAX_TARGET_STEPS)
     model: str | None = None
     cell: str | None = Field(default=None, min_length=1, max_length=1000)
     region: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    interconnect: str | None = None
-    vcpus: int | None = Field(default=None, ge=1, le=1_000_000)
-    numa: str | None = None
-    optimizer_ms: float | None = Field(default=None, ge=0, le=_MS)
-    optimizer_share: float | None = Field(default=None, ge=0, le=1)
-    comm_share: float | None = Field(default=None, ge=0, le=1)
-    busbw_gbps: float | None = Field(default=None, ge=0, le=1e6)
-    busbw_bytes: int | None = Field(default=None, ge=1)
     flags: list[str] = Field(default_factory=list)
-    timed_steps: int | None = Field(default=None, ge=1)
-    precision: str | None = Field(default=None, pattern=_HOW, max_length=64)
-    compiled: bool | None = None
-    attention: str | None = Field(default=None, pattern=_HOW, max_length=64)
-    host_data: str | None = Field(default=None, pattern=_HOW, max_length=64)
     # what the leaderboard derives: accepted, then recomputed
     rank: int | None = None
     campaign: str | None = None
@@ -86,6 +71,14 @@ class Record(BaseModel):
     on_demand_usd_per_hour: float | None = None
     cost_spot_usd: float | None = None
     cost_on_demand_usd: float | None = None
+
+    @field_validator("*")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        problem = None if isinstance(value, BaseModel) else value_problem(value)  # e.g. a lone surrogate in env
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("campaign")
     @classmethod

@@ -252,7 +252,8 @@ class MemoryTransport(Transport):
 
 def payload_events(job: dict[str, Any]) -> Events:
     """What a healthy payload writes for ``job``, one event per poll: the pending phases (preflight
-    always, as the real one), profile samples for the timed steps not yet recorded, then ``done``.
+    always, as the real one), a collectives sample (with its phase's start), profile samples for the
+    timed steps not yet recorded, then ``done``.
     Step times are 10 ms plus 1 ms per timed index. The shapes are the real payload's:
     ``payload/runner.py`` (phase_start/phase_end/done/error) and ``payload/profile.py`` (samples)."""
     done = set(job.get("done_phases") or [])
@@ -272,6 +273,16 @@ def payload_events(job: dict[str, Any]) -> Events:
             for index in range(already, steps):
                 events.append({"t": t, "kind": "sample", "phase": "profile", "step": warmup + index - already,
                                "warmup": False, "timed_index": index, "step_time_s": 0.010 + index / 1000})
+        if phase == "collectives":  # payload/collectives.py: a sample per op and size (one here), rank 0's
+            events.append({"t": t, "kind": "sample", "phase": "collectives", "op": "all_reduce", "bytes": 8,
+                           "count": 2, "dtype": "float", "in_place": False, "time_us": 10.0, "algbw_gbps": 0.0008,
+                           "busbw_gbps": 0.0008, "wrong": 0, "ranks": int(job.get("count") or 1)})
         events.append({"t": t, "kind": "phase_end", "phase": phase, "elapsed_s": 0.01, "summary": {}})
     events.append({"t": t, "kind": "done", "exit_code": 0})
-    return [[event] for event in events]
+    batches: Events = []
+    for event in events:  # a sample comes with its phase's start: the polls per phase are as before
+        if event["kind"] == "sample" and event["phase"] == "collectives":
+            batches[-1].append(event)
+        else:
+            batches.append([event])
+    return batches
