@@ -19,7 +19,9 @@ whose peer is gone fails, never hangs: its ranks' collectives time out (``--time
 runner stops a phase at its budget. ``subgroups`` gives each rank its node's group and its rail
 (the ranks of the same local rank on every node). Before any of that, each worker node probes node
 0's rendezvous port over TCP (``probe_rendezvous``: "rendezvous unreachable from node k" within
-``RENDEZVOUS_PROBE_S``), node 0's runner answering on it (``hold_rendezvous``) until its ranks start.
+``RENDEZVOUS_PROBE_S``), node 0's runner answering on it (``hold_rendezvous``) and holding every
+prober until all worker nodes have reached it; then it frees the port and only then do any ranks
+start, so no rank's store client ever reaches the holder instead of the store.
 
 Device discipline: NCCL maps only CUDA tensors (a CPU tensor fails with "No backend type
 associated with device type cpu"), so every tensor handed to a collective is created on
@@ -204,6 +206,11 @@ def subgroups(job: Job) -> tuple[Any, Any]:
 
 RENDEZVOUS_PROBE_S = 10.0
 """How long a worker node tries to reach node 0's rendezvous port before it gives up."""
+RENDEZVOUS_HOLD_S = 300.0
+"""How long node 0 keeps its port for the probes (every worker node's, or this long) before its own
+ranks' store takes it; how long a worker that reached node 0 waits for that moment."""
+_PROBE_HELLO = b"benchctl-rendezvous-probe "
+_WAIT, _GO = b"w", b"g"
 
 
 class RendezvousUnreachable(RuntimeError):
@@ -216,10 +223,12 @@ _held: dict[str, Any] = {}
 
 
 def hold_rendezvous(job: Job) -> None:
-    """On node 0 of a cluster: answer TCP connections on ``master_port`` (accept, wait for the
-    caller to close first, close) until the first set of ranks starts its store there
-    (``release_rendezvous``), so the other nodes can probe it from their start. A port this node
-    cannot bind is left alone (the store reports it)."""
+    """On node 0 of a cluster: answer the worker nodes' probes on ``master_port`` and keep each
+    prober waiting (``_WAIT``) until every worker node has reached it; then close the port first and
+    send each one ``_GO``, so no worker starts ranks while this listener, not the ranks' store, holds
+    the port (a store client that reached it would fail). ``release_rendezvous`` waits for that
+    moment before node 0's own ranks start. A port this node cannot bind is left alone (the store
+    reports it)."""
     import socket
 
     if job.nodes < 2 or job.node_rank != 0 or not job.master_port or _held:
@@ -230,36 +239,61 @@ def hold_rendezvous(job: Job) -> None:
     except OSError:
         return
     listener.settimeout(0.2)
-    stop = threading.Event()
+    stop, everyone = threading.Event(), threading.Event()
+    waiting: dict[int, socket.socket] = {}
+    workers = set(range(1, job.nodes))
+
+    def greet(conn: socket.socket) -> None:
+        """Read a prober's node rank and keep its connection; anything else is closed."""
+        conn.settimeout(5.0)
+        try:
+            conn.sendall(_WAIT)
+            line = conn.recv(len(_PROBE_HELLO) + 16)
+            rank = int(line[len(_PROBE_HELLO):].strip()) if line.startswith(_PROBE_HELLO) else -1
+        except (OSError, ValueError):
+            rank = -1
+        if rank in workers:
+            with contextlib.suppress(KeyError, OSError):
+                waiting.pop(rank).close()  # a prober that retried: its newer connection counts
+            waiting[rank] = conn
+        else:
+            conn.close()
 
     def answer() -> None:
-        while not stop.is_set():
+        while not stop.is_set() and set(waiting) != workers:
             try:
                 conn, _ = listener.accept()
             except (TimeoutError, OSError):
                 continue
-            with conn:  # the prober closes first: no TIME_WAIT left on this side of the port
-                conn.settimeout(5.0)
-                with contextlib.suppress(OSError):
-                    conn.recv(1)
-        listener.close()
+            greet(conn)
+        listener.close()  # the port is free before any worker is told to go on
+        for conn in waiting.values():
+            with contextlib.suppress(OSError), conn:
+                conn.sendall(_GO)
+        everyone.set()
 
     thread = threading.Thread(target=answer, name="rendezvous-hold", daemon=True)
     thread.start()
-    _held.update(stop=stop, thread=thread)
+    _held.update(stop=stop, thread=thread, everyone=everyone)
 
 
-def release_rendezvous() -> None:
-    """Close ``hold_rendezvous``'s listener (before the ranks' store binds the port); nothing held: nothing."""
+def release_rendezvous(wait_s: float = RENDEZVOUS_HOLD_S) -> None:
+    """Node 0, before its ranks' store binds the port: wait up to ``wait_s`` for every worker node's
+    probe, then close ``hold_rendezvous``'s listener; nothing held: nothing."""
     if _held:
+        _held.pop("everyone").wait(timeout=wait_s)
         _held.pop("stop").set()
         _held.pop("thread").join(timeout=5.0)
 
 
-def probe_rendezvous(job: Job, timeout_s: float = RENDEZVOUS_PROBE_S, interval_s: float = 0.5) -> None:
+def probe_rendezvous(job: Job, timeout_s: float = RENDEZVOUS_PROBE_S, interval_s: float = 0.5,
+                     hold_s: float = RENDEZVOUS_HOLD_S) -> None:
     """On a worker node (``node_rank`` > 0): open a TCP connection to node 0's ``master_addr:master_port``
     before NCCL starts, retrying every ``interval_s`` (node 0 may start a moment later) for
-    ``timeout_s``; RendezvousUnreachable ("rendezvous unreachable from node k") when none opens."""
+    ``timeout_s``; RendezvousUnreachable ("rendezvous unreachable from node k") when none opens. Once
+    open, node 0's holder (``hold_rendezvous``) answers ``_WAIT``: wait up to ``hold_s`` for its
+    ``_GO`` (every node reached it, the port is the store's now). A port that answers otherwise (node 0's
+    store already) or closes: reachable, return."""
     import socket
 
     if job.nodes < 2 or job.node_rank == 0:
@@ -269,7 +303,8 @@ def probe_rendezvous(job: Job, timeout_s: float = RENDEZVOUS_PROBE_S, interval_s
     while True:
         left = deadline - time.monotonic()
         try:
-            with socket.create_connection((job.master_addr, job.master_port), timeout=max(0.1, min(left, 3.0))):
+            with socket.create_connection((job.master_addr, job.master_port), timeout=max(0.1, min(left, 3.0))) as conn:
+                _wait_for_go(conn, job.node_rank, hold_s)
                 return
         except OSError as exc:
             last = exc
@@ -281,6 +316,18 @@ def probe_rendezvous(job: Job, timeout_s: float = RENDEZVOUS_PROBE_S, interval_s
         f"{job.master_addr}:{job.master_port} within {timeout_s:.0f} s ({type(last).__name__}: {last}); the port is "
         "blocked between the nodes (firewall, security group) or that address is not one this node can reach "
         "(the wrong interface): open the port between the nodes or give node 0's internal address")
+
+
+def _wait_for_go(conn: Any, node_rank: int, hold_s: float) -> None:
+    """The connection is open (the port is reachable): if node 0's holder answers, say who we are and
+    wait for its go; whatever else happens (no holder, a close, a timeout) ends the wait, never the probe."""
+    with contextlib.suppress(OSError):
+        conn.settimeout(5.0)
+        if conn.recv(1) != _WAIT:
+            return
+        conn.sendall(_PROBE_HELLO + str(node_rank).encode() + b"\n")
+        conn.settimeout(hold_s)
+        conn.recv(1)
 
 
 CLOSE_GRACE_S = 30.0
@@ -310,6 +357,7 @@ class Ranks:
 
     def run(self, phase: str, timeout_s: float | None = None) -> dict[str, Any] | None:
         if not self._procs:
+            release_rendezvous(timeout_s or RENDEZVOUS_HOLD_S)  # node 0: the probes' wait is this phase's
             self._rendezvous, self._procs = _start(self.job_path, self.world_size, "attempt", [], None, None,
                                                    stdin=subprocess.PIPE)
             self._phases = 0
@@ -382,7 +430,7 @@ def _start(job_path: Path, world_size: int, label: str, worker_args: list[str],
     output to ``artifacts/logs/<label>-rank<r>.log`` (``r`` the global rank), with torchrun's
     ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` and ``NODE_RANK`` set."""
     global _incarnation
-    release_rendezvous()  # node 0: its ranks' store takes the port the runner held
+    release_rendezvous(timeout_s or RENDEZVOUS_HOLD_S)  # node 0: its ranks' store takes the port the runner held
     workdir = job_path.parent
     logs = workdir / "artifacts" / "logs"
     logs.mkdir(parents=True, exist_ok=True)

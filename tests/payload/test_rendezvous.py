@@ -5,6 +5,7 @@ port, the outcome and the exit code, generous bounds only."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -50,6 +51,38 @@ def test_node_0_answers_on_its_port_until_its_ranks_take_it() -> None:
         release_rendezvous()
     with socket.create_server(("127.0.0.1", port)):  # released: the ranks' store can bind it
         pass
+    assert not distributed._held
+
+
+def test_no_worker_goes_on_while_the_holder_still_has_the_port() -> None:
+    """A worker whose probe returned starts its ranks, whose store clients connect to node 0's port at
+    once: the holder must be gone by then (ci run of tests/test_cluster_local.py: a stand-in rank that
+    reached the holder lost its peer). Each prober waits until every worker node has reached node 0,
+    and the port is free before any of them goes on."""
+    import threading
+
+    port = closed_port()
+    hold_rendezvous(dataclasses.replace(job(0, port), nodes=3))
+    done: dict[int, float] = {}
+
+    def probe(rank: int) -> None:
+        probe_rendezvous(dataclasses.replace(job(rank, port), nodes=3), timeout_s=30.0)
+        done[rank] = time.monotonic()
+
+    try:
+        first = threading.Thread(target=probe, args=(1,))
+        first.start()
+        first.join(timeout=2.0)
+        assert first.is_alive() and not done, "node 1 waits for node 2 to reach node 0"
+        second = threading.Thread(target=probe, args=(2,))
+        second.start()
+        for thread in (first, second):
+            thread.join(timeout=60.0)
+        assert set(done) == {1, 2}
+        with socket.create_server(("127.0.0.1", port)):  # free before node 0's own ranks were started
+            pass
+    finally:
+        release_rendezvous(wait_s=0.0)
     assert not distributed._held
 
 
