@@ -251,6 +251,7 @@ def _check_size(size: int) -> None:
 
 class _GuardedTarFile(tarfile.TarFile):
     tarinfo = _GuardedInfo
+    members: list[tarfile.TarInfo]  # tarfile's own list of the headers read (cleared as we go)
     extended_in_a_row = 0
     extended_bytes = 0
 
