@@ -29,10 +29,13 @@ def import_command(state: CliState, files: tuple[Path, ...], campaign: str | Non
 
         click.echo(render([], [], "json", payload={
             "campaign": summary.campaign, "results": summary.results, "skipped": summary.skipped,
-            "collectives": summary.collectives, "logs_read_as": list(summary.logs_read_as)}))
+            "collectives": summary.collectives, "logs_read_as": list(summary.logs_read_as),
+            "left_out": summary.left_out or None}))
         return
     skipped = f", skipped {summary.skipped} rows without a result" if summary.skipped else ""
     click.echo(f"imported {summary.results} results and {summary.collectives} nccl-tests logs into campaign "
                f"{clean(summary.campaign)}{skipped}; `benchctl leaderboard` ranks them")
     for line in summary.logs_read_as:
         click.echo(f"  read {clean(line)}")
+    if summary.left_out:
+        click.echo(f"  {clean(summary.left_out)}")

@@ -6,7 +6,10 @@ Every file is read and checked before anything is written; then one transaction 
 else to ``imported``. A ``.json``/``.yaml``/``.yml`` file holds result records
 (``benchctl.results.records``); any other file must be an nccl-tests log (``benchctl.results.nccl_log``),
 whose rows belong to the cell named by ``config`` (a cell of the import campaign, existing or
-imported in the same command; optional when the campaign has one cell).
+imported in the same command; optional when the campaign has one cell). One import takes the rows
+of nccl-tests' own collectives and of at most a few other collective names
+(``benchctl.results.collective_names``); a log left with no rows is not imported, and the summary
+says in one line what was left out.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from sqlalchemy.engine import Engine
 from benchctl.campaign.spec import check_campaign_name
 from benchctl.errors import SpecError, UsageError
 from benchctl.results.cell_evidence import largest_allreduce
+from benchctl.results.collective_names import Names
 from benchctl.results.nccl_log import NcclLogError, looks_like_nccl_log, read_as, read_log_text, read_nccl_log
 from benchctl.results.records import read_records
 from benchctl.store import queries as q
@@ -37,6 +41,8 @@ class ImportSummary:
     collectives: int
     logs_read_as: tuple[str, ...] = ()
     """Per nccl-tests log: ``path: what it was read as`` (``nccl_log.read_as``), so a misread shows."""
+    left_out: str = ""
+    """One line naming the collectives left out (``collective_names``), or ''."""
 
 
 def import_files(engine: Engine, files: list[Path], campaign: str | None, config: str | None) -> ImportSummary:
@@ -71,6 +77,9 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
         skipped += dropped
         results += found
     counts = _gpu_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
+    names = Names()  # the collective names this import takes (nccl-tests' own and a few others)
+    logs = [(path, kept, description) for path, rows, description in logs
+            if (kept := names.rows(rows, lambda row: row["op"]))]
     collectives = []
     for path, rows, _ in logs:
         key = _config_for(list(counts), name, config, path)
@@ -89,7 +98,7 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
                          "the same command), or name an existing cell with --config") from None
     into = sorted({r.campaign or name for r in results} | ({name} if collectives else set())) or [name]
     return ImportSummary(", ".join(into), len(results), skipped, len(collectives),
-                         tuple(f"{path}: {description}" for path, _, description in logs))
+                         tuple(f"{path}: {description}" for path, _, description in logs), names.left_out.line())
 
 
 def _nccl_rows(path: Path) -> tuple[list[dict], str]:

@@ -20,8 +20,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather",
-       "scatter", "hypercube")
+from benchctl.results.collective_names import KNOWN
+
+OPS = KNOWN
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)_perf")
 _RUN = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(r"^#\s*Rank\s+\d+\s")
@@ -34,6 +35,8 @@ _COLUMNS = (11, 12, 13)
 """Result columns: 11 (oldest, no redop), 12 (before 2.10, no root), 13 (since 2.10)."""
 MAX_LOG_BYTES = 8 * 1024**2
 MAX_RESULT_LINES = 10_000
+RUNS_DESCRIBED = 12
+"""Runs ``read_as`` describes one by one; it counts the rest."""
 _LARGEST = 1e12
 """No time (µs) or bandwidth (GB/s) nccl-tests prints is larger."""
 _INT_MAX = 2**63 - 1
@@ -139,17 +142,19 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
 
 
 def read_as(rows: list[dict[str, Any]], text: str) -> str:
-    """One line saying what a log was read as, per run: collective, ranks, sizes, the largest size's
-    out-of-place busbw, and the nccl-tests version when the log prints it (>= 2.16)."""
+    """One line saying what a log was read as, per run (the first ``RUNS_DESCRIBED``): collective,
+    ranks, sizes, the largest size's out-of-place busbw, and the nccl-tests version when the log
+    prints it (>= 2.16)."""
     version = next((m.group(1) for line in text.splitlines()
                     if (m := _VERSION.match(_PREFIX.sub("", line, count=1)))), None)
     runs: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for row in rows:
         runs.setdefault((row["op"], row["ranks"]), []).append(row)
     parts = []
-    for (op, ranks), run in runs.items():
+    for (op, ranks), run in list(runs.items())[:RUNS_DESCRIBED]:
         largest = max((r for r in run if not r["in_place"]), key=lambda r: r["bytes"])
         sizes = len({r["bytes"] for r in run})
         parts.append(f"{op}, {ranks or '?'} ranks, {sizes} sizes, largest {largest['bytes']:,} B at busbw "
                      f"{largest['busbw_gbps']:g} GB/s")
-    return "; ".join(parts) + f" (nccl-tests {version or 'version not printed'})"
+    more = f"; and {len(runs) - RUNS_DESCRIBED:,} more runs" if len(runs) > RUNS_DESCRIBED else ""
+    return "; ".join(parts) + more + f" (nccl-tests {version or 'version not printed'})"
