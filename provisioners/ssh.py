@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from benchctl.provisioners.base import (
     NoCapacity,
@@ -41,7 +41,7 @@ from benchctl.provisioners.base import (
     launch_members,
 )
 from benchctl.provisioners.node_records import write_private
-from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
+from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport, endpoint_problem, name_problem
 
 
 class SSHNode(ProviderSettings):
@@ -59,6 +59,14 @@ class SSHNode(ProviderSettings):
     workdir: str = Field(default="benchctl", min_length=1, description="our files on the node (relative: under home)")
     rendezvous_host: str | None = Field(default=None, min_length=1, description="the address the other nodes of a "
                                         "cluster reach this machine at (e.g. its private IP); default: host")
+
+    @field_validator("host", "user")
+    @classmethod
+    def _destination(cls, value: str, info: ValidationInfo) -> str:
+        problem = name_problem(str(info.field_name), value)
+        if problem is not None:
+            raise ValueError(f"{problem}; give the machine's address and login name")
+        return value
 
     @property
     def label(self) -> str:
@@ -169,8 +177,9 @@ class SSHProvider(Provider):
         if record is None or record["terminated"]:
             return
         transport = self.transport(node)
-        transport.kill_all()  # a ProviderError here leaves the claim: our processes may still run
-        transport.close()
+        if endpoint_problem(transport.endpoint.host, transport.endpoint.user) is None:  # else ssh never reached it
+            transport.kill_all()  # a ProviderError here leaves the claim: our processes may still run
+            transport.close()
         claim = self.root / "claims" / node.details["machine"]
         if self._holder(node.details["machine"]) == node.token:
             claim.unlink(missing_ok=True)

@@ -13,12 +13,22 @@ import itertools
 import math
 import os
 import re
+import stat
 import types
 import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from benchctl.campaign.cell_key import CellKey
 from benchctl.campaign.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, line_of, load_yaml, read_capped
@@ -49,6 +59,9 @@ CAMPAIGN_NAME_MAX = 100
 MAX_CELLS = 10_000
 MAX_TARGET_STEPS = 10**12
 MAX_NODES = 16
+MAX_ARTIFACT_GB = 1000
+"""What one attempt may bring home at most (GB): a bound on a number that could only fail once the node
+was rented (``1e300`` overflowed the byte count); far above any profile's traces."""
 
 
 def check_campaign_name(name: str) -> str:
@@ -58,6 +71,14 @@ def check_campaign_name(name: str) -> str:
         raise ValueError(f"{shown!r} is not a campaign name: use letters, digits, '_', '.' and '-' (starting with a "
                          f"letter or digit), at most {CAMPAIGN_NAME_MAX} characters")
     return name
+
+
+def _no_nul(value: str, what: str) -> str:
+    """``value``, unless it holds a NUL: no environment value or command line can (the node's exec refuses it)."""
+    if "\0" in value:
+        raise ValueError(f"the value of {what} holds a NUL character, which no environment variable or command "
+                         "can hold; remove it")
+    return value
 
 
 def upload_problem(folder: Path, upload: str) -> str | None:
@@ -82,6 +103,10 @@ def upload_problem(folder: Path, upload: str) -> str | None:
             if os.path.islink(os.path.join(root, entry)):
                 return (f"{os.path.join(root, entry)} is a symlink; upload directories hold no symlinks "
                         "(copy the files in instead)")
+        for entry in files:  # a FIFO would stall the upload on a rented node; a device or socket cannot be sent
+            if not stat.S_ISREG(os.lstat(os.path.join(root, entry)).st_mode):
+                return (f"{os.path.join(root, entry)} is not a regular file (a FIFO, socket or device); upload "
+                        "directories hold files and folders only: remove it")
     return None
 
 
@@ -182,6 +207,8 @@ class CommandSpec(_Strict):
     upload: str | None = Field(default=None, description="local directory shipped as the command's work dir")
     timeout_minutes: float = Field(default=60, gt=0)
 
+    _run = field_validator("run")(lambda value: _no_nul(value, "command.run"))
+
 
 class PayloadSpec(_Strict):
     phases: list[str] = Field(default_factory=lambda: ["preflight", "profile"], min_length=1)
@@ -234,7 +261,8 @@ class CampaignSpec(_Strict):
     max_idle_minutes: float = Field(default=15, gt=0, description="dead-man switch: a payload whose controller "
                                     "stopped sending heartbeats this long stops itself (and its node, where the "
                                     "provider allows)")
-    max_artifact_gb: float = Field(default=2, gt=0, description="what one attempt may bring back from its node")
+    max_artifact_gb: float = Field(default=2, gt=0, le=MAX_ARTIFACT_GB,
+                                   description="what one attempt may bring back from its node")
     target: Target
     defaults: Defaults = Defaults()
     payload: PayloadSpec = PayloadSpec()
@@ -261,6 +289,8 @@ class LocalFaults(_Strict):
                                         description="preempt the node once it recorded this many timed profile steps")
     preemptions: int = Field(default=1, ge=1, description="how many launches of the cell are preempted")
     seed: int | None = Field(default=None, description="draw each preempt_after_s uniformly in ×[0.5, 1.5]")
+
+    _env = field_validator("env")(lambda env: {name: _no_nul(value, name) for name, value in env.items()})
 
 
 class CellSpec(_Strict):
@@ -321,7 +351,7 @@ class CellSpec(_Strict):
                                  "so keep secrets out of it")
             if isinstance(setting, dict | list) or setting is None:
                 raise ValueError(f"{name}: give a plain value (a string or a number)")
-            env[name] = str(setting).lower() if isinstance(setting, bool) else str(setting)
+            env[name] = _no_nul(str(setting).lower() if isinstance(setting, bool) else str(setting), name)
         return env
 
     @model_validator(mode="before")
@@ -374,9 +404,10 @@ class CellSpec(_Strict):
             raise ValueError("faults.node_ranks is for preflight faults; a cluster's preemption already hits node "
                              "rank 1: remove node_ranks")
 
-    @property
-    def key(self) -> str:
-        """Stable identity from the coordinates (not from settings like price or max_attempts)."""
+    _key_tag: str | None = PrivateAttr(default=None)
+    """Set by ``_expand`` when this cell's key would collide with another cell's (``cell_key``)."""
+
+    def _coordinates(self) -> tuple[str, list[tuple[str, object]]]:
         shape = f"{self.gpu}x{self.count}" if self.gpu else str(self.instance_type)
         named: list[tuple[str, object]] = [("instance_type", self.instance_type)] if self.gpu and self.instance_type \
             else []
@@ -384,7 +415,18 @@ class CellSpec(_Strict):
                                                            "capacity_reservation") if getattr(self, name) is not None]
         if self.nodes > 1:  # a 1-node cell keeps the key it had before cells could have nodes
             named.append(("nodes", self.nodes))
-        return str(CellKey.build(self.provider, shape, self.market, named, self.env))
+        return shape, named
+
+    @property
+    def key(self) -> str:
+        """Stable identity from the coordinates (not from settings like price or max_attempts)."""
+        shape, named = self._coordinates()
+        return str(CellKey.build(self.provider, shape, self.market, named, self.env, self._key_tag))
+
+    def exact_tag(self) -> str:
+        """A hash of the exact coordinates, the market left out (``CellKey.exact_tag``)."""
+        shape, named = self._coordinates()
+        return CellKey.exact_tag(self.provider, shape, named, self.env)
 
     @property
     def world_size(self) -> int:
@@ -489,7 +531,7 @@ def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: 
                         f"the matrix expands to {sum(sizes):,} cells, over the {MAX_CELLS:,} a campaign may hold; "
                         "split it into several campaigns")
     cells: list[CellSpec] = []
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, str], str] = {}
     for i, entry in enumerate(matrix):
         lists = {k: v for k, v in entry.items() if isinstance(v, list)}
         for name, values in lists.items():
@@ -511,13 +553,25 @@ def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: 
             except ValidationError as exc:
                 raise _spec_error(exc, file, lines, to_path, CellSpec) from None
             where = format_path(("matrix", i))
-            if cell.key in seen:
+            exact = (cell.exact_tag(), cell.market)
+            if exact in seen:
                 raise SpecError(file, line_of(lines, ("matrix", i)), where,
-                                f"repeats cell {cell.key} of {seen[cell.key]}; remove one of them")
-            seen[cell.key] = where
+                                f"repeats cell {cell.key} of {seen[exact]}; remove one of them")
+            seen[exact] = where
             _check_batch(spec, cell, file, lines, to_path(("count",)))
             cells.append(cell)
+    _tag_colliding_keys(cells)
     return cells
+
+
+def _tag_colliding_keys(cells: list[CellSpec]) -> None:
+    """Cells whose keys (less the market) are one text for different coordinates get ``id=<hash>``
+    (``cell_key``); every other key stays as it was."""
+    tags: dict[str, set[str]] = {}
+    for cell in cells:
+        tags.setdefault(CellKey.parse(cell.key).without_market(), set()).add(cell.exact_tag())
+    for cell in [c for c in cells if len(tags[CellKey.parse(c.key).without_market()]) > 1]:
+        cell._key_tag = cell.exact_tag()
 
 
 def _check_batch(spec: CampaignSpec, cell: CellSpec, file: str, lines: dict[Path_, int], path: Path_) -> None:
