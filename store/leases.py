@@ -15,6 +15,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from benchctl.store.connections import autocommit
 from benchctl.store.models import Cell
 
 _cell = Cell.__table__  # type: ignore[attr-defined]
@@ -37,14 +38,14 @@ def acquire(engine: Engine, cell_id: int, owner: str, ttl_s: float,
 
 def renew(engine: Engine, cell_id: int, owner: str, ttl_s: float) -> bool:
     """Extend a lease ``owner`` still holds; False when it was taken over or revoked."""
-    with engine.begin() as conn:
+    with autocommit(engine).begin() as conn:  # one UPDATE: one round trip on PostgreSQL
         return conn.execute(sa.update(_cell).where(_cell.c.id == cell_id).where(_cell.c.lease_owner == owner)
                             .values(lease_expires_at=time.time() + ttl_s)).rowcount == 1
 
 
 def release(engine: Engine, cell_id: int, owner: str) -> None:
     """Give the lease up (only if ``owner`` holds it)."""
-    with engine.begin() as conn:
+    with autocommit(engine).begin() as conn:  # one UPDATE: one round trip on PostgreSQL
         conn.execute(sa.update(_cell).where(_cell.c.id == cell_id).where(_cell.c.lease_owner == owner)
                      .values(lease_owner=None, lease_expires_at=None))
 

@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
-from sqlmodel import Session, case, col, func, select
+from sqlmodel import Session, case, col, func, select, update
 
+from benchctl.store.connections import autocommit, reader
 from benchctl.store.models import Artifact, Attempt, Campaign, Cell, Event, Result
 
 T = TypeVar("T")
@@ -63,7 +64,7 @@ def upsert_campaign(engine: Engine, name: str, spec_json: str, source_path: str,
 
 
 def campaigns(engine: Engine, name: str | None = None) -> list[Campaign]:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         query = select(Campaign).order_by(col(Campaign.created_at))
         if name is not None:
             query = query.where(Campaign.name == name)
@@ -71,12 +72,12 @@ def campaigns(engine: Engine, name: str | None = None) -> list[Campaign]:
 
 
 def cells(engine: Engine, campaign_id: int) -> list[Cell]:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return list(s.exec(select(Cell).where(Cell.campaign_id == campaign_id).order_by(col(Cell.id))))
 
 
 def cell(engine: Engine, cell_id: int) -> Cell:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         found = s.get(Cell, cell_id)
         if found is None:
             raise LookupError(f"no cell {cell_id}")
@@ -84,12 +85,12 @@ def cell(engine: Engine, cell_id: int) -> Cell:
 
 
 def set_cell_state(engine: Engine, cell_id: int, state: str, reason: str | None = None) -> None:
-    with Session(engine) as s:
-        row = s.get(Cell, cell_id)
-        if row is None:
-            raise LookupError(f"no cell {cell_id}")
-        row.state, row.reason, row.updated_at = state, reason, time.time()
-        s.commit()
+    """One UPDATE (one round trip on PostgreSQL: ``connections.autocommit``)."""
+    with autocommit(engine).begin() as conn:
+        changed = conn.execute(update(Cell).where(col(Cell.id) == cell_id)
+                               .values(state=state, reason=reason, updated_at=time.time())).rowcount
+    if changed != 1:
+        raise LookupError(f"no cell {cell_id}")
 
 
 def new_attempt(engine: Engine, cell_id: int, token: str, provider: str, market: str, remote_dir: str,
@@ -176,7 +177,7 @@ def campaign_spend(engine: Engine, campaign_id: int) -> CampaignSpend:
              .order_by(col(Attempt.outcome)))
     closed: dict[str, float] = {}
     running: list[tuple[float | None, float | None]] = []
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         for was_open, outcome, cost, hourly, launched in s.exec(query):
             if was_open:
                 running.append((hourly, launched))
@@ -200,7 +201,7 @@ def attempt_spent(attempt: Attempt, now: float) -> float:
 
 def campaign_attempts(engine: Engine, campaign_id: int) -> list[Attempt]:
     """Every attempt of every cell of the campaign."""
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return list(s.exec(select(Attempt).join(Cell, col(Attempt.cell_id) == col(Cell.id))
                            .where(Cell.campaign_id == campaign_id).order_by(col(Attempt.id))))
 
@@ -220,7 +221,7 @@ def attempts_ended(engine: Engine, campaign_id: int, outcome: str) -> list[Ended
     query = (select(col(Attempt.id), col(Attempt.host), col(Attempt.node_json), col(Attempt.detail))
              .join(Cell, col(Attempt.cell_id) == col(Cell.id)).where(Cell.campaign_id == campaign_id)
              .where(col(Attempt.outcome) == outcome).order_by(col(Attempt.id)))
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return [EndedAttempt(*row) for row in s.exec(query)]
 
 
@@ -231,14 +232,14 @@ def attempt_errors(engine: Engine, attempt_ids: Sequence[int]) -> dict[int, list
         return found
     query = (select(col(Event.attempt_id), col(Event.data_json)).where(col(Event.attempt_id).in_(list(found)))
              .where(Event.kind == "error").order_by(col(Event.attempt_id), col(Event.line)))
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         for attempt_id, data in s.exec(query):
             found[attempt_id].append(data)
     return found
 
 
 def attempts(engine: Engine, cell_id: int) -> list[Attempt]:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return list(s.exec(select(Attempt).where(Attempt.cell_id == cell_id).order_by(col(Attempt.number))))
 
 
@@ -329,7 +330,7 @@ def malformed_stored(engine: Engine, attempt_id: int) -> int:
 
 
 def events(engine: Engine, cell_id: int, kind: str | None = None, phase: str | None = None) -> list[Event]:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         query = select(Event).where(Event.cell_id == cell_id)
         if kind is not None:
             query = query.where(Event.kind == kind)
@@ -417,7 +418,7 @@ def cells_by_key(engine: Engine, key: str, campaign: str | None = None) -> list[
 
 def attempt_events(engine: Engine, attempt_id: int, after_line: int = -1, limit: int | None = None) -> list[Event]:
     """The attempt's stored events after line ``after_line``, in line order (the first ``limit``)."""
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return list(s.exec(select(Event).where(Event.attempt_id == attempt_id).where(Event.line > after_line)
                            .order_by(col(Event.line)).limit(limit)))
 
@@ -431,7 +432,7 @@ def iter_attempt_events(engine: Engine, attempt_id: int, after_line: int = -1, c
 
 
 def attempt_row(engine: Engine, attempt_id: int) -> Attempt:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         found = s.get(Attempt, attempt_id)
         if found is None:
             raise LookupError(f"no attempt {attempt_id}")
