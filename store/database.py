@@ -10,7 +10,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from benchctl.store.connections import READ_ONLY, RECYCLE_S, ping_when_idle
 from benchctl.store.migrations import HEAD, SchemaTooNew, current_version, upgrade
 from benchctl.store.sqlite_url import BadSQLiteURL, UnsafeSQLiteFile, check_file, sqlite_target
 
@@ -27,6 +26,26 @@ class ReadOnlyStore(StoreError):
     """A write to a database opened with ``mode=ro``."""
 
     exit_code = 2
+
+
+class DamagedStore(StoreError):
+    """SQLite says the file is damaged (a page overwritten, a truncated file): the message names the
+    file and how to save what it holds; nothing a command does will get past it."""
+
+    exit_code = 2
+
+
+def _damaged(context: Any) -> None:
+    """``handle_error`` of an SQLite engine: a damaged file raises ``DamagedStore`` (not a traceback)."""
+    original = context.original_exception
+    if not any(sign in str(original) for sign in ("malformed", "not a database")):
+        return
+    engine = context.engine
+    path = engine.url.database if engine is not None else None
+    raise DamagedStore(f"the database {path or '(SQLite)'} is damaged ({original}). Save what it still holds "
+                       f"with `sqlite3 {path} .recover | sqlite3 {path}.recovered`, then move the recovered file "
+                       "in its place (keep the damaged one), or give another database with --db / BENCHCTL_DB") \
+        from original
 
 
 def default_url(home: Path) -> str:
@@ -51,9 +70,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 def _sqlite_begin(conn: Any) -> None:
     """Take the write lock at BEGIN: DDL becomes transactional, and a writer waits (busy timeout)
-    instead of failing with SQLITE_BUSY when it upgrades a read snapshot in WAL mode. A read
-    (``connections.reader``) takes a snapshot only: it writes nothing, so it waits for no writer."""
-    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
+    instead of failing with SQLITE_BUSY when it upgrades a read snapshot in WAL mode."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _sqlite_read_only(dbapi_conn: Any, _record: Any) -> None:
@@ -78,13 +96,14 @@ def create_db_engine(url: str | URL, read_only: bool = False) -> Engine:
             sa.event.listen(engine, "connect", _sqlite_read_only)
             sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
             sa.event.listen(engine, "handle_error", _refuse_writes)
+            sa.event.listen(engine, "handle_error", _damaged)
         elif str(url).startswith("sqlite"):
             engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
             sa.event.listen(engine, "connect", _sqlite_pragmas)
             sa.event.listen(engine, "begin", _sqlite_begin)
+            sa.event.listen(engine, "handle_error", _damaged)
         else:
-            engine = sa.create_engine(url, pool_use_lifo=True, pool_recycle=RECYCLE_S)
-            ping_when_idle(engine)  # not pool_pre_ping: two round trips before every session (connections.py)
+            engine = sa.create_engine(url, pool_pre_ping=True)
     except (ArgumentError, ModuleNotFoundError, ImportError) as exc:
         raise BadDatabaseURL(f"cannot use database URL {_redact(str(url))}: {exc}. "
                          "Give an SQLAlchemy URL such as sqlite:///path/benchctl.db or "

@@ -104,7 +104,8 @@ def _provider_error() -> type[Exception]:
     return ProviderError
 
 
-def _read_only_store() -> type[Exception] | tuple[()]:
-    """``ReadOnlyStore`` (a write to a ``mode=ro`` database, exit 2), only where the store was opened."""
+def _read_only_store() -> tuple[type[Exception], ...]:
+    """``ReadOnlyStore`` (a write to a ``mode=ro`` database) and ``DamagedStore`` (a damaged SQLite
+    file), exit 2, only where the store was opened."""
     database = sys.modules.get("benchctl.store.database")
-    return database.ReadOnlyStore if database is not None else ()
+    return (database.ReadOnlyStore, database.DamagedStore) if database is not None else ()

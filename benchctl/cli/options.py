@@ -25,7 +25,7 @@ class CliState:
 
             from benchctl.errors import StoreFailure, UsageError
             from benchctl.home import database_url
-            from benchctl.store.database import BadDatabaseURL, StoreError, open_store
+            from benchctl.store.database import BadDatabaseURL, DamagedStore, StoreError, open_store
             from benchctl.store.migrations import SchemaTooNew
 
             url = database_url(self.db)
@@ -33,6 +33,8 @@ class CliState:
                 self._engine = open_store(url)
             except BadDatabaseURL as exc:
                 raise UsageError(str(exc)) from exc
+            except DamagedStore:
+                raise  # exit 2, as the CLI shows it (cli.main)
             except (StoreError, SchemaTooNew) as exc:
                 raise StoreFailure(str(exc)) from exc
             except (ValueError, TypeError, DBAPIError) as exc:  # a URL that parses but cannot be used
