@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from benchctl.store.models import Attempt, Campaign, Cell, Event, Result
 
@@ -68,21 +69,19 @@ def save_import(engine: Engine, campaign: str, sources: Sequence[str], results: 
         s.commit()
 
 
-def _chunks(ids: list[int | None], size: int = 500) -> Iterator[list[int | None]]:
-    """``ids`` in slices small enough for any database's limit on bound parameters."""
-    for start in range(0, len(ids), size):
-        yield ids[start:start + size]
+def _table(model: type) -> sa.Table:
+    table = model.__table__  # type: ignore[attr-defined]
+    assert isinstance(table, sa.Table)
+    return table
 
 
-def _busbw(before: Result | dict[str, Any]) -> tuple[Any, Any]:
-    """The (busbw_gbps, busbw_bytes) an earlier result of the cell had (a stored row or one just read)."""
-    if isinstance(before, dict):
-        return before.get("busbw_gbps"), before.get("busbw_bytes")
-    return before.busbw_gbps, before.busbw_bytes
+CELL, RESULT, ATTEMPT, EVENT = (_table(m) for m in (Cell, Result, Attempt, Event))
+RESULT_COLUMNS = tuple(c.name for c in RESULT.columns if c.name not in ("id", "cell_id", "computed_at"))
 
 
 def _save_campaign(s: Session, campaign: str, sources: Sequence[str], results: Sequence[CellResult],
                    collectives: Sequence[CellCollectives], now: float) -> None:
+    """Bulk statements (executemany), a fixed number however many records: no ORM object per record."""
     if not results and not collectives:
         return
     camp = s.exec(select(Campaign).where(Campaign.name == campaign)).first()
@@ -95,47 +94,61 @@ def _save_campaign(s: Session, campaign: str, sources: Sequence[str], results: S
     elif camp.kind != IMPORTED:
         raise NotAnImportCampaign(campaign)
     camp.updated_at = now
-    cells = {c.key: c for c in s.exec(select(Cell).where(Cell.campaign_id == camp.id))}
-    for item in results:  # new cells first, all in one flush (one round trip, not one per record)
-        if item.key not in cells:
-            assert camp.id is not None
-            cells[item.key] = Cell(campaign_id=camp.id, key=item.key, provider=item.provider, gpu=item.gpu,
-                                   count=item.count, market=item.market, config_json="", state="done", created_at=now,
-                                   updated_at=now)
-            s.add(cells[item.key])
-    s.flush()
-    ids = list({cells[item.key].id for item in results})
-    old = {r.cell_id: r for chunk in _chunks(ids) for r in s.exec(select(Result).where(col(Result.cell_id).in_(chunk)))}
-    latest: dict[int, dict[str, Any]] = {}
-    for item in results:
-        known = cells[item.key]
-        assert known.id is not None
-        known.config_json, known.updated_at = json.dumps(item.config), now
-        values = dict(item.result)
-        if values.get("busbw_gbps") is None:  # keep what an earlier nccl-tests log gave the cell
-            before: Any = latest.get(known.id) or old.get(known.id)
-            if before is not None:
-                values["busbw_gbps"], values["busbw_bytes"] = _busbw(before)
-        latest[known.id] = values
-    for replaced in old.values():
-        s.delete(replaced)
-    s.flush()
-    s.add_all(Result(cell_id=cell_id, computed_at=now, **values) for cell_id, values in latest.items())
-    s.flush()
+    assert camp.id is not None
+    ids = _cell_ids(s, camp.id)
+    latest = {item.key: item for item in results}  # the same cell twice: the last record counts
+    new = [item for key, item in latest.items() if key not in ids]
+    if new:
+        s.execute(sa.insert(CELL), [dict(campaign_id=camp.id, key=item.key, provider=item.provider, gpu=item.gpu,
+                                         count=item.count, market=item.market, config_json=json.dumps(item.config),
+                                         state="done", reason=None, created_at=now, updated_at=now)
+                                    for item in new])
+        ids = _cell_ids(s, camp.id)
+    known = [item for key, item in latest.items() if key not in {n.key for n in new}]
+    if known:
+        s.execute(sa.update(CELL).where(CELL.c.id == sa.bindparam("cell")).values(
+            config_json=sa.bindparam("config"), updated_at=now),
+            [{"cell": ids[item.key], "config": json.dumps(item.config)} for item in known])
+    if latest:
+        busbw = {cell_id: (gbps, size) for cell_id, gbps, size in s.execute(
+            sa.select(RESULT.c.cell_id, RESULT.c.busbw_gbps, RESULT.c.busbw_bytes)
+            .join(CELL, CELL.c.id == RESULT.c.cell_id).where(CELL.c.campaign_id == camp.id))}
+        rows = []
+        for key, item in latest.items():
+            values = dict(item.result)
+            if values.get("busbw_gbps") is None and ids[key] in busbw:  # keep what an earlier nccl-tests log gave
+                values["busbw_gbps"], values["busbw_bytes"] = busbw[ids[key]]
+            rows.append({name: values.get(name) for name in RESULT_COLUMNS} | {"cell_id": ids[key], "computed_at": now})
+        replaced = [{"cell": ids[key]} for key in latest if ids[key] in busbw]
+        if replaced:
+            s.execute(sa.delete(RESULT).where(RESULT.c.cell_id == sa.bindparam("cell")), replaced)
+        s.execute(sa.insert(RESULT), rows)
     for run in collectives:
-        cell = cells.get(run.key)
-        if cell is None:
+        if run.key not in ids:
             raise UnknownCell(run.key)
-        assert cell.id is not None
-        attempt = Attempt(cell_id=cell.id, number=0, token=f"import-{uuid.uuid4().hex[:12]}",
-                          provider=cell.provider, market=cell.market, remote_dir="", open=False,
-                          outcome=IMPORTED, detail=run.source, cost_usd=0.0)
-        s.add(attempt)
-        s.flush()
-        assert attempt.id is not None
-        for line, row in enumerate(run.rows, start=1):
-            s.add(Event(attempt_id=attempt.id, cell_id=cell.id, line=line, t=now, kind="sample",
-                        phase="collectives", data_json=json.dumps(row)))
-        result = s.exec(select(Result).where(Result.cell_id == cell.id)).first()
-        if result is not None and run.busbw is not None:
-            result.busbw_gbps, result.busbw_bytes = run.busbw
+        _save_collectives(s, ids[run.key], run, now)
+
+
+def _cell_ids(s: Session, campaign_id: int) -> dict[str, int]:
+    """Cell key → id of the campaign's cells (one statement)."""
+    return {key: cell_id for key, cell_id in s.execute(sa.select(CELL.c.key, CELL.c.id)
+                                                        .where(CELL.c.campaign_id == campaign_id))}
+
+
+def _save_collectives(s: Session, cell_id: int, run: CellCollectives, now: float) -> None:
+    """One nccl-tests log: an ``imported`` attempt (which bills nothing), its rows as events (one
+    bulk insert), its largest all_reduce on the cell's result."""
+    cell = s.execute(sa.select(CELL.c.provider, CELL.c.market).where(CELL.c.id == cell_id)).one()
+    inserted = s.connection().execute(sa.insert(ATTEMPT).values(
+        cell_id=cell_id, number=0, token=f"import-{uuid.uuid4().hex[:12]}", provider=cell.provider,
+        market=cell.market, remote_dir="", open=False, outcome=IMPORTED, detail=run.source, cost_usd=0.0,
+        events_offset=0, events_lines=0)).inserted_primary_key
+    assert inserted is not None
+    attempt_id = inserted[0]
+    if run.rows:
+        s.execute(sa.insert(EVENT), [dict(attempt_id=attempt_id, cell_id=cell_id, line=line, t=now, kind="sample",
+                                          phase="collectives", data_json=json.dumps(row))
+                                     for line, row in enumerate(run.rows, start=1)])
+    if run.busbw is not None:
+        s.execute(sa.update(RESULT).where(RESULT.c.cell_id == cell_id).values(
+            busbw_gbps=run.busbw[0], busbw_bytes=run.busbw[1]))

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from benchctl.results.leaderboard import Filters
 
 _FORMATS = click.Choice(["table", "json", "csv", "md"], case_sensitive=False)
+TERMINAL_ROWS = 50
+"""Rows a table on a terminal shows without ``--all`` (a pipe, json, csv and md get every row)."""
 
 
 @click.command()
@@ -27,17 +29,20 @@ _FORMATS = click.Choice(["table", "json", "csv", "md"], case_sensitive=False)
 @click.option("--wide", is_flag=True, help="table/md: every column (the default fits 100 columns).")
 @click.option("--columns", metavar="A,B,...", help="table/md: these columns, in this order (names: "
               "docs/leaderboard.md, or any unknown one lists them).")
+@click.option("--all", "every", is_flag=True, help=f"table on a terminal: every row (default: the first "
+              f"{TERMINAL_ROWS}, then how many more).")
 @click.option("--format", "fmt", type=_FORMATS, default="table", show_default=True)
 @pass_state
 def leaderboard(state: CliState, campaigns: tuple[str, ...], providers: tuple[str, ...], markets: tuple[str, ...],
-                models: tuple[str, ...], top: int | None, wide: bool, columns: str | None, fmt: str) -> None:
+                models: tuple[str, ...], top: int | None, wide: bool, columns: str | None, every: bool,
+                fmt: str) -> None:
     """Cost-to-train per cell across campaigns, ranked cheapest first among the cells of the same
     model and target (filters ignore case)."""
     from benchctl.results.leaderboard import Filters
 
     shown = table_columns(wide, columns, fmt.lower())
     print_leaderboard(state.engine(), Filters(campaigns=campaigns, providers=providers, markets=markets,
-                                              models=models), fmt.lower(), columns=shown, top=top)
+                                              models=models), fmt.lower(), columns=shown, top=top, every=every)
 
 
 def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
@@ -64,10 +69,13 @@ def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
 
 
 def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
-                      columns: tuple[str, ...] | None = None, top: int | None = None) -> None:
+                      columns: tuple[str, ...] | None = None, top: int | None = None, every: bool = False) -> None:
     """``filters``: a campaign name, or Filters (None: everything). ``columns``: the table/md
     headers (default NARROW_COLUMNS); ``top``: the N best ranks of each model and target.
+    A table on a terminal shows the first TERMINAL_ROWS rows and says how many more (``every``: all).
     A filter value that matches nothing in the store raises UsageError naming the known values."""
+    import sys
+
     from benchctl.errors import UsageError
     from benchctl.report.render import render
     from benchctl.results.leaderboard import (
@@ -102,5 +110,10 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         if len(groups) == 1:
             ((model, steps),) = groups
             title = f"cost-to-train of {model or 'the target'} over {steps:,} target steps"
-        click.echo(render([display_row(r, with_steps=r["model"] in several) for r in rows],
+        more = len(rows) - TERMINAL_ROWS if fmt == "table" and not every and sys.stdout.isatty() else 0
+        shown = rows[:TERMINAL_ROWS] if more > 0 else rows
+        click.echo(render([display_row(r, with_steps=r["model"] in several) for r in shown],
                           columns or NARROW_COLUMNS, fmt, title=title))
+        if more > 0:
+            click.echo(f"… {more:,} more rows: --all shows every one, --top N the N cheapest of each model and "
+                       "target, --format csv all of them for a file")

@@ -4,24 +4,42 @@ Per cell: timed step times, the step split (``benchctl.results.step_split``), bu
 collective, cost-to-train, preflight verdicts per attempt. Per campaign: cumulative spend over time
 (each attempt accrues its hourly price from ``launched_at`` to ``terminated_at``, an open one until
 ``now``), spend per provider and attempt outcome, the leaderboard rows.
+
+What it reads follows what the page shows, not what the store holds: a fixed number of
+statements per campaign (``benchctl.store.aggregates``), the detail (samples, busbw, preflight) of
+the ``PLOTTED_CELLS`` best cells only, the preflight runs of at most ``PREFLIGHT_CELLS`` cells
+that had a bad node besides, and at most ``TABLE_ROWS`` leaderboard rows per rank group.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.engine import Engine
 
 from benchctl.payload.stats import median
 from benchctl.results.cell_evidence import whole_cluster
-from benchctl.results.cell_result import timed_profile_events
+from benchctl.results.cell_result import first_timed
 from benchctl.results.leaderboard import leaderboard_rows
 from benchctl.results.step_split import StepSplit, step_split
+from benchctl.store import aggregates as agg
 from benchctl.store import queries as q
-from benchctl.store.models import Attempt, Result
+
+PLOTTED_CELLS = 30
+"""Cells in each per-cell figure: the best in rank order (the leaderboard table lists more)."""
+TABLE_ROWS = 200
+"""Leaderboard rows on the page per rank group, and rows without a result at most (``leaderboard_omitted``)."""
+PREFLIGHT_CELLS = 30
+"""Cells outside the figures whose preflight runs the page tabulates: those with the newest bad nodes."""
+BUSBW_CELLS = 8
+"""Lines per busbw panel at most (the palette's colours): the first cells in rank order with
+collectives measured on ≥ 2 ranks (``busbw_cells``)."""
+SPEND_POINTS = 500
+"""Points at most on the spend curve (a campaign of 10,000 attempts has 20,000 breakpoints)."""
 
 PUBLISHED_STEP_MS = {("nanochat-d26", 524_288): (702.0, "8×H100 SXM, all GPUs on one NUMA node: 702 ms")}
 """Step times measured on real nodes (8×H100 SXM, GPUs on one NUMA node), by (model, tokens per step)."""
@@ -82,6 +100,22 @@ class CampaignData:
     now: float
     phases: tuple[str, ...] | None = None
     """The payload phases the campaign's file runs; None where it does not say (an imported campaign)."""
+    cells_by_state: dict[str, int] | None = None
+    """State → the campaign's cells in it (all of them, not only ``cells``); None: count ``cells``."""
+    preflight_only: list[CellData] = field(default_factory=list)
+    """Cells not in ``cells`` whose preflight runs the page also tabulates (the newest bad nodes)."""
+    leaderboard_omitted: int = 0
+    """Leaderboard rows of the campaign not in ``leaderboard`` (``TABLE_ROWS``)."""
+
+    @property
+    def cells_total(self) -> int:
+        return sum(self.cells_by_state.values()) if self.cells_by_state is not None else len(self.cells)
+
+    @property
+    def cells_done(self) -> int:
+        if self.cells_by_state is not None:
+            return self.cells_by_state.get("done", 0)
+        return sum(c.state == "done" for c in self.cells)
 
 
 def rank_key(cell: CellData) -> tuple[bool, float, bool, float, str]:
@@ -89,6 +123,11 @@ def rank_key(cell: CellData) -> tuple[bool, float, bool, float, str]:
     (none last), then by key; the leaderboard's order for the cells it ranks."""
     step = median_step_ms(cell)
     return (cell.cost_usd is None, cell.cost_usd or 0.0, step is None, step or 0.0, cell.key)
+
+
+def busbw_cells(data: CampaignData) -> list[int]:
+    """Indexes (in ``data.cells``, which keep each cell's colour) of the cells the busbw figure draws."""
+    return [i for i, c in enumerate(data.cells) if c.ranks > 1 and c.busbw][:BUSBW_CELLS]
 
 
 def median_step_ms(cell: CellData) -> float | None:
@@ -99,7 +138,8 @@ def median_step_ms(cell: CellData) -> float | None:
 
 
 def campaign_data(engine: Engine, name: str, now: float | None = None) -> CampaignData:
-    """Everything the report shows for campaign ``name`` (which must exist)."""
+    """Everything the report shows for campaign ``name`` (which must exist); the statements it
+    runs do not grow with the campaign's cells."""
     now = time.time() if now is None else now
     (camp,) = q.campaigns(engine, name)
     assert camp.id is not None
@@ -107,42 +147,79 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
     target = spec.get("target", {})
     phases = spec.get("payload", {}).get("phases")
     model, tokens_per_step = str(target.get("model", "?")), int(target.get("total_batch_size", 0))
-    results = {cell.id: result for result, cell, _ in q.results(engine, camp.id)}
+    best = agg.best_cells(engine, camp.id, PLOTTED_CELLS)
+    bad = [i for i in agg.cells_with_outcome(engine, camp.id, "bad_node", PREFLIGHT_CELLS + len(best))
+           if i not in {c.id for c in best}][:PREFLIGHT_CELLS]
+    plotted = [c.id for c in best]
+    profile = agg.cell_samples(engine, plotted, "profile")
+    collectives = agg.cell_samples(engine, plotted, "collectives")
+    preflight = preflight_runs_of(engine, plotted + bad)
     cells = []
-    for cell in q.cells(engine, camp.id):
-        cell_id = cell.id or 0
-        result = results.get(cell.id)
-        timed = [data for _, data in timed_profile_events(engine, cell_id)]
-        series, in_place = busbw_series(engine, cell_id)
-        cells.append(CellData(key=cell.key, provider=cell.provider, state=cell.state, ranks=cell.count,
-                              step_times_ms=[float(data["step_time_s"]) * 1000 for data in timed],
-                              step_summary_ms=(result.step_time_p10_ms, result.step_time_ms,
-                                               result.step_time_p90_ms) if result else None,
-                              split=step_split(timed) or _recorded_split(result),
-                              busbw=series, busbw_in_place=in_place,
-                              cost_usd=result.cost_to_train_usd if result else None,
-                              hourly_usd=result.hourly_usd if result else None,
-                              preflight=preflight_runs(engine, cell_id)))
+    for row in best:
+        timed = first_timed((attempt_id, _data(data)) for attempt_id, _, data in profile[row.id])
+        series, in_place = busbw_series_of([_data(data) for _, _, data in collectives[row.id]])
+        cells.append(CellData(key=row.key, provider=row.provider, state=row.state, ranks=row.count,
+                              step_times_ms=[float(data["step_time_s"]) * 1000 for _, data in timed],
+                              step_summary_ms=_summary(row),
+                              split=step_split([data for _, data in timed]) or _recorded_split(row),
+                              busbw=series, busbw_in_place=in_place, cost_usd=row.cost_to_train_usd,
+                              hourly_usd=row.hourly_usd, preflight=preflight.get(row.id, [])))
+    keys = dict(agg.cell_keys(engine, bad))
+    others = [CellData(key=keys.get(i, "?"), provider="", state="", ranks=0, preflight=preflight.get(i, []))
+              for i in bad]
     if model == "?":  # an imported campaign: its records say what they were priced for
-        model = next((str(r.model) for r in results.values() if r.model), "?")
-        targets = [json.loads(c.config_json or "{}").get("target") or {} for c in q.cells(engine, camp.id)]
+        model = agg.first_model(engine, camp.id) or "?"
+        targets = [json.loads(c.config_json or "{}").get("target") or {} for c in best]
         tokens_per_step = next((int(t["total_batch_size"]) for t in targets
                                 if t.get("model") == model and t.get("total_batch_size")), 0)
     cells.sort(key=rank_key)
-    attempts = q.campaign_attempts(engine, camp.id)
+    attempts = agg.attempt_spends(engine, camp.id)
     curve = spend_curve(attempts, now)
+    rows, omitted = bounded_leaderboard(leaderboard_rows(engine, camp.name))
     return CampaignData(name=camp.name, budget_usd=camp.budget_usd, spent_usd=curve[-1][1] if curve else 0.0,
                         model=model, tokens_per_step=tokens_per_step, cells=cells,
-                        spend_curve=curve, spend_by_provider=spend_by_provider(attempts, now),
-                        leaderboard=leaderboard_rows(engine, camp.name),
+                        spend_curve=thinned(curve), spend_by_provider=spend_by_provider(attempts, now),
+                        leaderboard=rows, leaderboard_omitted=omitted,
                         reference=PUBLISHED_STEP_MS.get((model, tokens_per_step)), now=now,
-                        phases=tuple(phases) if isinstance(phases, list) else None)
+                        phases=tuple(phases) if isinstance(phases, list) else None,
+                        cells_by_state=agg.cell_state_counts(engine, camp.id), preflight_only=others)
 
 
-def _recorded_split(result: Result | None) -> StepSplit | None:
+def _summary(row: agg.CellRow) -> tuple[float, float, float] | None:
+    """(p10, median, p90) of the cell's result; None without one."""
+    if row.step_time_ms is None:
+        return None
+    return (row.step_time_p10_ms or row.step_time_ms, row.step_time_ms, row.step_time_p90_ms or row.step_time_ms)
+
+
+def _data(data_json: str) -> dict[str, Any]:
+    """A stored event's data (a damaged row reads as nothing)."""
+    try:
+        data = json.loads(data_json)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def bounded_leaderboard(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The first ``TABLE_ROWS`` ranks of each rank group and the first ``TABLE_ROWS`` rows without a
+    result, in the leaderboard's order; second, how many rows were left out."""
+    kept: list[dict[str, Any]] = []
+    unranked = 0
+    for row in rows:
+        if row["rank"] is not None:
+            if row["rank"] <= TABLE_ROWS:
+                kept.append(row)
+        elif unranked < TABLE_ROWS:
+            kept.append(row)
+            unranked += 1
+    return kept, len(rows) - len(kept)
+
+
+def _recorded_split(result: agg.CellRow | None) -> StepSplit | None:
     """The split an imported record states (optimizer time or share, communication share), where
     there are no timed samples to compute it from."""
-    if result is None:
+    if result is None or result.step_time_ms is None:
         return None
     step_s = result.step_time_ms / 1000
     if result.optimizer_ms is not None:
@@ -156,12 +233,16 @@ def _recorded_split(result: Result | None) -> StepSplit | None:
 
 
 def busbw_series(engine: Engine, cell_id: int) -> tuple[dict[str, list[tuple[int, float]]], set[str]]:
+    """``busbw_series_of`` the cell's stored collectives samples."""
+    return busbw_series_of([_data(d) for _, _, d in agg.cell_samples(engine, [cell_id], "collectives")[cell_id]])
+
+
+def busbw_series_of(samples: list[dict[str, Any]]) -> tuple[dict[str, list[tuple[int, float]]], set[str]]:
     """Per collective, busbw by message size; the out-of-place figure where both placements were measured
     (nccl-tests' first column), the last recorded attempt's where several measured a size. Second: the
-    ops with a size measured only in place."""
+    ops with a size measured only in place. ``samples``: one cell's collectives samples, in order."""
     chosen: dict[tuple[str, int], tuple[bool, float]] = {}
-    for event in q.events(engine, cell_id, kind="sample", phase="collectives"):
-        data = json.loads(event.data_json)
+    for data in samples:
         if data.get("busbw_gbps") is None or data.get("op") is None or not whole_cluster(data):
             continue  # across nodes: the whole cluster's sweep (each node's and rail's are in the artifacts)
         key, in_place = (str(data["op"]), int(data["bytes"])), bool(data.get("in_place"))
@@ -178,17 +259,46 @@ def busbw_series(engine: Engine, cell_id: int) -> tuple[dict[str, list[tuple[int
 
 def preflight_runs(engine: Engine, cell_id: int) -> list[PreflightRun]:
     """One entry per attempt that reported preflight checks, in attempt order."""
+    return preflight_runs_of(engine, [cell_id]).get(cell_id, [])
+
+
+def preflight_runs_of(engine: Engine, cell_ids: list[int]) -> dict[int, list[PreflightRun]]:
+    """``preflight_runs`` of each of ``cell_ids``, in two statements."""
     by_attempt: dict[int, dict[str, Check]] = {}
-    for event in q.events(engine, cell_id, kind="sample", phase="preflight"):
-        data = json.loads(event.data_json)
-        name = str(data.get("name", "?"))
-        by_attempt.setdefault(event.attempt_id, {})[name] = Check(
-            name, str(data.get("status", "?")), data.get("observed"), data.get("expected"), str(data.get("hint") or ""))
-    return [PreflightRun(a.number, a.host, a.outcome, by_attempt[a.id])
-            for a in q.attempts(engine, cell_id) if a.id in by_attempt]
+    for samples in agg.cell_samples(engine, cell_ids, "preflight").values():
+        for attempt_id, _, data_json in samples:
+            data = _data(data_json)
+            name = str(data.get("name", "?"))
+            by_attempt.setdefault(attempt_id, {})[name] = Check(
+                name, str(data.get("status", "?")), data.get("observed"), data.get("expected"),
+                str(data.get("hint") or ""))
+    runs: dict[int, list[PreflightRun]] = {}
+    for a in agg.attempts_of(engine, cell_ids):
+        if a.id in by_attempt:
+            runs.setdefault(a.cell_id, []).append(PreflightRun(a.number, a.host, a.outcome, by_attempt[a.id]))
+    return runs
 
 
-def _accrued(attempt: Attempt, until: float) -> float:
+class _Spend(Protocol):
+    """An attempt's spend columns (a stored Attempt, or ``benchctl.store.aggregates.AttemptSpend``)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def open(self) -> bool: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def launched_at(self) -> float | None: ...
+    @property
+    def terminated_at(self) -> float | None: ...
+    @property
+    def hourly_usd(self) -> float | None: ...
+    @property
+    def cost_usd(self) -> float | None: ...
+
+
+def _accrued(attempt: _Spend, until: float) -> float:
     """USD an attempt had cost by ``until``: its price × the part of [launched, terminated or now] before it."""
     if attempt.launched_at is None or attempt.hourly_usd is None:
         return 0.0
@@ -196,23 +306,48 @@ def _accrued(attempt: Attempt, until: float) -> float:
     return max(0.0, end - attempt.launched_at) / 3600.0 * attempt.hourly_usd
 
 
-def spend_curve(attempts: list[Attempt], now: float) -> list[tuple[float, float]]:
+def spend_curve(attempts: Sequence[_Spend], now: float) -> list[tuple[float, float]]:
     """Cumulative spend at each launch and termination (and ``now`` while one is open); it is linear
-    between these points. Closed attempts count their recorded cost at their termination."""
+    between these points. Closed attempts count their recorded cost at their termination. One sweep
+    over the sorted points (each attempt starts accruing at its launch, stops at its termination,
+    where a closed one's accrual is replaced by its recorded cost)."""
     points = {t for a in attempts for t in (a.launched_at, a.terminated_at) if t is not None}
     if any(a.open for a in attempts):
         points.add(now)
-    curve = []
+    changes: dict[float, list[tuple[float, float]]] = {}  # time → [(rate change $/s, jump $)]
+    for a in attempts:
+        rate = (a.hourly_usd or 0.0) / 3600.0 if a.launched_at is not None else 0.0
+        if rate and a.terminated_at is not None and a.terminated_at < a.launched_at:  # type: ignore[operator]
+            rate = 0.0  # ended before it started: it never accrued
+        if rate:
+            changes.setdefault(a.launched_at, []).append((rate, 0.0))  # type: ignore[arg-type]
+        if a.terminated_at is not None:
+            accrued = _accrued(a, a.terminated_at) if rate else 0.0
+            jump = (a.cost_usd or 0.0) - accrued if not a.open else 0.0
+            changes.setdefault(a.terminated_at, []).append((-rate, jump))
+    curve: list[tuple[float, float]] = []
+    rate = total = 0.0
+    previous: float | None = None
     for t in sorted(points):
-        total = 0.0
-        for a in attempts:
-            closed_by_t = not a.open and a.terminated_at is not None and a.terminated_at <= t
-            total += (a.cost_usd or 0.0) if closed_by_t else _accrued(a, t)
+        if previous is not None:
+            total += rate * (t - previous)
+        for delta, jump in changes.get(t, ()):
+            rate += delta
+            total += jump
         curve.append((t, total))
+        previous = t
     return curve
 
 
-def spend_by_provider(attempts: list[Attempt], now: float) -> dict[str, dict[str, float]]:
+def thinned(curve: list[tuple[float, float]], most: int = SPEND_POINTS) -> list[tuple[float, float]]:
+    """At most ``most`` points of ``curve``, evenly spaced by index, the first and last kept."""
+    if len(curve) <= most:
+        return curve
+    step = (len(curve) - 1) / (most - 1)
+    return [curve[round(i * step)] for i in range(most)]
+
+
+def spend_by_provider(attempts: Sequence[_Spend], now: float) -> dict[str, dict[str, float]]:
     totals: dict[str, dict[str, float]] = {}
     for a in attempts:
         outcome = "open" if a.open else (a.outcome or "unknown")

@@ -23,7 +23,7 @@ from typing import Any
 
 from benchctl.payload.checks import STATUS_ORDER, verdict
 from benchctl.payload.presets import UPSTREAM_DIFFERENCES
-from benchctl.report.data import CampaignData, PreflightRun
+from benchctl.report.data import BUSBW_CELLS, TABLE_ROWS, CampaignData, PreflightRun, busbw_cells
 from benchctl.results import step_split
 from benchctl.results.check_status import CheckStatus
 from benchctl.results.leaderboard import TABLE_COLUMNS, display_row
@@ -110,7 +110,7 @@ def _run_verdict(run: PreflightRun) -> str:
 def preflight_table(data: CampaignData, table_id: str) -> str:
     """One row per attempt that ran preflight; one coloured column per check (details on hover, and
     listed under the table for every warn and fail)."""
-    runs = [(cell.key, run) for cell in data.cells for run in cell.preflight]
+    runs = [(cell.key, run) for cell in (*data.cells, *data.preflight_only) for run in cell.preflight]
     if not runs:
         return f'<p class="note" id="{table_id}">no preflight checks recorded yet</p>'
     names = list(dict.fromkeys(name for _, run in runs for name in run.checks))
@@ -145,9 +145,11 @@ def _heading(part_id: str, title: str) -> str:
 def busbw_note(data: CampaignData) -> str:
     """What the busbw figure plots, from the data it plots: which cells, which placement, and why the
     others are not there."""
-    plotted = [c.key for c in data.cells if c.ranks > 1 and c.busbw]
+    drawn = busbw_cells(data)
+    plotted = [data.cells[i].key for i in drawn]
     single = [c.key for c in data.cells if c.ranks <= 1]
     unmeasured = [c.key for c in data.cells if c.ranks > 1 and not c.busbw]
+    later = [c.key for i, c in enumerate(data.cells) if c.ranks > 1 and c.busbw and i not in drawn]
     in_place = sorted({op for c in data.cells if c.ranks > 1 for op in c.busbw_in_place})
     placement = "out-of-place" + (f" (in-place for {', '.join(in_place)}: sizes measured only in place)"
                                   if in_place else "")
@@ -158,7 +160,18 @@ def busbw_note(data: CampaignData) -> str:
         parts.append(f"Not plotted, one rank (no data moves between ranks): {', '.join(single)}.")
     if unmeasured:
         parts.append(f"Not plotted, no collectives measured: {', '.join(unmeasured)}.")
+    if later:
+        parts.append(f"Not plotted, to keep the lines apart (the first {BUSBW_CELLS} in rank order are): "
+                     f"{', '.join(later)}.")
     return " ".join(parts)
+
+
+def _cells_shown_note(data: CampaignData) -> str:
+    """Which cells the per-cell figures show when the campaign has more than they hold."""
+    if data.cells_total <= len(data.cells):
+        return ""
+    return (f" The figure shows the best {len(data.cells)} of the campaign's {data.cells_total:,} cells in rank "
+            "order; the leaderboard table lists more.")
 
 
 def _parts(data: CampaignData, figures: dict[str, str]) -> list[tuple[str, str]]:
@@ -178,21 +191,21 @@ def _parts(data: CampaignData, figures: dict[str, str]) -> list[tuple[str, str]]
 
 
 def campaign_section(data: CampaignData, figures: dict[str, str], prefix: str) -> str:
-    done = sum(c.state == "done" for c in data.cells)
+    done = data.cells_done
     share = data.spent_usd / data.budget_usd if data.budget_usd else 0.0
     summary = "".join(f"<div>{_e(label)}<b>{_e(value)}</b></div>" for label, value in (
         ("spent", f"${data.spent_usd:,.4f} of ${data.budget_usd:,.2f} ({share:.1%})"),
-        ("cells done", f"{done} of {len(data.cells)}"),
+        ("cells done", f"{done:,} of {data.cells_total:,}"),
         ("target", f"{data.model}, {data.tokens_per_step:,} tokens per step" if data.tokens_per_step
          else data.model)))
     notes = {
         "step_time": "Cells in rank order (cheapest cost-to-train first); each label gives the median and how much "
                      "slower it is than the fastest median. The dashed line is the baseline: the fastest cell's "
                      "median step time." + (f" The dotted line is a measured reference: {data.reference[1]}."
-                                            if data.reference else ""),
-        "split": SPLIT_NOTE, "busbw": busbw_note(data),
+                                            if data.reference else "") + _cells_shown_note(data),
+        "split": SPLIT_NOTE + _cells_shown_note(data), "busbw": busbw_note(data),
         "cost": "Median step time × target steps / 3600 × the billed hourly price of the attempts that measured "
-                "the steps; each label says how much dearer the cell is than the cheapest.",
+                "the steps; each label says how much dearer the cell is than the cheapest." + _cells_shown_note(data),
         "spend_time": "Each attempt accrues its billed hourly price from launch to termination (until now while "
                       "open).",
         "spend_provider": "Stacked by how each attempt ended."}
@@ -201,6 +214,11 @@ def campaign_section(data: CampaignData, figures: dict[str, str], prefix: str) -
         out.append(_heading(f"{prefix}-{name}", title))
         if name == "leaderboard":
             out.append(leaderboard_table(data.leaderboard, f"{prefix}-leaderboard"))
+            if data.leaderboard_omitted:
+                out.append(f'<p class="note" id="{prefix}-leaderboard-more">{data.leaderboard_omitted:,} more cells '
+                           f"are not listed (the table holds the first {TABLE_ROWS} ranks of each model and target, "
+                           f"and {TABLE_ROWS} cells without a result at most): `benchctl leaderboard --campaign "
+                           f"{_e(data.name)} --format csv` lists every one.</p>")
             if data.model.startswith("nanochat-"):
                 out.append(f'<p class="note" id="{prefix}-workload">{_e(UPSTREAM_DIFFERENCES)}</p>')
         elif name == "preflight":
@@ -239,6 +257,8 @@ def ranking(sections: Sequence[tuple[CampaignData, dict[str, str]]]) -> str:
         out.append('<p class="note">no cell has a result yet</p>')
     for k, (model, rows) in enumerate(sorted(by_model.items())):
         rows.sort(key=lambda r: (float(r["cost_to_train_usd"]), str(r.get("campaign")), str(r.get("cell"))))
+        more = len(rows) - TABLE_ROWS
+        rows = rows[:TABLE_ROWS]
         cheapest = float(rows[0]["cost_to_train_usd"])
         body = []
         for rank, row in enumerate(rows, start=1):
@@ -252,6 +272,9 @@ def ranking(sections: Sequence[tuple[CampaignData, dict[str, str]]]) -> str:
         head = "".join(f"<th>{_e(c)}</th>" for c in RANKING_COLUMNS)
         out.append(f'<h3 id="ranking-{k}-title">{_e(model)}</h3><div class="wide"><table id="ranking-{k}">'
                    f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+        if more > 0:
+            out.append(f'<p class="note">{more:,} more cells of {_e(model)} are not listed: `benchctl leaderboard '
+                       f"--model {_e(model)} --format csv` lists every one.</p>")
     out.append("</section>")
     return "".join(out)
 

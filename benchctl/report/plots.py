@@ -3,7 +3,9 @@
 Every function takes a campaign's ``CampaignData`` and always returns a figure (one that says what
 is missing when there is nothing to plot yet); ``shown`` says which figures a campaign has: none for
 a phase its file does not run (an imported campaign: none without data). Cells are drawn in the
-data's order (rank order, cheapest cost-to-train first) and keep one colour across figures. The
+data's order (rank order, cheapest cost-to-train first) and keep one colour across figures; the data
+holds the best ``PLOTTED_CELLS`` of a campaign (``benchctl.report.data``), the busbw figure the first
+``BUSBW_CELLS`` of those, so no figure grows with the campaign. The
 ``<svg>`` element's id is ``{prefix}-{figure}``.
 """
 
@@ -22,12 +24,13 @@ from matplotlib.ticker import FuncFormatter
 
 from benchctl.payload.collective_math import format_bytes
 from benchctl.payload.stats import median, percentile
-from benchctl.report.data import CampaignData, median_step_ms
+from benchctl.report.data import BUSBW_CELLS, CampaignData, busbw_cells, median_step_ms
 
 matplotlib.use("Agg")  # figures are drawn off screen (``Figure`` needs no pyplot, no display)
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 """Okabe–Ito: tells colours apart for colour-blind readers too."""
+assert len(PALETTE) == BUSBW_CELLS  # each busbw line its own colour
 PART_COLOURS = {"forward+backward": "#0072B2", "optimizer, not communication (phase 2)": "#E69F00",
                 "optimizer communication (phases 1 + 3)": "#D55E00", "other (barriers, synchronisation)": "#BBBBBB"}
 OUTCOME_COLOURS = {"done": "#009E73", "open": "#56B4E9", "preempted": "#E69F00", "bad_node": "#D55E00",
@@ -217,8 +220,10 @@ def _bytes_label(value: float, _pos: Any = None) -> str:
 
 
 def busbw(data: CampaignData) -> Figure:
-    """busbw against message size, one panel per collective, one line per cell with ≥ 2 ranks (log x)."""
-    ops = sorted({op for c in data.cells if c.ranks > 1 for op in c.busbw})
+    """busbw against message size, one panel per collective, one line per cell with ≥ 2 ranks (log x),
+    for the first ``BUSBW_CELLS`` such cells."""
+    drawn = busbw_cells(data)
+    ops = sorted({op for i in drawn for op in data.cells[i].busbw})
     columns = max(1, min(3, len(ops)))
     rows = max(1, -(-len(ops) // columns))
     fig = Figure(figsize=(4.4 * columns if ops else 12.0, 3.4 * rows + 0.6))
@@ -231,8 +236,9 @@ def busbw(data: CampaignData) -> Figure:
             ax.set_axis_off()
             continue
         op = ops[k]
-        for i, cell in enumerate(data.cells):
-            points = cell.busbw.get(op) if cell.ranks > 1 else None
+        for i in drawn:
+            cell = data.cells[i]
+            points = cell.busbw.get(op)
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
                         color=_colour(i), label=cell.key)

@@ -42,11 +42,20 @@ def _last_attempt_rows(engine: Engine, cell_id: int, phase: str) -> list[dict[st
 def cell_flags(engine: Engine, cell_id: int) -> list[str]:
     """Preflight warnings on the node that produced the cell's numbers, nodes replaced after a
     failed preflight (``bad_nodes×N``), and preemptions survived (``preempted×N``)."""
+    outcomes: dict[str, int] = {}
+    for a in q.attempts(engine, cell_id):
+        if a.outcome is not None:
+            outcomes[a.outcome] = outcomes.get(a.outcome, 0) + 1
+    return flags_from(_last_attempt_rows(engine, cell_id, "preflight"), outcomes)
+
+
+def flags_from(preflight: list[dict[str, Any]], outcomes: dict[str, int]) -> list[str]:
+    """``cell_flags`` of a cell's last preflight samples and its attempts' outcome counts (read in
+    bulk for many cells by ``benchctl.store.aggregates.flag_evidence``)."""
     flags = {FLAG_OF_CHECK.get(str(c.get("name")), str(c.get("name")))
-             for c in _last_attempt_rows(engine, cell_id, "preflight") if c.get("status") == CheckStatus.WARN}
-    attempts = q.attempts(engine, cell_id)
+             for c in preflight if isinstance(c, dict) and c.get("status") == CheckStatus.WARN}
     for outcome, label in ((OutcomeKind.BAD_NODE, "bad_nodes"), (OutcomeKind.PREEMPTED, "preempted")):
-        times = sum(a.outcome == outcome for a in attempts)
+        times = outcomes.get(outcome.value, 0)
         if times:
             flags.add(f"{label}×{times}")
     return sorted(flags)

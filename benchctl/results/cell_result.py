@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,12 +42,18 @@ class TimedSample:
 def timed_profile_events(engine: Engine, cell_id: int) -> list[tuple[int, dict[str, Any]]]:
     """(attempt id, sample data) of the cell's timed profile steps, one per ``timed_index`` (its first
     recorded copy), in index order."""
+    return first_timed((event.attempt_id, json.loads(event.data_json))
+                       for event in q.events(engine, cell_id, kind="sample", phase="profile"))
+
+
+def first_timed(samples: Iterable[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    """``timed_profile_events`` of a cell's profile samples, (attempt id, data) in attempt and line
+    order (the report reads them for many cells at once)."""
     seen: dict[int, tuple[int, dict[str, Any]]] = {}
-    for event in q.events(engine, cell_id, kind="sample", phase="profile"):
-        data = json.loads(event.data_json)
+    for attempt_id, data in samples:
         if not isinstance(data, dict) or data.get("warmup") or timed_sample_problem(data):
             continue  # a warmup step, or no step (what is wrong with it: evidence_check.refusal)
-        seen.setdefault(int(data["timed_index"]), (event.attempt_id, data))
+        seen.setdefault(int(data["timed_index"]), (attempt_id, data))
     return [seen[i] for i in sorted(seen)]
 
 

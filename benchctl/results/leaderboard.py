@@ -25,8 +25,9 @@ from sqlalchemy.engine import Engine
 from benchctl.campaign.cell_key import CellKey
 from benchctl.payload.collective_math import format_bytes
 from benchctl.payload.stats import median
-from benchctl.results.cell_evidence import cell_flags
+from benchctl.results.cell_evidence import flags_from
 from benchctl.results.evidence_rules import NO_RESULT
+from benchctl.store.aggregates import FlagEvidence, flag_evidence
 from benchctl.store.models import Campaign, Cell, Result
 
 COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "nodes", "interconnect", "vcpus", "numa", "market",
@@ -79,7 +80,10 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
     with engine.connect() as conn:
         records = conn.execute(query).all()
         listed = conn.execute(prices).all()
-    rows = [_row(engine, record) for record in records]
+    unflagged = query.with_only_columns(cell.c.id).where(sa.or_(result.c.cell_id.is_(None),
+                                                                result.c.flags_json.is_(None)))
+    evidence = flag_evidence(engine, unflagged) if any(record.flags_json is None for record in records) else None
+    rows = [_row(record, evidence) for record in records]
     _add_both_markets(rows, listed)
     rows.sort(key=_rank_order)
     rank, group = 0, None
@@ -146,7 +150,9 @@ def _table(model: type) -> sa.Table:
     return table
 
 
-def _row(engine: Engine, record: Any) -> dict[str, Any]:
+def _row(record: Any, evidence: FlagEvidence | None) -> dict[str, Any]:
+    """One row; the flags of a cell whose result does not carry them (no result, or one computed
+    before schema v6) from ``evidence``, read for all such cells at once."""
     (campaign, cell_id, key, provider, gpu, count, market, state, config_json, reason, *result) = record
     values = dict(zip(_RESULT_COLUMNS, result, strict=True))
     flags_json = values.pop("flags_json")
@@ -155,9 +161,23 @@ def _row(engine: Engine, record: Any) -> dict[str, Any]:
     config = json.loads(config_json)
     row.update(campaign=campaign, cell=key, provider=provider, gpu=gpu, count=count, market=market, status=state,
                env=config.get("env", {}), nodes=config.get("nodes", 1),  # cells stored before nodes existed: 1
-               flags=list(_flags(flags_json)) if flags_json is not None else cell_flags(engine, cell_id))
+               flags=list(_flags(flags_json)) if flags_json is not None else _evidence_flags(evidence, cell_id))
     row["no_result"] = reason if reason and reason.startswith(NO_RESULT) else None  # shown, not a column
     return row
+
+
+def _evidence_flags(evidence: FlagEvidence | None, cell_id: int) -> list[str]:
+    if evidence is None:
+        return []
+    preflight = [_json_or_none(data) for data in evidence.preflight.get(cell_id, [])]
+    return flags_from([c for c in preflight if isinstance(c, dict)], evidence.outcomes.get(cell_id, {}))
+
+
+def _json_or_none(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 @functools.lru_cache(maxsize=1024)
