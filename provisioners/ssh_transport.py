@@ -83,6 +83,23 @@ class SSHEndpoint:
     config_file: str | None = None
 
 
+def name_problem(what: str, value: str) -> str | None:
+    """Why ``value`` cannot be an ssh destination's ``what`` (host, user), or None. A value starting
+    with ``-`` is read by ssh as an option (OpenSSH 9.2 here ran the command of a user
+    ``-oProxyCommand=…`` on this machine); whitespace and control characters are no part of a name."""
+    if not value:
+        return f"the ssh {what} is empty"
+    if value.startswith("-"):
+        return f"the ssh {what} {value!r} starts with '-' (ssh would read it as an option)"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return f"the ssh {what} {value!r} holds a space or a control character"
+    return None
+
+
+def endpoint_problem(host: str, user: str) -> str | None:
+    return name_problem("host", host) or name_problem("user", user)
+
+
 def control_dir() -> Path:
     """Short, private: a unix socket path must stay under ~100 characters."""
     path = Path(tempfile.gettempdir()) / f"bcm-{os.getuid()}"
@@ -116,7 +133,10 @@ class SSHTransport(Transport):
                 "-o", f"ControlPath={self.control_path()}", "-o", "ControlPersist=120", "-o", "LogLevel=ERROR"]
         if e.key:
             args += ["-i", str(Path(e.key).expanduser()), "-o", "IdentitiesOnly=yes"]
-        return [*args, e.host if e.config_file else f"{e.user}@{e.host}"]
+        problem = endpoint_problem(e.host, e.user)
+        if problem is not None:
+            raise ProviderError(f"{problem}: not given to ssh; fix the node's address")
+        return [*args, "--", e.host if e.config_file else f"{e.user}@{e.host}"]  # "--": the destination is no option
 
     def control_path(self) -> str:
         """One master connection per node (token) and endpoint: a rented node's address may be reused
@@ -124,8 +144,11 @@ class SSHTransport(Transport):
         return f"{control_dir()}/{hashlib.sha256(self.token.encode()).hexdigest()[:10]}-%C"
 
     def close(self) -> None:
-        """Stop the node's master connection (nothing to do if none runs)."""
-        subprocess.run([*self.ssh_args()[:-1], "-O", "exit", self.ssh_args()[-1]], capture_output=True, timeout=10)
+        """Stop the node's master connection (nothing to do if none runs, or for an address ssh is never given)."""
+        if endpoint_problem(self.endpoint.host, self.endpoint.user) is not None:
+            return
+        args = self.ssh_args()
+        subprocess.run([*args[:-2], "-O", "exit", *args[-2:]], capture_output=True, timeout=10)
 
     def _where(self) -> str:
         """How messages name the node: the alias of a config file, else user@host:port."""

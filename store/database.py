@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError, OperationalError
 
+from benchctl.store.connections import READ_ONLY, RECYCLE_S, ping_when_idle
 from benchctl.store.migrations import HEAD, SchemaTooNew, current_version, upgrade
 from benchctl.store.sqlite_url import BadSQLiteURL, UnsafeSQLiteFile, check_file, sqlite_target
 
@@ -70,8 +71,9 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 def _sqlite_begin(conn: Any) -> None:
     """Take the write lock at BEGIN: DDL becomes transactional, and a writer waits (busy timeout)
-    instead of failing with SQLITE_BUSY when it upgrades a read snapshot in WAL mode."""
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    instead of failing with SQLITE_BUSY when it upgrades a read snapshot in WAL mode. A read
+    (``connections.reader``) takes a snapshot only: it writes nothing, so it waits for no writer."""
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
 
 def _sqlite_read_only(dbapi_conn: Any, _record: Any) -> None:
@@ -103,7 +105,8 @@ def create_db_engine(url: str | URL, read_only: bool = False) -> Engine:
             sa.event.listen(engine, "begin", _sqlite_begin)
             sa.event.listen(engine, "handle_error", _damaged)
         else:
-            engine = sa.create_engine(url, pool_pre_ping=True)
+            engine = sa.create_engine(url, pool_use_lifo=True, pool_recycle=RECYCLE_S)
+            ping_when_idle(engine)  # not pool_pre_ping: two round trips before every session (connections.py)
     except (ArgumentError, ModuleNotFoundError, ImportError) as exc:
         raise BadDatabaseURL(f"cannot use database URL {_redact(str(url))}: {exc}. "
                          "Give an SQLAlchemy URL such as sqlite:///path/benchctl.db or "
