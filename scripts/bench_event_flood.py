@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sqlite3
 import subprocess
 import tempfile
@@ -60,7 +61,7 @@ def _peak_rss(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int, str
 def bench(lines: int, line: str) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="bench-flood-") as tmp:
         work = Path(tmp)
-        run = (f'if [ "$FLOOD" = yes ]; then yes {line} | head -n {lines} >> events.jsonl; '
+        run = (f'if [ "$FLOOD" = yes ]; then yes {shlex.quote(line)} | head -n {lines} >> events.jsonl; '
                "else sleep 2; fi")
         campaign = work / "flood.yaml"
         campaign.write_text(CAMPAIGN.format(run=json.dumps(run)))
@@ -81,7 +82,7 @@ def bench(lines: int, line: str) -> dict[str, object]:
                 "logs_s": round(logs_s, 1), "logs_peak_rss_mb": round(logs_rss / 2**20), "logs_exit": logs_rc,
                 "logs_lines": len(logs_out.splitlines()),
                 "run_tail": run_out.strip().splitlines()[-3:] if run_rc else [],
-                "logs_summary": [x for x in logs_out.splitlines() if "more malformed" in x][:1]}
+                "logs_summary": [x for x in logs_out.splitlines() if " dropped " in x][:1]}
 
 
 def main() -> None:

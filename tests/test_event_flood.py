@@ -89,9 +89,24 @@ def test_a_flood_of_valid_events_is_capped_per_attempt_but_the_phase_markers_are
     stored = q.attempt_events(run.engine, attempt.id or 0)
     assert len(stored) <= 200 + 10 + 1
     (summary,) = [e for e in stored if e.kind == q.DROPPED_KIND]
-    assert "more events past the attempt's" in json.loads(summary.data_json)["message"]
+    assert "more events past the attempt's cap" in json.loads(summary.data_json)["message"]
     kinds = [(e.kind, e.phase) for e in stored]
     assert ("phase_end", "profile") in kinds and ("done", None) in kinds, "markers after the cap are kept"
+
+
+def test_long_valid_lines_are_capped_by_bytes_per_attempt(tmp_path: Path, small_caps: None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(event_sync, "MAX_EVENT_BYTES", 20_000, raising=False)
+    flood = [{"t": 1.0, "kind": "error", "message": "x" * 1000} for _ in range(150)]  # under MAX_EVENTS, 150 KB
+    provider = MemoryProvider([offer()], [Script(events=_flooded(flood))])
+    run = memory_run(tmp_path, provider)
+    assert run_campaign(run.ctx, concurrency=1).states == {KEY: "done"}
+    (attempt,) = run.attempts()
+    stored = q.attempt_events(run.engine, attempt.id or 0)
+    assert sum(len(e.data_json) for e in stored) <= 20_000 + 1000
+    assert sum(e.kind == "error" for e in stored) < 20
+    (summary,) = [e for e in stored if e.kind == q.DROPPED_KIND]
+    assert "more events past the attempt's cap" in json.loads(summary.data_json)["message"]
 
 
 def test_a_backlog_past_one_sync_is_read_to_its_end_when_the_attempt_ends(tmp_path: Path, small_caps: None) -> None:
@@ -130,7 +145,8 @@ def test_a_store_that_refuses_the_events_ends_the_attempt_and_the_cell_goes_on(
 
 def test_a_busy_database_is_retried_a_bounded_number_of_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
-    campaign_id, _ = q.upsert_campaign(engine, "c", "{}", "c.yaml", 5.0, [q.NewCell("k", "local", "cpu", 1, "od", "{}")])
+    cells = [q.NewCell("k", "local", "cpu", 1, "od", "{}")]
+    campaign_id, _ = q.upsert_campaign(engine, "c", "{}", "c.yaml", 5.0, cells)
     (cell,) = q.cells(engine, campaign_id)
     attempt = q.new_attempt(engine, cell.id or 0, "tok", "local", "od", "r", 1.0, "h")
     monkeypatch.setattr(q.time, "sleep", lambda s: None)

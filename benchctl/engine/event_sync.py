@@ -5,8 +5,8 @@ crash the next read starts exactly where the stored events end. What a sync cost
 lines as well as bytes, whatever the node writes: one read of at most ``READ_LIMIT`` bytes, at most
 ``MAX_LINES_PER_SYNC`` lines, stored ``BATCH_LINES`` at a time (one short write transaction with
 one bulk INSERT each). An attempt keeps at most ``MAX_MALFORMED`` malformed lines and
-``MAX_EVENTS`` events; what it drops past them is counted in its one summary event (kind
-``dropped``: "N more malformed lines dropped").
+``MAX_EVENTS`` events of ``MAX_EVENT_BYTES``; what it drops past them is counted in its one
+summary event (kind ``dropped``: "N more malformed lines dropped").
 
 The file is written by the node, which is not trusted: a line that is not an event as the payload
 writes it (not JSON, not an object, ``t`` not a finite number, an unknown ``kind``, a field the
@@ -46,15 +46,17 @@ BATCH_LINES = 2_000
 """Lines per write transaction: one bulk INSERT each, so no write holds the database for long."""
 MAX_MALFORMED = 100
 """Malformed lines stored per attempt as error events; the rest are counted in its summary event."""
-MAX_EVENTS = 100_000
+MAX_EVENTS = 50_000
 """Events stored per attempt (the payload writes a few thousand); the rest are counted in its summary
 event, except phase markers (``MARKERS``), kept up to ``MAX_MARKERS`` more."""
+MAX_EVENT_BYTES = 32 * 1024 * 1024
+"""Bytes of event lines stored per attempt, likewise (a node's long lines count by their length)."""
 MARKERS = ("phase_start", "phase_end", "done")
 MAX_MARKERS = 1_000
 DRAIN_SYNCS = 32
 """The most syncs the last read of an attempt makes (3.2 M lines)."""
 MALFORMED = "malformed lines"
-OVER_CAP = f"events past the attempt's {MAX_EVENTS}"
+OVER_CAP = f"events past the attempt's cap ({MAX_EVENTS:,} events, {MAX_EVENT_BYTES // 2**20} MiB)"
 
 _NUMBER = (int, float)
 _FIELDS: dict[tuple[str, str | None], dict[str, tuple[type, ...]]] = {
@@ -173,6 +175,7 @@ def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[
         raise ProviderError(f"reading {current.remote_dir}/events.jsonl failed: {exc}") from exc
     data, base, stored = data[:READ_LIMIT], current.events_offset, current.events_lines
     malformed: int | None = None  # read from the store at the first malformed line
+    room: int | None = None  # bytes the attempt may still store: known at the first event
     markers: list[dict[str, Any]] = []
     batch, begin, lines = _Batch(), 0, 0
     for raw, end in _lines(data, len(data) >= READ_LIMIT, MAX_LINES_PER_SYNC):
@@ -187,7 +190,11 @@ def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[
                 batch.dropped[MALFORMED] += 1
         elif event:
             kept = stored + len(batch.events)
-            if kept < MAX_EVENTS or (event["kind"] in MARKERS and kept < MAX_EVENTS + MAX_MARKERS):
+            if room is None:
+                room = _room(engine, current, len(data))
+            if (kept < MAX_EVENTS and len(raw) <= room) or (event["kind"] in MARKERS
+                                                            and kept < MAX_EVENTS + MAX_MARKERS):
+                room -= len(raw)
                 batch.events.append(event)
                 markers += [event] if event["kind"] in MARKERS else []
             else:
@@ -200,6 +207,16 @@ def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[
     if batch.end > begin:
         _record(engine, attempt.id, batch, base + begin, base + batch.end)
     return markers, lines >= MAX_LINES_PER_SYNC
+
+
+def _room(engine: Engine, attempt: Attempt, reading: int) -> int:
+    """Bytes of event lines ``attempt`` may still store. What it stored is at most what it consumed
+    (``events_offset``), so the store is asked only when that and this read (``reading`` bytes) pass
+    ``MAX_EVENT_BYTES``."""
+    if attempt.events_offset + reading <= MAX_EVENT_BYTES:
+        return MAX_EVENT_BYTES
+    assert attempt.id is not None
+    return MAX_EVENT_BYTES - q.stored_event_bytes(engine, attempt.id)
 
 
 def _record(engine: Engine, attempt_id: int, batch: _Batch, read_from: int, new_offset: int) -> int | None:
