@@ -155,7 +155,7 @@ def test_an_honest_preempted_profile_continues_on_the_next_node(tmp_path: Path) 
     """What counts as done is unchanged for an honest payload: the profile finished by the first node
     is skipped by none, and samples it measured before its preemption are kept."""
     run = _run(tmp_path, Script(preempt_at_poll=6), Script())
-    first, second = run.provider.launched()
+    _, second = run.provider.launched()
     assert second.job is not None and second.job["profile_steps_done"] == 1 and second.job["done_phases"] == []
     assert len(q.results(run.engine, run.ctx.campaign_id)) == 1
 

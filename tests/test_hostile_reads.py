@@ -58,3 +58,23 @@ def test_a_damaged_sqlite_database_is_one_line_naming_the_file_and_the_way_out(h
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert str(path) in line and "damaged" in line and ".recover" in line, line
+
+
+@pytest.mark.parametrize("written", [1e308, float("inf"), float("nan"), -5.0])
+def test_a_stop_time_the_node_wrote_is_no_time_the_attempt_is_priced_to(written: float) -> None:
+    """The local provider reads when a node stopped billing from a file in the node's directory,
+    which the node can write (its earliest time wins: ``-5`` made the attempt cost nothing); a stop
+    time of ``1e308`` or ``inf`` would price the attempt at infinity and leave the campaign's budget
+    spent for good. Such a time is unknown: the attempt is closed when the controller noticed."""
+    from benchctl.engine.cluster import cluster_ended_at
+    from benchctl.provisioners.base import Node
+    from tests.memory_campaign import offer
+
+    class Stopped:
+        def ended_at(self, node: Node) -> float | None:
+            return written
+
+    node = Node(provider="memory", node_id="n1", token="tok", campaign_tag="tag", offer=offer(), details={})
+    assert cluster_ended_at(Stopped(), node) is None  # type: ignore[arg-type]
+    assert cluster_ended_at(type("Honest", (), {"ended_at": lambda self, n: 1_700_000_000.0})(), node) \
+        == 1_700_000_000.0  # type: ignore[arg-type]

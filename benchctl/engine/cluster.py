@@ -9,6 +9,7 @@ Every member is asked, each whatever the others raise.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 
 from benchctl.provisioners.base import Node, NodeState, Provider
@@ -55,10 +56,13 @@ def terminate_all(terminate: Callable[[Node], None], node: Node) -> list[str]:
 
 
 def cluster_ended_at(provider: Provider, node: Node) -> float | None:
-    """When the last member stopped billing (the provider's ``ended_at`` of each); None if any is unknown."""
+    """When the last member stopped billing (the provider's ``ended_at`` of each); None if any is
+    unknown, or no time at all: negative, not finite, or in the future (the local provider reads it
+    from a file its node can write; ``1e308`` would price the attempt at infinity for good)."""
     ends = [provider.ended_at(member) for member in node.members()]
-    if any(end is None for end in ends):
-        return None
+    now = time.time()
+    if any(end is None or not isinstance(end, int | float) or not 0 <= end <= now + 60 for end in ends):
+        return None  # (NaN fails the comparison too)
     return max(end for end in ends if end is not None)
 
 
