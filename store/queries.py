@@ -170,15 +170,15 @@ def campaign_spend(engine: Engine, campaign_id: int) -> CampaignSpend:
     the database, open ones one row each. It returns as many rows at 10,000 closed attempts as at 10:
     the budget reads it on every status poll of every running cell."""
     is_open = col(Attempt.open)
-    query = (select(is_open, col(Attempt.outcome), func.sum(col(Attempt.cost_usd)), func.max(col(Attempt.hourly_usd)),
-                    func.max(col(Attempt.launched_at)))
-             .join(Cell, col(Attempt.cell_id) == col(Cell.id)).where(Cell.campaign_id == campaign_id)
+    query = (sa.select(is_open, col(Attempt.outcome), func.sum(col(Attempt.cost_usd)),
+                       func.max(col(Attempt.hourly_usd)), func.max(col(Attempt.launched_at)))
+             .join(Cell, col(Attempt.cell_id) == col(Cell.id)).where(col(Cell.campaign_id) == campaign_id)
              .group_by(is_open, col(Attempt.outcome), case((is_open, col(Attempt.id))))  # an open attempt: its own row
              .order_by(col(Attempt.outcome)))
     closed: dict[str, float] = {}
     running: list[tuple[float | None, float | None]] = []
     with Session(reader(engine)) as s:
-        for was_open, outcome, cost, hourly, launched in s.exec(query):
+        for was_open, outcome, cost, hourly, launched in s.execute(query):
             if was_open:
                 running.append((hourly, launched))
             else:
@@ -222,7 +222,8 @@ def attempts_ended(engine: Engine, campaign_id: int, outcome: str) -> list[Ended
              .join(Cell, col(Attempt.cell_id) == col(Cell.id)).where(Cell.campaign_id == campaign_id)
              .where(col(Attempt.outcome) == outcome).order_by(col(Attempt.id)))
     with Session(reader(engine)) as s:
-        return [EndedAttempt(*row) for row in s.exec(query)]
+        return [EndedAttempt(attempt_id or 0, host, node_json, detail) for attempt_id, host, node_json, detail
+                in s.exec(query)]
 
 
 def attempt_errors(engine: Engine, attempt_ids: Sequence[int]) -> dict[int, list[str]]:
@@ -319,13 +320,6 @@ def retry_busy(write: Callable[[], T], tries: int = BUSY_TRIES) -> T:
                 raise
             time.sleep(0.5 * 2 ** attempt)
     raise AssertionError("unreachable")
-
-
-def stored_event_bytes(engine: Engine, attempt_id: int) -> int:
-    """The length of the attempt's stored events' data (what its lines hold beside t, kind, phase)."""
-    with Session(engine) as s:
-        return int(s.exec(select(func.coalesce(func.sum(func.length(Event.data_json)), 0))
-                          .where(Event.attempt_id == attempt_id)).one())
 
 
 def malformed_stored(engine: Engine, attempt_id: int) -> int:

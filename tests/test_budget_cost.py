@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
@@ -106,9 +107,9 @@ def test_spend_and_bad_hosts_are_those_of_the_attempts(db_url: str) -> None:
 
 def _cost(counter: DbCounter, engine: Engine, campaign_id: int) -> dict[str, tuple[int, int, int]]:
     budget = Budget(engine, campaign_id, 1000.0, WORST_CASE_S)
-    calls = {"exceeded": budget.exceeded, "committed_usd": budget.committed_usd,
-             "campaign_bad_hosts": lambda: campaign_bad_hosts(engine, campaign_id),
-             "spent_by_outcome": lambda: q.spent_by_outcome(engine, campaign_id)}
+    calls: dict[str, Callable[[], object]] = {"exceeded": budget.exceeded, "committed_usd": budget.committed_usd,
+                                              "campaign_bad_hosts": lambda: campaign_bad_hosts(engine, campaign_id),
+                                              "spent_by_outcome": lambda: q.spent_by_outcome(engine, campaign_id)}
     cost = {}
     for name, call in calls.items():
         call()  # a connection made now is not what the call costs

@@ -60,7 +60,7 @@ def count_dbapi(engine: Engine) -> DbCounter:
 
 
 def _counting_fetches(base: type, counter: DbCounter) -> type:
-    class Fetching(base):  # type: ignore[valid-type,misc]
+    class Fetching(base):
         def fetchone(self) -> Any:
             row = super().fetchone()
             counter.rows += row is not None
@@ -92,7 +92,7 @@ def _sqlite_classes(counter: DbCounter) -> type:
             return super().executemany(*args)
 
     class Connection(sqlite3.Connection):
-        def cursor(self, *_args: Any, **_kwargs: Any) -> Any:  # type: ignore[override]
+        def cursor(self, *_args: Any, **_kwargs: Any) -> Any:
             return super().cursor(Cursor)
 
         def commit(self) -> None:
@@ -123,7 +123,7 @@ def _psycopg_classes(counter: DbCounter) -> tuple[type, type]:
             counter.round_trips += 1 + self._begins()
             return super().executemany(*args, **kwargs)
 
-    class Connection(psycopg.Connection):  # type: ignore[type-arg]
+    class Connection(psycopg.Connection):
         def commit(self) -> None:
             counter.round_trips += self.info.transaction_status != TransactionStatus.IDLE
             super().commit()
