@@ -104,7 +104,8 @@ def _save_campaign(s: Session, campaign: str, sources: Sequence[str], results: S
                                          state="done", reason=None, created_at=now, updated_at=now)
                                     for item in new])
         ids = _cell_ids(s, camp.id)
-    known = [item for key, item in latest.items() if key not in {n.key for n in new}]
+    added = {item.key for item in new}
+    known = [item for key, item in latest.items() if key not in added]
     if known:
         s.execute(sa.update(CELL).where(CELL.c.id == sa.bindparam("cell")).values(
             config_json=sa.bindparam("config"), updated_at=now),
