@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchctl.results.collective_names import MAX_OTHER_NAMES
+from benchctl.report.data import CampaignData, CellData, busbw_series_of
+from benchctl.report.html import busbw_note
+from benchctl.report.plots import busbw
+from benchctl.results.collective_names import KNOWN, MAX_OTHER_NAMES
 from benchctl.results.nccl_log import RUNS_DESCRIBED, read_as, read_nccl_log
 from benchctl.store.database import open_store
 from tests.conftest import REPO, cli_here
@@ -59,3 +62,31 @@ def test_read_as_describes_a_bounded_number_of_runs(tmp_path: Path) -> None:
     text = _many_names_log(tmp_path).read_text()
     line = read_as(read_nccl_log(tmp_path / "sweep.log", text), text)
     assert len(line) < 2000 and line.count(";") == RUNS_DESCRIBED
+
+
+def _campaign(cells: list[CellData]) -> CampaignData:
+    return CampaignData(name="c", budget_usd=10.0, spent_usd=0.0, model="m", tokens_per_step=1, cells=cells,
+                        spend_curve=[], spend_by_provider={}, leaderboard=[], reference=None, now=0.0,
+                        phases=("collectives",))
+
+
+def test_a_cell_whose_samples_name_thousands_of_collectives_plots_a_bounded_number_of_panels() -> None:
+    samples = [{"op": name, "bytes": 1024, "busbw_gbps": 1.0} for name in KNOWN[:3]]
+    samples += [{"op": f"op{i}", "bytes": 1024 * (1 + i % 4), "busbw_gbps": 2.0} for i in range(NAMES)]
+    from benchctl.results.collective_names import Names
+
+    names = Names()
+    series, _ = busbw_series_of(samples, names)
+    assert set(series) == {*KNOWN[:3], "op0", "op1", "op2", "op3"}
+    cells = [CellData(key="p:gpux8:a", provider="p", state="done", ranks=8, busbw=series,
+                      busbw_left_out=names.left_out.line()),
+             CellData(key="p:gpux8:b", provider="p", state="done", ranks=8,
+                      busbw={"x" * 500: [(1024, 1.0)], **{f"b{i}": [(1024, 1.0)] for i in range(10)}})]
+    data = _campaign(cells)
+    figure = busbw(data)
+    titled = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert len(titled) == 3 + MAX_OTHER_NAMES, "nccl-tests' own collectives and a few others, across the cells"
+    assert all(len(title) <= 40 for title in titled)
+    note = busbw_note(data)
+    assert f"p:gpux8:a: left out {NAMES - MAX_OTHER_NAMES:,} other collective names" in note
+    assert "left out 11 other collective names" in note and len(note) < 2000

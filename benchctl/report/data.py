@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine
 from benchctl.payload.stats import median
 from benchctl.results.cell_evidence import whole_cluster
 from benchctl.results.cell_result import first_timed
+from benchctl.results.collective_names import Names
 from benchctl.results.leaderboard import leaderboard_rows
 from benchctl.results.step_split import StepSplit, step_split
 from benchctl.store import aggregates as agg
@@ -78,6 +79,8 @@ class CellData:
     """op → [(bytes, busbw GB/s)], out-of-place where measured, by size."""
     busbw_in_place: set[str] = field(default_factory=set)
     """The ops of ``busbw`` with at least one size measured only in place (so plotted in place)."""
+    busbw_left_out: str = ""
+    """One line naming the collectives the cell's samples name past those kept (``collective_names``), or ''."""
     cost_usd: float | None = None
     hourly_usd: float | None = None
     preflight: list[PreflightRun] = field(default_factory=list)
@@ -157,12 +160,14 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
     cells = []
     for row in best:
         timed = first_timed((attempt_id, _data(data)) for attempt_id, _, data in profile[row.id])
-        series, in_place = busbw_series_of([_data(data) for _, _, data in collectives[row.id]])
+        names = Names()
+        series, in_place = busbw_series_of([_data(data) for _, _, data in collectives[row.id]], names)
         cells.append(CellData(key=row.key, provider=row.provider, state=row.state, ranks=row.count,
                               step_times_ms=[float(data["step_time_s"]) * 1000 for _, data in timed],
                               step_summary_ms=_summary(row),
                               split=step_split([data for _, data in timed]) or _recorded_split(row),
-                              busbw=series, busbw_in_place=in_place, cost_usd=row.cost_to_train_usd,
+                              busbw=series, busbw_in_place=in_place, busbw_left_out=names.left_out.line(),
+                              cost_usd=row.cost_to_train_usd,
                               hourly_usd=row.hourly_usd, preflight=preflight.get(row.id, [])))
     keys = dict(agg.cell_keys(engine, bad))
     others = [CellData(key=keys.get(i, "?"), provider="", state="", ranks=0, preflight=preflight.get(i, []))
@@ -237,14 +242,20 @@ def busbw_series(engine: Engine, cell_id: int) -> tuple[dict[str, list[tuple[int
     return busbw_series_of([_data(d) for _, _, d in agg.cell_samples(engine, [cell_id], "collectives")[cell_id]])
 
 
-def busbw_series_of(samples: list[dict[str, Any]]) -> tuple[dict[str, list[tuple[int, float]]], set[str]]:
+def busbw_series_of(samples: list[dict[str, Any]], names: Names | None = None,
+                    ) -> tuple[dict[str, list[tuple[int, float]]], set[str]]:
     """Per collective, busbw by message size; the out-of-place figure where both placements were measured
     (nccl-tests' first column), the last recorded attempt's where several measured a size. Second: the
-    ops with a size measured only in place. ``samples``: one cell's collectives samples, in order."""
+    ops with a size measured only in place. ``samples``: one cell's collectives samples, in order; only
+    the collectives ``names`` takes (nccl-tests' own and a few others: ``collective_names``; a new
+    ``Names`` when not given, which then says what was left out)."""
     chosen: dict[tuple[str, int], tuple[bool, float]] = {}
+    names = Names() if names is None else names
     for data in samples:
         if data.get("busbw_gbps") is None or data.get("op") is None or not whole_cluster(data):
             continue  # across nodes: the whole cluster's sweep (each node's and rail's are in the artifacts)
+        if not names.take(str(data["op"])):
+            continue
         key, in_place = (str(data["op"]), int(data["bytes"])), bool(data.get("in_place"))
         if key not in chosen or in_place <= chosen[key][0]:
             chosen[key] = (in_place, float(data["busbw_gbps"]))
@@ -255,6 +266,16 @@ def busbw_series_of(samples: list[dict[str, Any]]) -> tuple[dict[str, list[tuple
         if in_place:
             in_place_ops.add(op)
     return series, in_place_ops
+
+
+def busbw_ops(data: CampaignData) -> tuple[list[str], str]:
+    """The collectives the busbw figure has a panel for (of its cells': nccl-tests' own and a few
+    others, ``collective_names``) and one line saying what was left out, by a cell or by the figure."""
+    names = Names()
+    ops = [op for op in sorted({op for i in busbw_cells(data) for op in data.cells[i].busbw}) if names.take(op)]
+    lines = [f"{data.cells[i].key}: {data.cells[i].busbw_left_out}" for i in busbw_cells(data)
+             if data.cells[i].busbw_left_out]
+    return ops, " ".join([*lines, names.left_out.line()]).strip()
 
 
 def preflight_runs(engine: Engine, cell_id: int) -> list[PreflightRun]:

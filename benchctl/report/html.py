@@ -23,7 +23,7 @@ from typing import Any
 
 from benchctl.payload.checks import STATUS_ORDER, verdict
 from benchctl.payload.presets import UPSTREAM_DIFFERENCES
-from benchctl.report.data import BUSBW_CELLS, TABLE_ROWS, CampaignData, PreflightRun, busbw_cells
+from benchctl.report.data import BUSBW_CELLS, TABLE_ROWS, CampaignData, PreflightRun, busbw_cells, busbw_ops
 from benchctl.results import step_split
 from benchctl.results.check_status import CheckStatus
 from benchctl.results.leaderboard import TABLE_COLUMNS, display_row
@@ -163,6 +163,8 @@ def busbw_note(data: CampaignData) -> str:
     if later:
         parts.append(f"Not plotted, to keep the lines apart (the first {BUSBW_CELLS} in rank order are): "
                      f"{', '.join(later)}.")
+    if left_out := busbw_ops(data)[1]:
+        parts.append(f"Not plotted, {left_out}.")
     return " ".join(parts)
 
 

@@ -24,7 +24,7 @@ from matplotlib.ticker import FuncFormatter
 
 from benchctl.payload.collective_math import format_bytes
 from benchctl.payload.stats import median, percentile
-from benchctl.report.data import BUSBW_CELLS, CampaignData, busbw_cells, median_step_ms
+from benchctl.report.data import BUSBW_CELLS, CampaignData, busbw_cells, busbw_ops, median_step_ms
 
 matplotlib.use("Agg")  # figures are drawn off screen (``Figure`` needs no pyplot, no display)
 
@@ -220,10 +220,10 @@ def _bytes_label(value: float, _pos: Any = None) -> str:
 
 
 def busbw(data: CampaignData) -> Figure:
-    """busbw against message size, one panel per collective, one line per cell with ≥ 2 ranks (log x),
-    for the first ``BUSBW_CELLS`` such cells."""
+    """busbw against message size, one panel per collective (``busbw_ops``: a bounded number), one
+    line per cell with ≥ 2 ranks (log x), for the first ``BUSBW_CELLS`` such cells."""
     drawn = busbw_cells(data)
-    ops = sorted({op for i in drawn for op in data.cells[i].busbw})
+    ops, _ = busbw_ops(data)
     columns = max(1, min(3, len(ops)))
     rows = max(1, -(-len(ops) // columns))
     fig = Figure(figsize=(4.4 * columns if ops else 12.0, 3.4 * rows + 0.6))
@@ -244,7 +244,7 @@ def busbw(data: CampaignData) -> Figure:
                         color=_colour(i), label=cell.key)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(_bytes_label))
-        ax.set_title(op)
+        ax.set_title(op if len(op) <= 40 else op[:39] + "…")
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("busbw (GB/s)")
     legend: dict[str, Any] = {}  # every plotted cell once, whichever panel it is on
