@@ -124,6 +124,15 @@ def test_a_terminal_leaderboard_shows_a_bounded_table(large: Path, monkeypatch: 
     assert "more rows" not in capsys.readouterr().out
 
 
+def test_a_part_of_the_leaderboard_is_the_same_rows_as_the_whole(large: Path) -> None:
+    """``--top`` (and a terminal's first rows) rank every row from a few columns and read only the rows
+    shown: the same rows, ranks and order as the whole leaderboard cut afterwards."""
+    whole = json.loads(cli_here("leaderboard", "--format", "json", home=large).stdout)
+    part = json.loads(cli_here("leaderboard", "--top", "3", "--format", "json", home=large).stdout)
+    assert part == [r for r in whole if r["rank"] is not None and r["rank"] <= 3]
+    assert len(part) == 3
+
+
 def test_result_less_cells_keep_their_flags(large: Path) -> None:
     """Flags of cells without a result come from their evidence, read for all of them at once."""
     rows = json.loads(cli_here("leaderboard", "--format", "json", home=large).stdout)

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 _FORMATS = click.Choice(["table", "json", "csv", "md"], case_sensitive=False)
 TERMINAL_ROWS = 50
 """Rows a table on a terminal shows without ``--all`` (a pipe, json, csv and md get every row)."""
+WHOLE_ROWS_BY_ID = 5_000
+"""A part of the leaderboard up to this many rows is read by cell id (one IN list), a larger one whole."""
 
 
 @click.command()
@@ -86,14 +88,28 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         filters_text,
         leaderboard_rows,
         rank_group,
+        ranking,
         unmatched_filter,
     )
 
     if not isinstance(filters, Filters):
         filters = Filters(campaigns=[filters] if filters else [])
-    rows = leaderboard_rows(engine, filters=filters)
-    if top is not None:
-        rows = [r for r in rows if r["rank"] is not None and r["rank"] <= top]
+    limit = TERMINAL_ROWS if fmt == "table" and not every and sys.stdout.isatty() else None
+    more = 0
+    if top is None and limit is None:  # every row shown: read every row
+        rows = leaderboard_rows(engine, filters=filters)
+        order = rows
+    else:  # a part shown: rank every row from a few columns, read the whole rows of that part only
+        order = ranking(engine, filters)
+        if top is not None:
+            order = [r for r in order if r["rank"] is not None and r["rank"] <= top]
+        more = max(0, len(order) - limit) if limit is not None else 0
+        kept = order[:limit] if more else order
+        if len(kept) <= WHOLE_ROWS_BY_ID:
+            rows = leaderboard_rows(engine, filters=filters, only=kept)
+        else:
+            wanted = {(r["campaign"], r["cell"]) for r in kept}
+            rows = [r for r in leaderboard_rows(engine, filters=filters) if (r["campaign"], r["cell"]) in wanted]
     if not rows:
         miss = unmatched_filter(engine, filters)
         if miss:
@@ -104,15 +120,13 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         given = filters_text(filters)
         click.echo(f"no results match {given}" if given else "no results yet: run a campaign with `benchctl run FILE`")
     else:
-        groups = {rank_group(r) for r in rows if r["rank"] is not None}
+        groups = {rank_group(r) for r in order if r["rank"] is not None}
         several = {m for m, _ in groups if m is not None and sum(1 for g in groups if g[0] == m) > 1}
         title = "cost-to-train, ranked within each model and target"
         if len(groups) == 1:
             ((model, steps),) = groups
             title = f"cost-to-train of {model or 'the target'} over {steps:,} target steps"
-        more = len(rows) - TERMINAL_ROWS if fmt == "table" and not every and sys.stdout.isatty() else 0
-        shown = rows[:TERMINAL_ROWS] if more > 0 else rows
-        click.echo(render([display_row(r, with_steps=r["model"] in several) for r in shown],
+        click.echo(render([display_row(r, with_steps=r["model"] in several) for r in rows],
                           columns or NARROW_COLUMNS, fmt, title=title))
         if more > 0:
             click.echo(f"… {more:,} more rows: --all shows every one, --top N the N cheapest of each model and "

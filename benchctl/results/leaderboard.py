@@ -64,17 +64,14 @@ class Filters:
 
 
 def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filters | None = None,
-                     ) -> list[dict[str, Any]]:
-    """Rows with the keys of COLUMNS, ranked; ``campaign`` is a shorthand for ``filters.campaigns``."""
+                     only: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Rows with the keys of COLUMNS, ranked; ``campaign`` is a shorthand for ``filters.campaigns``.
+    ``only``: rows of ``ranking`` (ranked among every row), of which to read the whole row, in their order."""
     filters = filters or Filters(campaigns=[campaign] if campaign else [])
-    camp, cell, result = (_table(m) for m in (Campaign, Cell, Result))
-    query = (sa.select(camp.c.name, cell.c.id, cell.c.key, cell.c.provider, cell.c.gpu, cell.c.count, cell.c.market,
-                       cell.c.state, cell.c.config_json, cell.c.reason, *(result.c[c] for c in _RESULT_COLUMNS))
-             .select_from(cell).join(camp, camp.c.id == cell.c.campaign_id)
-             .outerjoin(result, result.c.cell_id == cell.c.id))
-    for column, wanted in _filtered_columns(filters):
-        if wanted:
-            query = query.where(sa.func.lower(column).in_([w.lower() for w in wanted]))
+    query = _query(filters)
+    cell, result = _table(Cell), _table(Result)
+    if only is not None:
+        query = query.where(cell.c.id.in_([r["cell_id"] for r in only]))
     prices = (sa.select(cell.c.key, cell.c.market, result.c.hourly_usd)
               .select_from(cell).join(result, result.c.cell_id == cell.c.id))
     with engine.connect() as conn:
@@ -85,6 +82,29 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
     evidence = flag_evidence(engine, unflagged) if any(record.flags_json is None for record in records) else None
     rows = [_row(record, evidence) for record in records]
     _add_both_markets(rows, listed)
+    if only is None:
+        return _ranked(rows)
+    place = {(r["campaign"], r["cell"]): (k, r["rank"]) for k, r in enumerate(only)}  # key: unique per campaign
+    for row in rows:
+        row["rank"] = place[(row["campaign"], row["cell"])][1]
+    return sorted(rows, key=lambda row: place[(row["campaign"], row["cell"])][0])
+
+
+def ranking(engine: Engine, filters: Filters) -> list[dict[str, Any]]:
+    """Every row's place, ranked as ``leaderboard_rows`` ranks them, from the columns ranking needs
+    only (``cell_id``, ``model``, ``target_steps``, ``cost_to_train_usd``, ``campaign``, ``cell``,
+    ``rank``): what a command that shows a part of the leaderboard reads for every row."""
+    cell, result, camp = _table(Cell), _table(Result), _table(Campaign)
+    query = _query(filters).with_only_columns(cell.c.id, result.c.model, result.c.target_steps,
+                                              result.c.cost_to_train_usd, camp.c.name, cell.c.key)
+    with engine.connect() as conn:
+        rows = [{"cell_id": i, "model": model, "target_steps": steps, "cost_to_train_usd": cost, "campaign": name,
+                 "cell": key, "rank": None} for i, model, steps, cost, name, key in conn.execute(query)]
+    return _ranked(rows)
+
+
+def _ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` in rank order, each with its ``rank`` within its rank group (None without a cost)."""
     rows.sort(key=_rank_order)
     rank, group = 0, None
     for row in rows:
@@ -95,11 +115,25 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
     return rows
 
 
+def _query(filters: Filters) -> sa.Select[Any]:
+    """Every cell with its campaign and result, as ``_row`` reads them, filtered."""
+    camp, cell, result = (_table(m) for m in (Campaign, Cell, Result))
+    query = (sa.select(camp.c.name, cell.c.id, cell.c.key, cell.c.provider, cell.c.gpu, cell.c.count, cell.c.market,
+                       cell.c.state, cell.c.config_json, cell.c.reason, *(result.c[c] for c in _RESULT_COLUMNS))
+             .select_from(cell).join(camp, camp.c.id == cell.c.campaign_id)
+             .outerjoin(result, result.c.cell_id == cell.c.id))
+    for column, wanted in _filtered_columns(filters):
+        if wanted:
+            query = query.where(sa.func.lower(column).in_([w.lower() for w in wanted]))
+    return query
+
+
 def rank_group(row: dict[str, Any]) -> tuple[str | None, int | None]:
     """What a row is ranked among: rows pricing the same model over the same target steps."""
     return row["model"], row["target_steps"]
 
 
+@functools.lru_cache(maxsize=256)
 def _natural(text: str | None) -> tuple[Any, ...]:
     """``nanochat-d2`` before ``nanochat-d12``; no model last."""
     if text is None:
