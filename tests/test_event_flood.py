@@ -60,9 +60,9 @@ def _inserts(engine: sa.Engine) -> list[int]:
 
 
 def test_a_flood_of_junk_lines_keeps_a_bounded_number_in_bulk_writes_and_the_cell_finishes(
-        tmp_path: Path, small_caps: None) -> None:
+        tmp_path: Path, small_caps: None, db_url: str) -> None:
     provider = MemoryProvider([offer()], [Script(events=_flooded([JUNK] * 1000))])
-    run = memory_run(tmp_path, provider)
+    run = memory_run(tmp_path, provider, db=db_url)
     inserts = _inserts(run.engine)
     assert run_campaign(run.ctx, concurrency=1).states == {KEY: "done"}
     (attempt,) = run.attempts()
