@@ -16,16 +16,10 @@ from tests.conftest import REPO
 HEAVY = ("pydantic", "sqlalchemy", "sqlmodel", "benchctl.store.models", "benchctl.store.database",
          "benchctl.provisioners.base", "matplotlib", "rich", "yaml")
 
-_PROBE = """
-import json, sys
-from benchctl.cli.main import main
-code = 0
-try:
-    main(sys.argv[1:])
-except SystemExit as exc:
-    code = exc.code
-print(json.dumps({"exit": code, "loaded": sorted(m for m in %r if m in sys.modules)}), file=sys.stderr)
-""" % (HEAVY,)
+_PROBE = ("import json, sys\nfrom benchctl.cli.main import main\ncode = 0\ntry:\n    main(sys.argv[1:])\n"
+          "except SystemExit as exc:\n    code = exc.code\n"
+          f"print(json.dumps({{'exit': code, 'loaded': sorted(m for m in {HEAVY!r} if m in sys.modules)}}), "
+          "file=sys.stderr)\n")
 
 
 def _loaded_after(*argv: str, home: Path) -> tuple[int, list[str]]:
