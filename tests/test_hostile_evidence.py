@@ -85,7 +85,8 @@ def test_samples_that_break_the_record_rules_give_no_result_never_a_rank(tmp_pat
 
 
 def test_honest_samples_still_rank(tmp_path: Path) -> None:
-    run = _run(tmp_path, Script(events=_profile(GOOD)))
+    """A diverged step (``loss: NaN``, as ``payload.profile`` writes it) still took the time it took."""
+    run = _run(tmp_path, Script(events=_profile([*GOOD[:-1], _sample(2, 0.5, loss=float("nan"))])))
     (row,) = leaderboard_rows(run.engine, "tiny")
     assert row["rank"] == 1 and row["step_time_ms"] == 500.0 and run.cell().reason is None
 
@@ -98,7 +99,7 @@ def test_profile_samples_in_a_campaign_that_runs_no_profile_give_no_result(tmp_p
 @pytest.mark.parametrize(("observed", "why"), [
     ({"vcpus": "lots"}, "preflight 'cpu' observed 'vcpus' of the wrong type"),
     ({"vcpus": 10**18}, "vcpus 1000000000000000000: Input should be less than or equal to 1000000"),
-    ("a string", "preflight 'cpu' observed a str, not a mapping"),
+    ({"vcpus": True}, "preflight 'cpu' observed 'vcpus' of the wrong type"),
 ])
 def test_preflight_observations_of_the_wrong_type_give_no_result(tmp_path: Path, observed: Any, why: str) -> None:
     check = {"t": T, "kind": "sample", "phase": "preflight", "name": "cpu", "status": "pass", "observed": observed}

@@ -38,8 +38,9 @@ OBSERVED: dict[str, dict[str, tuple[type, ...]]] = {
     "inter_node_busbw": {"busbw_gbps": _NUMBER},
     "fabric_transport": {"fabric": (str,)},
 }
-"""Preflight observations a result reads (``cell_evidence.node_facts``), by check name: each field
-absent, null or of these types (as ``payload.checks`` and ``payload.fabric_checks`` write them)."""
+"""Preflight observations a result reads (``cell_evidence.node_facts``), by check name: where the
+observation is a mapping, each field absent, null or of these types (as ``payload.checks``,
+``payload.fabric_checks`` and ``payload.cluster_checks`` write them)."""
 _ITEMS: dict[tuple[str, str], tuple[type, ...]] = {("numa", "gpu_numa"): (int, type(None)),
                                                    ("fabric_hca", "rates_gbps"): _NUMBER}
 """The types of the items of the list or mapping fields above."""
@@ -124,10 +125,8 @@ def observed_problem(check: dict[str, Any]) -> str | None:
         return None
     fields = OBSERVED[name]
     observed = check.get("observed")
-    if observed is None:
-        return None
     if not isinstance(observed, dict):
-        return f"preflight {name!r} observed a {type(observed).__name__}, not a mapping"
+        return None  # a skipped check's note ("cpu cell"), or nothing: no facts are read from it
     for field, types in fields.items():
         value = observed.get(field)
         if value is None:

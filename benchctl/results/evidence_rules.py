@@ -3,10 +3,12 @@
 ``benchctl.engine.event_sync``; its samples, ``benchctl.results.cell_result``).
 
 Neither source is trusted. Every value must be storable and readable back by any command: integers
-within 64 bits (the store's columns; Python refuses to print one over 4,300 digits), finite floats,
-text that encodes as UTF-8 (a lone surrogate, ``"\\ud800"`` in JSON, fails the database's insert and
+within 64 bits (the store's columns; Python refuses to print one over 4,300 digits), text that
+encodes as UTF-8 (a lone surrogate, ``"\\ud800"`` in JSON, fails the database's insert and
 every print) and holds no NUL (PostgreSQL refuses it). What a result is computed from must also be
-physically plausible (``MIN_STEP_S``, ``MAX_STEP_S``, ``MAX_EVENT_T``).
+physically plausible (``MIN_STEP_S``, ``MAX_STEP_S``, ``MAX_EVENT_T``) and finite. A non-finite
+float elsewhere is no such danger, and an honest node writes one (``loss: NaN`` of a diverged
+step, whose time is still a measurement): it is kept.
 """
 
 from __future__ import annotations
@@ -54,12 +56,10 @@ def value_problem(value: Any) -> str | None:
     while stack:  # no recursion: a value nested as deep as the parser allows must not raise here
         where, item = stack.pop()
         problem = None
-        if isinstance(item, bool) or item is None:
+        if isinstance(item, bool | float) or item is None:
             continue
         if isinstance(item, int):
             problem = int_problem(item)
-        elif isinstance(item, float):
-            problem = None if math.isfinite(item) else "is not a finite number"
         elif isinstance(item, str):
             problem = text_problem(item)
         elif isinstance(item, dict):

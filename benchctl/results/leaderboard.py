@@ -34,7 +34,7 @@ COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "nodes", "int
            "env", "model", "precision", "compiled", "attention", "host_data", "hourly_usd", "step_time_ms",
            "step_time_p10_ms", "step_time_p90_ms", "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps",
            "busbw_bytes", "target_steps", "train_hours", "cost_to_train_usd", "spot_usd_per_hour",
-           "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "flags", "status")
+           "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "flags", "status", "no_result")
 """Every row's keys, in order (JSON and CSV)."""
 
 TABLE = (("rank", "rank"), ("model", "model"), ("campaign", "campaign"), ("provider", "provider"), ("cell", "cell"),
@@ -196,7 +196,7 @@ def _row(record: Any, evidence: FlagEvidence | None) -> dict[str, Any]:
     row.update(campaign=campaign, cell=key, provider=provider, gpu=gpu, count=count, market=market, status=state,
                env=config.get("env", {}), nodes=config.get("nodes", 1),  # cells stored before nodes existed: 1
                flags=list(_flags(flags_json)) if flags_json is not None else _evidence_flags(evidence, cell_id))
-    row["no_result"] = reason if reason and reason.startswith(NO_RESULT) else None  # shown, not a column
+    row["no_result"] = reason if reason and reason.startswith(NO_RESULT) else None  # why its evidence was refused
     return row
 
 

@@ -38,7 +38,7 @@ _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 MAX_RECORDS = 10_000
 LIMITS = Limits(max_bytes=4 * 1024**2, max_values=1_000_000)
 DERIVED = ("rank", "campaign", "train_hours", "cost_to_train_usd", "status", "spot_usd_per_hour",
-           "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd")
+           "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "no_result")
 
 
 class Record(Measured):
@@ -67,6 +67,7 @@ class Record(Measured):
     train_hours: float | None = None
     cost_to_train_usd: float | None = None
     status: str | None = None
+    no_result: str | None = None
     spot_usd_per_hour: float | None = None
     on_demand_usd_per_hour: float | None = None
     cost_spot_usd: float | None = None
