@@ -119,6 +119,18 @@ def test_a_backlog_past_one_sync_is_read_to_its_end_when_the_attempt_ends(tmp_pa
     assert run_campaign(run.ctx, concurrency=1).states == {KEY: "done"}
     (result, _, _), = q.results(run.engine)
     assert result.timed_steps == 3
+    assert not any("stopped reading" in line for line in run.logged)
+
+
+def test_the_last_read_of_a_flood_is_bounded_and_says_so(tmp_path: Path, small_caps: None,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(event_sync, "DRAIN_SYNCS", 2, raising=False)
+    provider = MemoryProvider([offer()], [Script(events=lambda job: [[JUNK] * 5000])])
+    run = memory_run(tmp_path, provider)
+    run_campaign(run.ctx, concurrency=1)
+    (attempt,) = run.attempts()
+    assert not attempt.open and attempt.events_offset < len(provider.launched()[0].events)
+    assert any("stopped reading its events after 2 reads" in line for line in run.logged), run.logged
 
 
 def test_a_store_that_refuses_the_events_ends_the_attempt_and_the_cell_goes_on(

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from benchctl import payload
 from benchctl.campaign.spec import CellSpec
+from benchctl.engine import event_sync
 from benchctl.engine.artifact_records import Announced, announced, artifact_rows
 from benchctl.engine.bad_hosts import bad_member_host, bad_node_rank, naming, worker_bad_rank
 from benchctl.engine.budget import collect_timeout_s
@@ -178,10 +179,14 @@ class AttemptDriver:
         self.collected = None
 
     def last_sync(self, attempt: Attempt, node: Node) -> None:
-        """Read what the node still has before it goes: nothing measured is lost. A node that
-        cannot be read is logged (its events are lost), never raised."""
+        """Read what the node still has before it goes: nothing measured is lost (past
+        ``event_sync.DRAIN_SYNCS`` reads of a flood, the rest is left to the events.jsonl that comes home). A
+        node that cannot be read is logged (its events are lost), never raised."""
         try:
-            drain_events(self.ctx.engine, attempt, self.provider.transport(node))
+            if not drain_events(self.ctx.engine, attempt, self.provider.transport(node)):
+                self.ctx.log(f"{self.key}: attempt {attempt.number}: stopped reading its events after "
+                             f"{event_sync.DRAIN_SYNCS} reads at its end; the rest stays in its events.jsonl "
+                             "(collected with its artifacts)")
         except ProviderError as exc:
             self.ctx.log(f"{self.key}: could not read attempt {attempt.number}'s last events: {exc}")
 

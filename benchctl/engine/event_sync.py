@@ -158,11 +158,10 @@ def sync_events(engine: Engine, attempt: Attempt, transport: Transport) -> list[
     return _sync(engine, attempt, transport)[0]
 
 
-def drain_events(engine: Engine, attempt: Attempt, transport: Transport, syncs: int = DRAIN_SYNCS) -> None:
-    """Sync until nothing is left to read, at most ``syncs`` times: the last read of an attempt."""
-    for _ in range(syncs):
-        if not _sync(engine, attempt, transport)[1]:
-            return
+def drain_events(engine: Engine, attempt: Attempt, transport: Transport) -> bool:
+    """Sync until nothing is left to read, at most ``DRAIN_SYNCS`` times: the last read of an
+    attempt. False when it stopped with lines left."""
+    return any(not _sync(engine, attempt, transport)[1] for _ in range(DRAIN_SYNCS))
 
 
 def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[dict[str, Any]], bool]:
