@@ -25,8 +25,10 @@ from benchctl.results.evidence_rules import timed_sample_problem, value_problem
 from benchctl.store import queries as q
 from benchctl.store.models import Event
 
-SAMPLED = ("preflight", "p2p", "collectives", "profile")
-"""Phases that always record samples when they finish (``command``'s metrics are optional)."""
+SAMPLED = ("preflight", "p2p", "collectives")
+"""Phases that always record samples between their start and end (``command``'s metrics are optional;
+the profile's are counted across attempts: a node that replaces one preempted after its last timed
+step measures none, and with ``warmup_steps: 0`` writes no sample at all)."""
 _NUMBER = (int, float)
 OBSERVED: dict[str, dict[str, tuple[type, ...]]] = {
     "topology": {"class": (str,), "nvlink_width": (int,)},
