@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-INT_MAX = 2**63 - 1
-"""The largest integer stored (a 64-bit column); the smallest is ``-INT_MAX - 1``."""
+from benchctl.campaign.yaml_source import INT_MAX  # the largest integer stored (a 64-bit column), as in campaign files
+
 MIN_STEP_S = 1e-5
 """The shortest optimizer step believed (10 µs). A training step launches dozens of kernels (forward,
 backward, optimizer) at microseconds of launch latency each, and ends at a barrier: no step of any
