@@ -3,16 +3,20 @@
 For each op and size: a correctness check counting wrong elements (one untimed run after filling
 the inputs), then warm-up and timed iterations of the collective alone (the inputs are not filled
 again inside the timing, as nccl-tests), out-of-place and (where torch has it) in-place, the
-slowest rank's time, algbw and busbw (``payload.collective_math``). Rank 0 emits one ``sample``
-event per (op, size, placement) and writes ``artifacts/collectives.txt``, a table in nccl-tests'
-layout.
+time per run averaged over the ranks (``time_us``, what nccl-tests reports by default: its
+``-a/--average 1``, ``Allreduce(args, &deltaSec, average)`` summing every rank's time and dividing
+by the ranks, NVIDIA/nccl-tests ``src/common.cu`` at a0b82b2) and the slowest rank's
+(``time_slowest_us``), with algbw and busbw of the average (``algbw_gbps``, ``busbw_gbps``, as
+nccl-tests prints them) and the busbw of the slowest rank (``busbw_slowest_gbps``)
+(``payload.collective_math``). Rank 0 emits one ``sample`` event per (op, size, placement) and
+writes ``artifacts/collectives.txt``, a table in nccl-tests' layout (the average's columns).
 
 Across nodes (``job.nodes`` > 1) the sweep runs three times, each sample carrying its ``scope``:
 ``cluster`` (every rank of every node), ``intra_node`` (each node's ranks, every node at once; the
 sample names its ``node_rank``; left out with one rank per node) and ``inter_node`` (one rank per
 node per rail, as nccl-tests' runs with one GPU per node: the ranks of local rank ``rail`` on
-every node, every rail at once). A group's time is its slowest rank's and busbw uses the group's
-rank count. Global rank 0 (node 0) emits every sample and writes the tables; one node's output
+every node, every rail at once). A group's times are over its own ranks and busbw uses the group's rank
+count. Global rank 0 (node 0) emits every sample and writes the tables; one node's output
 is unchanged (no ``scope``).
 """
 
@@ -144,14 +148,16 @@ def collectives_rank(job: Job, rank: int, world_size: int, events: EventLog | No
         for op in cfg.ops:
             for size in sweep(cfg.min_bytes, cfg.max_bytes, cfg.factor, ELEMENT * scope.ranks):
                 for case in _cases(op, size // ELEMENT, me, size_of_group, device, scope.group):
-                    seconds, wrong = _measure(case, cfg.warmup_iters, cfg.iters, device, scope.group)
-                    every = [(seconds, wrong)] if scope.slots == 1 else gather_by_slot(
-                        (seconds, wrong), scope.slot, scope.leader, scope.slots)
-                    for slot, (slot_seconds, slot_wrong) in enumerate(every):
-                        algbw, busbw = bandwidths(op, size, slot_seconds, scope.ranks)
+                    measured = _measure(case, cfg.warmup_iters, cfg.iters, device, scope.group)
+                    every = [measured] if scope.slots == 1 else gather_by_slot(
+                        measured, scope.slot, scope.leader, scope.slots)
+                    for slot, (mean_s, slowest_s, slot_wrong) in enumerate(every):
+                        algbw, busbw = bandwidths(op, size, mean_s, scope.ranks)
                         row = {"op": op, "bytes": size, "count": size // ELEMENT, "dtype": "float",
-                               "in_place": case.in_place, "time_us": slot_seconds * 1e6, "algbw_gbps": algbw,
-                               "busbw_gbps": busbw, "wrong": int(slot_wrong), "ranks": scope.ranks,
+                               "in_place": case.in_place, "time_us": mean_s * 1e6, "algbw_gbps": algbw,
+                               "busbw_gbps": busbw, "time_slowest_us": slowest_s * 1e6,
+                               "busbw_slowest_gbps": bandwidths(op, size, slowest_s, scope.ranks)[1],
+                               "wrong": int(slot_wrong), "ranks": scope.ranks,
                                **({"scope": scope.name} if scope.name else {}),
                                **({scope.key: slot} if scope.key else {})}
                         rows.setdefault(slot, []).append(row)
@@ -172,8 +178,9 @@ def _title(scope: Scope, slot: int) -> str:
             "inter_node": f" inter-node, rail {slot}"}.get(scope.name, f" {scope.name}")
 
 
-def _measure(case: Case, warmup_iters: int, iters: int, device: Any, group: Any) -> tuple[float, int]:
-    """(seconds per run, the slowest rank's in ``group``; wrong elements over the group) of one case."""
+def _measure(case: Case, warmup_iters: int, iters: int, device: Any, group: Any) -> tuple[float, float, int]:
+    """(seconds per run averaged over the ranks of ``group``, as nccl-tests' default; the slowest
+    rank's; wrong elements over the group) of one case."""
     import torch
     import torch.distributed as dist
 
@@ -190,18 +197,22 @@ def _measure(case: Case, warmup_iters: int, iters: int, device: Any, group: Any)
     for _ in range(iters):
         case.run()
     synchronize([device])
-    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=device)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
+    mine = (time.perf_counter() - start) / iters
+    total = torch.tensor([mine], dtype=torch.float64, device=device)
+    slowest = torch.tensor([mine], dtype=torch.float64, device=device)
+    dist.all_reduce(total, group=group)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     dist.all_reduce(errors, group=group)
-    return float(elapsed.item()), int(errors.item())
+    return float(total.item()) / dist.get_world_size(group), float(slowest.item()), int(errors.item())
 
 
 def nccl_tests_table(rows: list[dict[str, Any]], title: str = "") -> str:
     """Rows in nccl-tests' layout: size count type | out-of-place time algbw busbw #wrong | in-place …
-    (``title`` follows the op in each section's header)."""
+    (``title`` follows the op in each section's header). Times and bandwidths are the average over the
+    ranks, as nccl-tests prints them by default (``-a 1``)."""
     lines = []
     for op in dict.fromkeys(r["op"] for r in rows):
-        lines += [f"# {op}{title} ({rows[0]['ranks']} ranks)",
+        lines += [f"# {op}{title} ({rows[0]['ranks']} ranks; time: average over the ranks, as nccl-tests -a 1)",
                   "#       size      count   type    time   algbw   busbw  #wrong    time   algbw   busbw  #wrong",
                   "#        (B) (elements)           (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"]
         by_size: dict[int, dict[bool, dict[str, Any]]] = {}

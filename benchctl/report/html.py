@@ -154,7 +154,8 @@ def busbw_note(data: CampaignData) -> str:
     placement = "out-of-place" + (f" (in-place for {', '.join(in_place)}: sizes measured only in place)"
                                   if in_place else "")
     parts = [f"Bus bandwidth (busbw: algbw × the collective's bus factor, as nccl-tests defines it) of the "
-             f"campaign's own collectives sweep, {placement}, from the slowest rank's time; message sizes on a "
+             f"campaign's own collectives sweep, {placement}, from the time averaged over the ranks as nccl-tests "
+             f"reports it (each sample also carries the slowest rank's, busbw_slowest_gbps); message sizes on a "
              f"log scale. Plotted: {', '.join(plotted) or 'no cell yet'}."]
     if single:
         parts.append(f"Not plotted, one rank (no data moves between ranks): {', '.join(single)}.")

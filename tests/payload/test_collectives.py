@@ -61,8 +61,13 @@ def test_sweep_on_gloo_is_correct_and_follows_the_formulas(tmp_path: Path, world
         assert s["wrong"] == 0
         assert s["algbw_gbps"] == pytest.approx(s["bytes"] / (s["time_us"] / 1e6) / 1e9)
         assert s["busbw_gbps"] == pytest.approx(s["algbw_gbps"] * bus_factor(s["op"], world))
+        # time_us is the average over the ranks (nccl-tests' default, -a 1); the slowest rank's is beside it
+        assert 0 < s["time_us"] <= s["time_slowest_us"] * (1 + 1e-9)
+        assert s["busbw_slowest_gbps"] == pytest.approx(
+            s["bytes"] / (s["time_slowest_us"] / 1e6) / 1e9 * bus_factor(s["op"], world))
     table = (tmp_path / "artifacts" / "collectives.txt").read_text()
     assert table.count("# Out of bounds values : 0 OK") == 5
+    assert table.count("time: average over the ranks") == 5
     assert any(e["kind"] == "artifact" and e["name"] == "collectives.txt" for e in events)
     (end,) = [e for e in events if e["kind"] == "phase_end"]
     assert end["summary"]["wrong"] == 0
