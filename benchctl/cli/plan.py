@@ -14,13 +14,16 @@ from benchctl.cli.options import CliState, pass_state
 def plan(state: CliState, file: str, fmt: str) -> None:
     """Expand FILE's matrix and ask each provider for offers; launch nothing, write nothing.
 
-    Every cell is shown, also those whose provider is not set up here (each says what it needs) or
-    did not answer; then one line per such provider and a non-zero exit (2: set-up, 1: no answer)."""
+    Every cell is shown, also those whose provider is not set up here or did not answer: such a cell
+    is priced from a public catalog when one lists it (``price_source`` catalog: not an offer; its
+    source and date below the table), and one line says which credentials would make prices live.
+    A provider not set up whose cells have no catalog price exits 2; one that did not answer, 1."""
     from benchctl.campaign.memory_fit import refuse_unfit
     from benchctl.campaign.spec import load_campaign
     from benchctl.engine.plan import COLUMNS, plan_campaign
     from benchctl.engine.providers import Providers
     from benchctl.home import home
+    from benchctl.provisioners.catalog import credentials_line
     from benchctl.report.render import render
     from benchctl.terminal_text import clean
 
@@ -39,6 +42,10 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     else:
         click.echo(render(result.rows, COLUMNS, fmt, title=f"plan: {campaign.spec.name}"))
         click.echo(result.spend_line())
+        for line in result.catalog_sources():
+            click.echo(line)
         for warning in result.warnings:
             click.echo(f"warning: {clean(warning)}")  # provider messages are untrusted text
-    result.raise_problems()
+    if result.catalog_priced:
+        click.echo(credentials_line(result.catalog_priced), err=True)
+    result.raise_problems(catalog_ok=True)

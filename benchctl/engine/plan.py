@@ -12,10 +12,17 @@ stops the plan (and ``run``) with one line (exit 2). A provider
 that cannot be used (no SDK, no credentials) is asked nothing: its cells say what it needs
 (``unavailable``). A provider whose offers fail is asked once (``failed``): one line per provider.
 When no provider answered at all there is no plan: ``NoProviderAnswered``.
+
+A cell whose provider cannot be asked (unavailable, failed) is priced from a public catalog when one
+lists it (``provisioners.catalog``): ``price_source`` says ``offer`` or ``catalog`` (never an offer:
+nothing says such a node is free now), ``price_origin`` where the figure comes from and
+``price_as_of`` its date (an offer's: now). The row's ``hourly_usd`` and ``price_source`` are the one
+place later columns (predicted cost) read the price from.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +33,10 @@ from benchctl.engine.attempt_limits import attempt_worst_case_s
 from benchctl.engine.providers import Providers, offer_request
 from benchctl.errors import BenchctlError, ProviderUnavailable, UsageError
 from benchctl.provisioners.base import ProviderError
+from benchctl.provisioners.catalog import catalog_price
 
-COLUMNS = ("cell", "provider", "nodes", "market", "offer", "host", "vcpus", "hourly_usd", "expected_usd",
-           "worst_case_usd", "mem_est_gib", "gpu_mem_gib", "warning")
+COLUMNS = ("cell", "provider", "nodes", "market", "offer", "host", "vcpus", "hourly_usd", "price_source",
+           "expected_usd", "worst_case_usd", "mem_est_gib", "gpu_mem_gib", "warning")
 
 
 class NoProviderAnswered(BenchctlError):
@@ -50,6 +58,17 @@ class Plan:
     """Provider → why it cannot be used here (what it needs)."""
     failed: dict[str, str] = field(default_factory=dict)
     """Provider → why its offers failed."""
+
+    @property
+    def catalog_priced(self) -> dict[str, str]:
+        """Provider → what it needs, for the unavailable providers whose every cell has a catalog price."""
+        return {name: why for name, why in self.unavailable.items()
+                if all(r["price_source"] == "catalog" for r in self.rows if r["provider"] == name)}
+
+    def catalog_sources(self) -> list[str]:
+        """One line per catalog source the rows use: what it is and its date."""
+        seen = sorted({(r["price_origin"], r["price_as_of"]) for r in self.rows if r["price_source"] == "catalog"})
+        return [f"catalog price (not an offer): {origin}, as of {as_of}" for origin, as_of in seen]
 
     @property
     def unpriced(self) -> int:
@@ -80,12 +99,17 @@ class Plan:
         return ([message for _, message in sorted(self.unavailable.items())]
                 + [f"{name}: offers failed: {problem}" for name, problem in sorted(self.failed.items())])
 
-    def raise_problems(self) -> None:
-        """Exit 2 when a provider needs set-up, 1 when one did not answer; nothing when all answered."""
-        if self.unavailable:
-            raise ProviderUnavailable("\n".join(self.problems()))
+    def raise_problems(self, catalog_ok: bool = False) -> None:
+        """Exit 2 when a provider needs set-up, 1 when one did not answer; nothing when all answered.
+        ``catalog_ok`` (``plan``): a provider whose every cell has a catalog price is no problem."""
+        excused = self.catalog_priced if catalog_ok else {}
+        unavailable = {k: v for k, v in self.unavailable.items() if k not in excused}
+        lines = ([message for _, message in sorted(unavailable.items())]
+                 + [f"{name}: offers failed: {problem}" for name, problem in sorted(self.failed.items())])
+        if unavailable:
+            raise ProviderUnavailable("\n".join(lines))
         if self.failed:
-            raise BenchctlError("\n".join(self.problems()))
+            raise BenchctlError("\n".join(lines))
 
 
 def _usable(providers: Providers, cells: list[CellSpec], image: str | None) -> dict[str, str]:
@@ -128,10 +152,12 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
     rows, warnings = [], []
     failed: dict[str, str] = {}
     answered: set[str] = set()
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     for cell in cells:
         row: dict[str, Any] = {"cell": cell.key, "provider": cell.provider, "nodes": cell.nodes,
                                "market": cell.market, "offer": None,
-                               "host": None, "vcpus": None, "hourly_usd": None, "expected_usd": None,
+                               "host": None, "vcpus": None, "hourly_usd": None, "price_source": None,
+                               "price_origin": None, "price_as_of": None, "expected_usd": None,
                                "worst_case_usd": None, "warning": None}
         fit = cell_fit(campaign, cell)
         row.update(mem_est_gib=fit.mem_est_gib, gpu_mem_gib=fit.gpu_mem_gib)
@@ -150,12 +176,20 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
             except ProviderError as exc:
                 failed[cell.provider] = str(exc)
                 row["warning"] = "offers failed (below)"
+        listed = None if offers or cell.provider in answered else catalog_price(cell.provider, request)
         if offers:
             best = offers[0]
             hourly = best.hourly_usd * cell.nodes  # every node of the unit bills
             row.update(offer=best.offer_id, host=best.host or None, vcpus=best.vcpus or None,
-                       hourly_usd=hourly, expected_usd=round(hourly * hours, 4),
+                       hourly_usd=hourly, price_source="offer", price_origin=cell.provider,
+                       price_as_of=now, expected_usd=round(hourly * hours, 4),
                        worst_case_usd=round(cell.max_attempts * hourly * hours, 4))
+        elif listed is not None:
+            hourly = listed.hourly_usd * cell.nodes
+            row.update(hourly_usd=hourly, price_source="catalog", price_origin=listed.source,
+                       price_as_of=listed.as_of, expected_usd=round(hourly * hours, 4),
+                       worst_case_usd=round(cell.max_attempts * hourly * hours, 4),
+                       warning="not an offer" + (f": {listed.note}" if listed.note else ""))
         elif row["warning"] is None:
             row["warning"] = "no offer now"
             warnings.append(f"{cell.key}: no offer now")
