@@ -124,9 +124,15 @@ def test_a_terminal_leaderboard_shows_a_bounded_table(large: Path, monkeypatch: 
     assert "more rows" not in capsys.readouterr().out
 
 
-def test_a_part_of_the_leaderboard_is_the_same_rows_as_the_whole(large: Path) -> None:
+@pytest.mark.parametrize("by_id", [5_000, 2])
+def test_a_part_of_the_leaderboard_is_the_same_rows_as_the_whole(large: Path, by_id: int,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """``--top`` (and a terminal's first rows) rank every row from a few columns and read only the rows
-    shown: the same rows, ranks and order as the whole leaderboard cut afterwards."""
+    shown (by id, or every row when they are more than ``BY_ID``): the same rows, ranks and order as the
+    whole leaderboard cut afterwards."""
+    from benchctl.results import leaderboard
+
+    monkeypatch.setattr(leaderboard, "BY_ID", by_id)
     whole = json.loads(cli_here("leaderboard", "--format", "json", home=large).stdout)
     part = json.loads(cli_here("leaderboard", "--top", "3", "--format", "json", home=large).stdout)
     assert part == [r for r in whole if r["rank"] is not None and r["rank"] <= 3]

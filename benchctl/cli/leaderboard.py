@@ -17,8 +17,6 @@ if TYPE_CHECKING:
 _FORMATS = click.Choice(["table", "json", "csv", "md"], case_sensitive=False)
 TERMINAL_ROWS = 50
 """Rows a table on a terminal shows without ``--all`` (a pipe, json, csv and md get every row)."""
-WHOLE_ROWS_BY_ID = 5_000
-"""A part of the leaderboard up to this many rows is read by cell id (one IN list), a larger one whole."""
 
 
 @click.command()
@@ -104,12 +102,7 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         if top is not None:
             order = [r for r in order if r["rank"] is not None and r["rank"] <= top]
         more = max(0, len(order) - limit) if limit is not None else 0
-        kept = order[:limit] if more else order
-        if len(kept) <= WHOLE_ROWS_BY_ID:
-            rows = leaderboard_rows(engine, filters=filters, only=kept)
-        else:
-            wanted = {(r["campaign"], r["cell"]) for r in kept}
-            rows = [r for r in leaderboard_rows(engine, filters=filters) if (r["campaign"], r["cell"]) in wanted]
+        rows = leaderboard_rows(engine, filters=filters, only=order[:limit] if more else order)
     if not rows:
         miss = unmatched_filter(engine, filters)
         if miss:

@@ -25,7 +25,7 @@ from benchctl.payload.stats import median
 from benchctl.results.cell_evidence import whole_cluster
 from benchctl.results.cell_result import first_timed
 from benchctl.results.collective_names import Names
-from benchctl.results.leaderboard import leaderboard_rows
+from benchctl.results.leaderboard import Filters, leaderboard_rows, ranking
 from benchctl.results.step_split import StepSplit, step_split
 from benchctl.store import aggregates as agg
 from benchctl.store import queries as q
@@ -180,7 +180,8 @@ def campaign_data(engine: Engine, name: str, now: float | None = None) -> Campai
     cells.sort(key=rank_key)
     attempts = agg.attempt_spends(engine, camp.id)
     curve = spend_curve(attempts, now)
-    rows, omitted = bounded_leaderboard(leaderboard_rows(engine, camp.name))
+    kept, omitted = bounded_leaderboard(ranking(engine, Filters(campaigns=[camp.name])))  # a few columns of every row
+    rows = leaderboard_rows(engine, camp.name, only=kept)  # the whole rows of those shown
     return CampaignData(name=camp.name, budget_usd=camp.budget_usd, spent_usd=curve[-1][1] if curve else 0.0,
                         model=model, tokens_per_step=tokens_per_step, cells=cells,
                         spend_curve=thinned(curve), spend_by_provider=spend_by_provider(attempts, now),

@@ -66,11 +66,12 @@ class Filters:
 def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filters | None = None,
                      only: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Rows with the keys of COLUMNS, ranked; ``campaign`` is a shorthand for ``filters.campaigns``.
-    ``only``: rows of ``ranking`` (ranked among every row), of which to read the whole row, in their order."""
+    ``only``: rows of ``ranking`` (ranked among every row), of which to read the whole row, in their order
+    (by cell id, up to ``BY_ID`` of them; more: every row is read and those kept)."""
     filters = filters or Filters(campaigns=[campaign] if campaign else [])
     query = _query(filters)
     cell, result = _table(Cell), _table(Result)
-    if only is not None:
+    if only is not None and len(only) <= BY_ID:
         query = query.where(cell.c.id.in_([r["cell_id"] for r in only]))
     prices = (sa.select(cell.c.key, cell.c.market, result.c.hourly_usd)
               .select_from(cell).join(result, result.c.cell_id == cell.c.id))
@@ -85,9 +86,14 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
     if only is None:
         return _ranked(rows)
     place = {(r["campaign"], r["cell"]): (k, r["rank"]) for k, r in enumerate(only)}  # key: unique per campaign
+    rows = [row for row in rows if (row["campaign"], row["cell"]) in place]
     for row in rows:
         row["rank"] = place[(row["campaign"], row["cell"])][1]
     return sorted(rows, key=lambda row: place[(row["campaign"], row["cell"])][0])
+
+
+BY_ID = 5_000
+"""``leaderboard_rows(only=…)`` reads up to this many rows by cell id (one IN list), more by reading every row."""
 
 
 def ranking(engine: Engine, filters: Filters) -> list[dict[str, Any]]:
