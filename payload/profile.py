@@ -7,7 +7,9 @@ earlier micro-steps). Rank 0 emits one ``sample`` event per step:
 ``{phase: "profile", step, warmup, step_time_s, fwd_bwd_s, opt_phase1_s, opt_phase2_s,
 opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index, grad_accum, precision, compiled,
 attention, host_data, mem_est_gib, max_mem_allocated_gib}``: ``precision`` is the matmul precision
-(``bf16`` autocast on GPU, with TF32 for any f32 matmul, as upstream; ``f32`` on CPU), ``compiled`` whether the
+(``fp8`` where the GPU has fp8 tensor cores, as the record, unless the campaign says ``precision: bf16``;
+else ``bf16`` autocast, with TF32 for any f32 matmul, as upstream; ``f32`` on CPU; ``payload.fp8.choose_precision``,
+``precision_note`` says why it is not the one asked for), ``compiled`` whether the
 model and the optimizer's update functions ran ``torch.compile``d (on GPU unless ``compile: false``;
 never on CPU, nor on a node without the toolchain Triton needs: ``compile_note`` says why),
 ``attention`` the attention kernel (``payload.model``),
@@ -29,8 +31,10 @@ step, outside its timing, whether the notice has come (one scalar all_reduce) an
 every step recorded is whole, and the next attempt measures the rest.
 
 Warm-up: compilation happens on the first call, so a compiled run always warms up for at least one
-step (``warmup_steps: 0`` becomes 1) and no timed step pays for it. After the warm-up, as upstream,
-the garbage collector is run, the surviving objects frozen and collection disabled, so no GC pause
+step (``warmup_steps: 0`` becomes 1) and no timed step pays for it. On GPU, unrecorded steps follow
+the warm-up until the clocks settle (``SETTLE_MIN_S``; every timed sample says ``settle_steps`` and
+``settle_s``); the summary records the drift of the timed steps (``payload.stats.drift``). After the
+warm-up, as upstream, the garbage collector is run, the surviving objects frozen and collection disabled, so no GC pause
 lands in a timed step (re-enabled when the phase ends).
 """
 
@@ -48,9 +52,15 @@ from . import toolchain
 from .events import EventLog, read_samples
 from .job import Job, ProfileConfig
 from .spot_notice import notice_file
-from .stats import median, percentile
+from .stats import drift, median, percentile, settled
 
 PHASES = ("fwd_bwd_s", "opt_phase1_s", "opt_phase2_s", "opt_phase3_s")
+SETTLE_MIN_S = 5.0
+SETTLE_MAX_S = 30.0
+"""On GPU, after the warm-up, unrecorded steps run until the clocks settle (``payload.stats.settled``:
+at least ``SETTLE_MIN_S`` seconds of steps, then until the median of the last 5 is within 1 % of the 5
+before, at most ``SETTLE_MAX_S``). Compiled steps drift up over their first seconds (H200, d26 at
+batch 8: 305 ms at first, ≈ 320 ms from the fourth step; docs/measurements/2026-11-25-gpu-h200.md)."""
 FALLBACK = "eager fallback"
 """How a ``compile_note`` starts when the campaign asked for ``torch.compile`` and the node could not:
 its step times are eager, not comparable with compiled ones."""
@@ -130,6 +140,7 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     import torch
     import torch.distributed as dist
 
+    from .fp8 import choose_precision
     from .gpu_models import bf16_peak
     from .host_data import batch_source
     from .memory_estimate import estimate
@@ -152,8 +163,10 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
         torch.backends.cudnn.allow_tf32 = True
         torch.set_float32_matmul_precision("high")
     compiled, compile_note = compile_choice(cfg, on_gpu)
+    precision, precision_note = choose_precision(cfg.precision, device)
     warmup_steps = max(cfg.warmup_steps, 1) if compiled else cfg.warmup_steps
-    model = build_model(model_dims(cfg.model, cfg.vocab_size), cfg.sequence_len, device, seed=cfg.seed)
+    model = build_model(model_dims(cfg.model, cfg.vocab_size), cfg.sequence_len, device, seed=cfg.seed,
+                        compiled=compiled, fp8=precision == "fp8")
     forward = torch.compile(model, dynamic=False) if compiled else model
     optimizer = ZeroMuonAdamW(model, rank, world_size, compile=compiled)
     batches = batch_source(cfg, rank, model.dims.vocab_size, device)
@@ -162,9 +175,10 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     peak = bf16_peak(torch.cuda.get_device_name(device)) if on_gpu else None
     flops_per_step = model.flops_per_token(cfg.sequence_len) * cfg.total_batch_size
     clock = PhaseClock(on_gpu, cfg.phase_timing)
-    recorded = {"grad_accum": accum, "precision": "bf16" if on_gpu else "f32", "compiled": compiled,
+    recorded = {"grad_accum": accum, "precision": precision, "compiled": compiled,
                 "attention": model.attention, "host_data": cfg.host_data,
                 **({"compile_note": compile_note} if compile_note else {}),
+                **({"precision_note": precision_note} if precision_note else {}),
                 "mem_est_gib": round(estimate(cfg.model, cfg.sequence_len, cfg.device_batch_size, world_size,
                                               cfg.vocab_size, compiled=compiled).total_gib, 2)}
 
@@ -181,40 +195,61 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
 
     watched = notice_file()
     gc_was_enabled = gc.isenabled()
+
+    def one_step() -> tuple[float, dict[str, float], float]:
+        """(seconds, the phases' seconds, loss) of one optimizer step."""
+        nonlocal inputs, targets
+        sync()
+        start = time.perf_counter()
+        clock.mark()
+        total_loss = torch.zeros((), device=device)
+        for _ in range(accum):
+            with autocast:
+                loss = forward(inputs, targets) / accum
+            loss.backward()
+            total_loss += loss.detach()
+            inputs, targets = batches.next()  # as upstream: made while the device runs the backward
+        clock.mark()
+        optimizer.launch_reductions()
+        clock.mark()
+        optimizer.update_and_gather()
+        clock.mark()
+        optimizer.finish()
+        clock.mark()
+        sync()
+        return time.perf_counter() - start, dict(zip(PHASES, clock.durations(), strict=False)), float(total_loss)
+
+    def emit(step: int, timed_index: int | None, elapsed: float, phases: dict[str, float], loss: float,
+             **extra: Any) -> None:
+        if events is not None:
+            events.emit("sample", phase="profile", step=step, warmup=timed_index is None, timed_index=timed_index,
+                        step_time_s=elapsed, **phases, loss=loss, tokens=cfg.total_batch_size,
+                        tokens_per_s=cfg.total_batch_size / elapsed,
+                        mfu=flops_per_step / elapsed / (peak * world_size) if peak else None, **recorded, **extra,
+                        max_mem_allocated_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                        if on_gpu else None)
+
+    def agreed(mine: bool) -> bool:
+        """True on every rank when it is true on any (an all_reduce), so all run the same steps."""
+        flag = torch.tensor([1.0 if mine else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() > 0)
+
     try:
-        for step in range(warmup_steps + remaining):
-            if step == warmup_steps:
-                freeze_gc()
-            sync()
-            start = time.perf_counter()
-            clock.mark()
-            total_loss = torch.zeros((), device=device)
-            for _ in range(accum):
-                with autocast:
-                    loss = forward(inputs, targets) / accum
-                loss.backward()
-                total_loss += loss.detach()
-                inputs, targets = batches.next()  # as upstream: made while the device runs the backward
-            clock.mark()
-            optimizer.launch_reductions()
-            clock.mark()
-            optimizer.update_and_gather()
-            clock.mark()
-            optimizer.finish()
-            clock.mark()
-            sync()
-            elapsed = time.perf_counter() - start
-            phases = dict(zip(PHASES, clock.durations(), strict=False))
-            if events is not None:
-                warmup = step < warmup_steps
-                events.emit("sample", phase="profile", step=step, warmup=warmup,
-                            timed_index=None if warmup else job.profile_steps_done + step - warmup_steps,
-                            step_time_s=elapsed,
-                            **phases, loss=float(total_loss), tokens=cfg.total_batch_size,
-                            tokens_per_s=cfg.total_batch_size / elapsed,
-                            mfu=flops_per_step / elapsed / (peak * world_size) if peak else None, **recorded,
-                            max_mem_allocated_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-                            if on_gpu else None)
+        for step in range(warmup_steps):
+            emit(step, None, *one_step())
+            if watched is not None and noticed():
+                return
+        freeze_gc()
+        settle: list[float] = []  # unrecorded steps until the clocks settle (GPU only; SETTLE_MIN_S)
+        while on_gpu and agreed(not settled(settle, SETTLE_MIN_S, SETTLE_MAX_S)):
+            settle.append(one_step()[0])
+            if watched is not None and noticed():
+                return
+        first = warmup_steps + len(settle)
+        for offset in range(remaining):
+            emit(first + offset, job.profile_steps_done + offset, *one_step(), settle_steps=len(settle),
+                 settle_s=round(sum(settle), 3))
             if watched is not None and noticed():
                 break
     finally:
@@ -235,9 +270,10 @@ def summarize(events_path: Path) -> dict[str, Any]:
     samples = [event for event in read_samples(events_path, "profile") if not event.get("warmup")]
     if not samples:
         return {"timed_steps": 0}
-    times = [s["step_time_s"] for s in samples]
+    times = [s["step_time_s"] for s in sorted(samples, key=lambda s: s.get("timed_index") or 0)]
     summary: dict[str, Any] = {"timed_steps": len(times), "step_time_median_s": median(times),
-                               "step_time_p10_s": percentile(times, 10), "step_time_p90_s": percentile(times, 90)}
+                               "step_time_p10_s": percentile(times, 10), "step_time_p90_s": percentile(times, 90),
+                               **(drift(times) or {})}
     for name in PHASES:
         values = [s[name] for s in samples if s.get(name) is not None]
         if values:
@@ -245,7 +281,8 @@ def summarize(events_path: Path) -> dict[str, Any]:
     mfus = [s["mfu"] for s in samples if s.get("mfu") is not None]
     if mfus:
         summary["mfu_median"] = median(mfus)
-    for name in ("grad_accum", "precision", "compiled", "compile_note", "attention", "host_data", "mem_est_gib"):
+    for name in ("grad_accum", "precision", "compiled", "compile_note", "attention", "host_data", "mem_est_gib",
+                 "settle_steps", "settle_s"):
         if name in samples[-1]:
             summary[name] = samples[-1][name]
     peaks = [s["max_mem_allocated_gib"] for s in samples if s.get("max_mem_allocated_gib") is not None]
