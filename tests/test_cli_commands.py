@@ -138,6 +138,27 @@ def test_offers_a_provider_error_is_one_line(home: Path, fake_runpod_api: FakeRu
     assert bad.returncode == 2 and "unknown provider 'nimbus'" in bad.stderr
 
 
+def test_offers_without_credentials_lists_catalog_prices_not_offers(home: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Vast key, no network: the committed snapshot prices the node, marked catalog with its
+    source and date, and one line says which key makes it a live offer (exit 0, not 'no answer')."""
+    for var in ("VAST_API_KEY", "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("SKY_RUNTIME_DIR", str(tmp_path / "no-sky"))
+    out = cli_here("offers", "--provider", "vastai", "--count", "8", "--market", "on-demand", home=home)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("vastai ")]
+    assert rows == [["vastai", "H100_SXM", "8", "on-demand", "-", "-", "16", "catalog", "-"]]
+    assert "catalog price (not an offer): snapshot: skypilot-catalog vast/vms.csv@01b8cdda, as of 2026-11-26" \
+        in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == ("catalog prices are list prices, not offers; for live offers set "
+                                                   "VAST_API_KEY (vastai)")
+    spot = cli_here("offers", "--provider", "vastai", "--count", "8", "--market", "spot", "--format", "json",
+                    home=home)
+    assert spot.returncode == 1 and json.loads(spot.stdout)["offers"] == [], "the list has no spot price: none shown"
+
+
 def test_offers_local_answers_without_a_price(home: Path) -> None:
     out = cli_here("offers", "--provider", "LOCAL", "--gpu", "cpu", "--market", "spot", home=home)
     assert out.returncode == 0, out.stderr

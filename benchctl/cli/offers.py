@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import click
 
 from benchctl.cli.options import CliState, pass_state
 
-COLUMNS = ["provider", "gpu", "count", "market", "region", "vcpus", "hourly_usd", "host"]
+COLUMNS = ["provider", "gpu", "count", "market", "region", "vcpus", "hourly_usd", "price_source", "host"]
 
 
 @click.command()
@@ -27,12 +28,15 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
     """GPUs, counts, markets and $/hr across the providers that answer, cheapest first.
 
     \b
-    A provider without its SDK or credentials is listed as skipped, with what it needs; a provider
-    that fails answers with one line. Exit 0 when at least one provider answered, 1 otherwise."""
+    A provider without its SDK or credentials is listed as skipped, with what it needs, and priced from
+    a public catalog where one lists the node (price_source catalog: not an offer; its source and
+    date below); a provider that fails answers with one line. Exit 0 when a provider answered or a
+    catalog priced something, 1 otherwise."""
     from benchctl.engine.providers import Providers
     from benchctl.errors import BenchctlError, ProviderUnavailable
     from benchctl.home import home
     from benchctl.provisioners.base import AuthError, OfferRequest, ProviderError, Unavailable
+    from benchctl.provisioners.catalog import catalog_price, credentials_line
     from benchctl.provisioners.registry import PROVIDERS
     from benchctl.report.render import render
     from benchctl.terminal_text import clean
@@ -40,7 +44,8 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
     names = _chosen(only, PROVIDERS)
     providers = Providers(home())
     rows: list[dict[str, Any]] = []
-    notes: dict[str, list[str]] = {"skipped": [], "errors": [], "answered": []}
+    notes: dict[str, list[str]] = {"skipped": [], "errors": [], "answered": [], "catalog": []}
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     for name in names:
         if name == "skypilot" and not cloud:  # its offers are one cloud's, and asking starts its API server
             notes["skipped"].append("skypilot: skipped: pass --cloud CLOUD (e.g. lambda) to ask SkyPilot")
@@ -49,6 +54,15 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
             provider = providers.get(name)
         except ProviderUnavailable as exc:
             notes["skipped"].append(f"{name}: skipped: {_without(name, clean(str(exc)))}")
+            for gpu in gpus:
+                for market in [m.lower() for m in markets] or ["on-demand", "spot"]:
+                    listed = catalog_price(name, OfferRequest(gpu=gpu, count=count, market=market,
+                                                              extra={"cloud": cloud} if cloud else {}))
+                    if listed is not None and not listed.note:  # a list without this market's price: none
+                        rows.append({"provider": name, "gpu": gpu, "count": count, "market": market, "region": None,
+                                     "vcpus": None, "hourly_usd": listed.hourly_usd, "price_source": "catalog",
+                                     "price_origin": listed.source, "price_as_of": listed.as_of, "host": None})
+                        notes["catalog"].append(name)
             continue
         failed = False
         for gpu in gpus:
@@ -67,12 +81,15 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
                     priced = not PROVIDERS[name].priced_by_user
                     rows.append({"provider": name, "gpu": offer.gpu, "count": offer.count, "market": offer.market,
                                  "region": offer.region, "vcpus": offer.vcpus,
-                                 "hourly_usd": offer.hourly_usd if priced else None, "host": offer.host})
+                                 "hourly_usd": offer.hourly_usd if priced else None,
+                                 "price_source": "offer" if priced else None, "price_origin": name if priced else None,
+                                 "price_as_of": now if priced else None, "host": offer.host})
             if failed:
                 break
         if not failed:
             notes["answered"].append(name)
     rows.sort(key=lambda r: (r["hourly_usd"] is None, r["hourly_usd"] or 0.0, r["provider"]))
+    notes["catalog"] = sorted(set(notes["catalog"]))
     fmt = fmt.lower()
     if fmt == "json":
         click.echo(render([], [], "json", payload={"offers": rows, **notes}))
@@ -81,11 +98,16 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
             click.echo(render(rows, COLUMNS, fmt, title="offers"))
         else:
             click.echo(f"no offers for {', '.join(gpus)} x{count}")
+        for origin, as_of in sorted({(r["price_origin"], r["price_as_of"]) for r in rows
+                                     if r["price_source"] == "catalog"}):
+            click.echo(f"catalog price (not an offer): {origin}, as of {as_of}")
         for line in notes["skipped"] + notes["errors"]:
             click.echo(line, err=True)
+        if notes["catalog"]:
+            click.echo(credentials_line(notes["catalog"]), err=True)
         if any(PROVIDERS[r["provider"]].priced_by_user for r in rows):
             click.echo("hourly_usd -: nobody bills these nodes; a campaign states their price_usd_per_hour", err=True)
-    if not notes["answered"]:
+    if not notes["answered"] and not notes["catalog"]:
         raise BenchctlError("no provider answered; `benchctl check` shows which credentials work")
 
 
