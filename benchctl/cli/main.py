@@ -18,6 +18,7 @@ from benchctl.cli.logs import logs
 from benchctl.cli.offers import offers
 from benchctl.cli.options import CliState
 from benchctl.cli.plan import plan
+from benchctl.cli.predict import predict_command
 from benchctl.cli.preflight import preflight_command
 from benchctl.cli.report import report_command
 from benchctl.cli.run import resume, run
@@ -52,6 +53,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
       benchctl offers --gpu H100_SXM --count 8  what each provider rents now, and at what $/hr
       benchctl check                            which providers' credentials work
       benchctl plan campaigns/h100-matrix.yaml  offers and worst-case spend, no launch
+      benchctl predict --model nanochat-d26 --gpu H100_SXM --count 8   step time before renting
       benchctl run campaigns/local-smoke.yaml   run (or continue) a campaign
       benchctl resume                           continue every unfinished campaign
       benchctl status                           cells, attempts and spend
@@ -65,7 +67,7 @@ def cli(ctx: click.Context, db: str | None, debug: bool) -> None:
 
 
 for command in (run, plan, resume, down, status, leaderboard, import_command, report_command,
-                comm_volume_command, preflight_command, logs, offers, check):
+                comm_volume_command, predict_command, preflight_command, logs, offers, check):
     for param in command.params:  # every choice (--format, --market) takes any case: JSON, Spot
         if isinstance(param.type, click.Choice):
             param.type.case_sensitive = False
