@@ -136,9 +136,8 @@ class Calibration:
 
     def optimizer_mfu(self, gpu: str) -> Figure:
         for model in (gpu, defaults()["gpu_classes"].get(gpu)):
-            values = [self._opt_mfu(p) for p in self.points if p.gpu == model and p.optimizer_ms
-                      and p.workload.world_size == 1]
-            values = [v for v in values if v and v > 0]
+            values = [v for p in self.points if p.gpu == model and p.optimizer_ms and p.workload.world_size == 1
+                      for v in (self._opt_mfu(p),) if v is not None and v > 0]
             if values:
                 mean = sum(values) / len(values)
                 return Figure(mean, min(values), max(values), "measured" if model == gpu else "published",

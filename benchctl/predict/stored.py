@@ -37,7 +37,7 @@ def _spec_numbers(spec_json: str) -> tuple[int | None, int]:
 
 
 def store_points(engine: Engine) -> tuple[list[ComputePoint], list[BusbwPoint]]:
-    camp, cell, result = (m.__table__ for m in (Campaign, Cell, Result))  # type: ignore[attr-defined]
+    camp, cell, result = (sa.inspect(m).local_table for m in (Campaign, Cell, Result))
     query = (sa.select(camp.c.name, camp.c.kind, camp.c.spec_json, cell.c.key, cell.c.gpu, cell.c.count,
                        cell.c.config_json, result.c.model, result.c.step_time_ms, result.c.optimizer_ms,
                        result.c.precision, result.c.attention, result.c.interconnect, result.c.busbw_gbps,
@@ -53,6 +53,7 @@ def store_points(engine: Engine) -> tuple[list[ComputePoint], list[BusbwPoint]]:
         kind = "imported" if row.kind == "imported" else "measured"
         source = f"{kind} in this store: {row.name}/{row.key}"
         nodes = _nodes(row.config_json)
+        world = int(row._mapping["count"]) * nodes  # Row.count is tuple.count
         wire = interconnect_class(row.interconnect)
         if wire and row.busbw_gbps and (row.busbw_bytes or 0) >= MIN_BUSBW_BYTES:
             busbw.append(BusbwPoint(row.gpu, wire, nodes, float(row.busbw_gbps), kind, source))
@@ -61,13 +62,13 @@ def store_points(engine: Engine) -> tuple[list[ComputePoint], list[BusbwPoint]]:
         if not row.model or tokens is None or not row.step_time_ms:
             continue
         try:
-            work = nanochat(row.model, row.count * nodes, tokens, seq_len,
+            work = nanochat(row.model, world, tokens, seq_len,
                             attention="sdpa" if row.attention == "sdpa" else "fa3")
         except UnknownPreset:
             continue
         fwd_bwd = row.step_time_ms - row.optimizer_ms if row.optimizer_ms else None
         compute.append(ComputePoint(row.gpu, row.precision or "bf16", work, float(row.step_time_ms), fwd_bwd,
-                                    row.optimizer_ms if row.count * nodes == 1 else None, kind, source, wire))
+                                    row.optimizer_ms if world == 1 else None, kind, source, wire))
     return compute, busbw
 
 
