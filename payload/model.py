@@ -9,10 +9,10 @@ lists them without building the model.
 
 As upstream, the token and value embeddings are stored in bf16 (so are the rotary tables); every
 other parameter is f32 and the compute runs under bf16 autocast on GPU (f32 on CPU, where the
-embeddings' output is cast up). Attention is causal with upstream's sliding-window pattern
-(``payload.presets.window_sizes``: short windows on most layers) and runs on Flash-Attention where
-the node's image has it (``flash_attn_interface``: FA3, ``flash_attn``: FA2; CUDA only), else on
-torch's SDPA (a boolean band mask on the short-window layers); ``GPT.attention`` names the kernel.
+embeddings' output is cast up); with ``fp8`` the Linears the record converts run their matmuls in fp8
+(``payload.fp8``). Attention is causal with upstream's sliding-window pattern
+(``payload.presets.window_sizes``: short windows on most layers) on the fastest kernel the node has
+(``payload.attention``: FA3, FA2, compiled flex_attention, SDPA); ``GPT.attention`` names it.
 ``build_model`` builds the module on the ``meta`` device and
 materialises it directly on the target device (``to_empty`` + ``init_weights``): no host copy of
 the weights, no CPU init.
@@ -20,27 +20,38 @@ the weights, no CPU init.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import Kernel, attend, block_mask, choose
 from .presets import VE_GATE_CHANNELS, ModelDims, window_sizes
 
 LOGIT_SOFTCAP = 15.0
 ROPE_BASE = 10000
 
 
-def build_model(dims: ModelDims, max_seq_len: int, device: torch.device | str, seed: int = 0) -> GPT:
-    """The model, built on ``meta`` and materialised on ``device`` (``meta`` itself: nothing is allocated)."""
+def build_model(dims: ModelDims, max_seq_len: int, device: torch.device | str, seed: int = 0, *,
+                compiled: bool = False, fp8: bool = False) -> GPT:
+    """The model, built on ``meta`` and materialised on ``device`` (``meta`` itself: nothing is allocated).
+    ``compiled``: the caller will ``torch.compile`` it (flex_attention is chosen only then);
+    ``fp8``: the record's Linears run fp8 matmuls (``payload.fp8.convert``)."""
     with torch.device("meta"):
         model = GPT(dims, max_seq_len)
-    if torch.device(device).type == "meta":
+    if fp8:
+        from .fp8 import convert
+
+        convert(model)
+    device = torch.device(device)
+    if device.type == "meta":
         return model
-    model.attention = attention_backend(torch.device(device))
-    materialise(model, torch.device(device))
+    model.kernel = choose(device, compiled)
+    materialise(model, device)
     model.init_weights(seed)
+    if model.kernel.name == "flex":  # the masks exist before compilation: the compiled graph only reads them
+        for window in set(model.window_sizes):
+            if window < max_seq_len - 1:
+                block_mask(model.kernel, window, max_seq_len, device)
     return model
 
 
@@ -65,41 +76,6 @@ def _compute_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def attention_backend(device: torch.device) -> str:
-    """``flash_attn3`` | ``flash_attn`` where that package imports and ``device`` is CUDA (FA3: a Hopper
-    GPU, the only one its kernels are built for), else ``sdpa``."""
-    if device.type == "cuda":
-        for module, name in (("flash_attn_interface", "flash_attn3"), ("flash_attn", "flash_attn")):
-            try:
-                importlib.import_module(module)
-            except ImportError:
-                continue
-            if name == "flash_attn3" and torch.cuda.get_device_capability(device)[0] != 9:
-                continue
-            return name
-    return "sdpa"
-
-
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, backend: str = "sdpa") -> torch.Tensor:
-    """Causal attention over (B, T, H, D) tensors where token i sees tokens i-window … i (all when window >= T-1)."""
-    t = q.size(1)
-    if backend != "sdpa":
-        module = importlib.import_module("flash_attn_interface" if backend == "flash_attn3" else "flash_attn")
-        q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()  # its kernels take bf16/fp16 only
-        out = module.flash_attn_func(q, k, v, causal=True, window_size=(window if window < t - 1 else -1, 0))
-        return out[0] if isinstance(out, tuple) else out
-    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    gqa = q.size(1) != k.size(1)
-    if window >= t - 1:
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    else:
-        pos = torch.arange(t, device=q.device)
-        behind = pos[:, None] - pos[None, :]  # query row minus key column
-        mask = (behind >= 0) & (behind <= window)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-    return y.transpose(1, 2)
-
-
 def _norm(x: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, (x.size(-1),))
 
@@ -122,7 +98,7 @@ class Attention(nn.Module):
         self.ve_gate = nn.Linear(VE_GATE_CHANNELS, dims.n_kv_head, bias=False) if has_value_embedding else None
 
     def forward(self, x: torch.Tensor, ve: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, window: int,
-                backend: str) -> torch.Tensor:
+                kernel: Kernel) -> torch.Tensor:
         b, t, _ = x.shape
         d = self.dims
         q = self.c_q(x).view(b, t, d.n_head, d.head_dim)
@@ -132,7 +108,7 @@ class Attention(nn.Module):
             gate = 2 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))
             v = v + gate.unsqueeze(-1) * ve.to(v.dtype).view(b, t, d.n_kv_head, d.head_dim)
         q, k = _norm(_rotary(q, cos, sin)), _norm(_rotary(k, cos, sin))
-        return self.c_proj(attend(q, k, v, window, backend).reshape(b, t, -1))
+        return self.c_proj(attend(q, k, v, window, kernel).reshape(b, t, -1))
 
 
 class MLP(nn.Module):
@@ -152,8 +128,8 @@ class Block(nn.Module):
         self.mlp = MLP(dims.dim)
 
     def forward(self, x: torch.Tensor, ve: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, window: int,
-                backend: str) -> torch.Tensor:
-        x = x + self.attn(_norm(x), ve, cos, sin, window, backend)
+                kernel: Kernel) -> torch.Tensor:
+        x = x + self.attn(_norm(x), ve, cos, sin, window, kernel)
         return x + self.mlp(_norm(x))
 
 
@@ -163,8 +139,8 @@ class GPT(nn.Module):
         self.dims = dims
         self.max_seq_len = max_seq_len
         self.window_sizes = window_sizes(dims.depth, max_seq_len)
-        self.attention = "sdpa"
-        """The attention kernel (``attention_backend``); ``build_model`` picks it for the device."""
+        self.kernel = Kernel()
+        """The attention kernel (``payload.attention.choose``); ``build_model`` picks it for the device."""
         kv = dims.n_kv_head * dims.head_dim
         self.wte = _embedding(dims.vocab_size, dims.dim)
         self.value_embeds = nn.ModuleDict({str(i): _embedding(dims.vocab_size, kv)
@@ -220,10 +196,15 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
             ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
-            x = block(x, ve, cos, sin, self.window_sizes[i], self.attention)
+            x = block(x, ve, cos, sin, self.window_sizes[i], self.kernel)
         logits = self.lm_head(_norm(x)).float()
         logits = LOGIT_SOFTCAP * torch.tanh(logits / LOGIT_SOFTCAP)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+    @property
+    def attention(self) -> str:
+        """The attention kernel's name, as every sample records it."""
+        return self.kernel.name
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token: 6 × matmul parameters (embeddings excluded) + attention, 12·d·min(window, T)

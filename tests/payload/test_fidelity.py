@@ -15,6 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 from benchctl.payload import model as model_module
 from benchctl.payload import optim, profile
+from benchctl.payload.attention import Kernel
 from benchctl.payload.job import Job, ProfileConfig
 from benchctl.payload.model import attend, build_model
 from benchctl.payload.presets import model_dims, window_sizes
@@ -200,42 +201,14 @@ def test_the_model_runs_each_layer_at_its_window(monkeypatch: pytest.MonkeyPatch
     seen: list[tuple[int, str]] = []
     real = model_module.attend
 
-    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, backend: str = "sdpa") -> torch.Tensor:
-        seen.append((window, backend))
-        return real(q, k, v, window, backend)
+    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, kernel: Kernel) -> torch.Tensor:
+        seen.append((window, kernel.name))
+        return real(q, k, v, window, kernel)
 
     monkeypatch.setattr(model_module, "attend", spy)
     model = build_model(model_dims("nanochat-d4", 64), 16, "cpu")
     model(torch.randint(0, 64, (1, 16)), torch.randint(0, 64, (1, 16)))
     assert seen == [(8, "sdpa"), (8, "sdpa"), (8, "sdpa"), (16, "sdpa")]
-
-
-def test_flash_attention_is_chosen_only_on_cuda_where_the_image_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    imported: list[str] = []
-
-    def fake_import(name: str) -> object:
-        imported.append(name)
-        if name == "flash_attn":
-            return object()
-        raise ImportError(name)
-
-    monkeypatch.setattr(model_module.importlib, "import_module", fake_import)
-    assert model_module.attention_backend(torch.device("cpu")) == "sdpa" and imported == []
-    assert model_module.attention_backend(torch.device("cuda", 0)) == "flash_attn"
-    assert imported == ["flash_attn_interface", "flash_attn"]
-
-
-@pytest.mark.parametrize(("capability", "expected"), [((9, 0), "flash_attn3"), ((8, 0), "sdpa"), ((10, 0), "sdpa")])
-def test_flash_attention_3_only_on_hopper(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int],
-                                          expected: str) -> None:
-    def fake_import(name: str) -> object:
-        if name == "flash_attn_interface":
-            return object()
-        raise ImportError(name)
-
-    monkeypatch.setattr(model_module.importlib, "import_module", fake_import)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    assert model_module.attention_backend(torch.device("cuda", 0)) == expected
 
 
 # -- 4. GC frozen after the warm-up ----------------------------------------------------------------
