@@ -3,7 +3,8 @@ could cost, without launching.
 
 Per cell: the offer the engine would take (the provider's cheapest that fits), its $/hr and
 market, the expected spend (one attempt that succeeds, billed up to the attempt's time limit) and
-the worst-case spend (max_attempts × price × the attempt's worst-case duration); the profile's
+the worst-case spend (max_attempts × price × the attempt's worst-case duration); the predicted
+step time and cost-to-train (``predicted_cost``, ranked by ``predicted_rank``); the profile's
 memory estimate per GPU and the card's memory (``benchctl.campaign.memory_fit``). A cell without a price
 (no offer now, its provider unusable or unreachable) has an unknown worst case (None), never 0,
 and so has the matrix then. A cell of ``nodes`` > 1 is priced as its nodes together (each $/hr ×
@@ -32,11 +33,13 @@ from benchctl.campaign.spec import Campaign, CellSpec
 from benchctl.engine.attempt_limits import attempt_worst_case_s
 from benchctl.engine.providers import Providers, offer_request
 from benchctl.errors import BenchctlError, ProviderUnavailable, UsageError
+from benchctl.payload.presets import target_steps
 from benchctl.provisioners.base import ProviderError
 from benchctl.provisioners.catalog import catalog_price
 
 COLUMNS = ("cell", "provider", "nodes", "market", "offer", "host", "vcpus", "hourly_usd", "price_source",
-           "expected_usd", "worst_case_usd", "mem_est_gib", "gpu_mem_gib", "warning")
+           "predicted_step_ms", "predicted_cost_usd", "predicted_rank", "expected_usd", "worst_case_usd", "mem_est_gib",
+           "gpu_mem_gib", "warning")
 
 
 class NoProviderAnswered(BenchctlError):
@@ -189,11 +192,14 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
             row.update(hourly_usd=hourly, price_source="catalog", price_origin=listed.source,
                        price_as_of=listed.as_of, expected_usd=round(hourly * hours, 4),
                        worst_case_usd=round(cell.max_attempts * hourly * hours, 4),
-                       warning="not an offer" + (f": {listed.note}" if listed.note else ""))
+                       warning=("offers failed (below); " if cell.provider in failed else "")
+                       + "not an offer" + (f": {listed.note}" if listed.note else ""))
         elif row["warning"] is None:
             row["warning"] = "no offer now"
             warnings.append(f"{cell.key}: no offer now")
+        row.update(predicted_cost(campaign, cell, row["hourly_usd"]))
         rows.append(row)
+    rank_predicted(rows)
     if failed and not answered and not unavailable:
         raise NoProviderAnswered("no provider answered for offers, so nothing could be planned: " + "; ".join(
             f"{name}: {problem}" for name, problem in sorted(failed.items())) + ". Fix that (or wait) and plan again")
@@ -206,6 +212,34 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
     unknown = any(r["worst_case_usd"] is None for r in rows)
     return Plan(rows, None if unknown else priced, priced, campaign.spec.budget_usd, warnings, spent_usd,
                 unavailable, failed)
+
+
+def predicted_cost(campaign: Campaign, cell: CellSpec, hourly_usd: float | None) -> dict[str, Any]:
+    """``predicted_step_ms`` (``benchctl predict``'s model, published defaults: the profile's model,
+    tokens per step and sequence length, bf16, the cell's GPU and count) and ``predicted_cost_usd``
+    (that step × the target's steps at ``hourly_usd``); None where the cell names no GPU model or
+    count (an instance type) or has no price."""
+    from benchctl.payload.gpu_models import BF16_PEAK_FLOPS
+    from benchctl.predict.service import predict_for
+
+    none: dict[str, Any] = {"predicted_step_ms": None, "predicted_cost_usd": None, "predicted_rank": None}
+    if cell.gpu not in BF16_PEAK_FLOPS or cell.count is None:
+        return none
+    spec = campaign.spec
+    step_ms = predict_for(None, cell.gpu, cell.count, cell.nodes, "bf16", model=spec.target.model,
+                          tokens_per_step=spec.target.total_batch_size,
+                          sequence_len=spec.payload.profile.sequence_len).mid.step_ms
+    steps = target_steps(spec.target.model, spec.target.target_param_data_ratio, spec.target.total_batch_size,
+                         spec.target.vocab_size)
+    cost = None if hourly_usd is None else round(step_ms / 1000 * steps / 3600 * hourly_usd, 2)
+    return {**none, "predicted_step_ms": round(step_ms, 1), "predicted_cost_usd": cost}
+
+
+def rank_predicted(rows: list[dict[str, Any]]) -> None:
+    """``predicted_rank``: 1 for the cheapest predicted cost-to-train, None without one."""
+    priced = sorted((r for r in rows if r["predicted_cost_usd"] is not None), key=lambda r: r["predicted_cost_usd"])
+    for rank, row in enumerate(priced, start=1):
+        row["predicted_rank"] = rank
 
 
 def compact_table(plan: Plan) -> list[str]:

@@ -3,13 +3,16 @@ a store is given) and the model together; what ``predict`` and ``plan`` call."""
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING
 
 from benchctl.errors import UsageError
 from benchctl.payload.presets import UnknownPreset
 from benchctl.predict.calibration import Calibration
 from benchctl.predict.model import Prediction, predict
 from benchctl.predict.workload import custom, nanochat
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 def calibration(engine: Engine | None) -> Calibration:
