@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchctl.store import queries as q
-from tests.conftest import REPO, TINY_CAMPAIGN, cli_here, run_cli
+from tests.conftest import TINY_CAMPAIGN, cli_here, run_cli
 from tests.fakes.runpod_fake import FakeRunPod, running_fake_runpod
 from tests.local_campaign import home_store
 
@@ -69,8 +69,8 @@ def test_plan_with_a_provider_down_is_one_line_unknown_spend_and_exit_1(home: Pa
     assert result.returncode == 1, (result.stdout, result.stderr)
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: runpod: offers failed: ") and "401" in line
-    assert "unknown for the 2 cell(s) without an offer" in result.stdout
-    assert result.stdout.count("offers failed (below)") == 2
+    assert result.stdout.count("offers failed (below); not an offer") == 2, "priced from the catalog instead"
+    assert "catalog price (not an offer): snapshot: skypilot-catalog runpod/vms.csv" in result.stdout
     assert "worst case $0.00" not in result.stdout
 
 
@@ -84,21 +84,23 @@ def test_run_with_a_provider_down_is_one_line_exit_1(home: Path, tmp_path: Path,
 
 
 def test_plan_without_credentials_shows_every_cell_with_what_it_needs(home: Path, tmp_path: Path) -> None:
+    """A cell no catalog lists (RunPod A100 SXM here) says what its provider needs, has an unknown
+    worst case, and keeps plan's exit 2; its neighbour that a catalog lists is priced from it."""
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"), "RUNPOD_API_KEY": "",
-           "VAST_API_KEY": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
-           "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    result = run_cli("plan", str(REPO / "campaigns" / "h100-matrix.yaml"), "--format", "json", home=home, env=env)
+           "SKY_RUNTIME_DIR": str(tmp_path / "no-sky")}
+    path = _campaign(tmp_path, "  - {provider: runpod, gpu: [H100_SXM, A100_SXM], count: 1, market: on-demand}\n")
+    result = run_cli("plan", str(path), "--format", "json", home=home, env=env)
     assert result.returncode == 2, result.stderr
     import json
 
     plan = json.loads(result.stdout)
     rows = {r["cell"]: r for r in plan["cells"]}
-    assert len(rows) > 1
-    assert rows["runpod:H100_SXMx8:on-demand"]["warning"].startswith("needs no API key: set RUNPOD_API_KEY")
-    assert all(r["warning"].startswith("needs ") for r in rows.values()), rows
+    assert rows["runpod:A100_SXMx1:on-demand"]["warning"].startswith("needs no API key: set RUNPOD_API_KEY")
+    assert rows["runpod:A100_SXMx1:on-demand"]["price_source"] is None
+    assert rows["runpod:H100_SXMx1:on-demand"]["price_source"] == "catalog"
     assert plan["worst_case_usd"] is None
-    assert len(result.stderr.strip().splitlines()) == 3
+    assert result.stderr.strip().splitlines() == [
+        "error: runpod: no API key: set RUNPOD_API_KEY, or put api_key in ~/.runpod/config.toml (`runpod config`)"]
 
 
 def test_a_cell_without_a_price_makes_run_ask_for_the_whole_budget(home: Path, tmp_path: Path,
