@@ -46,6 +46,8 @@ class ProfileConfig:
     """``torch.compile`` the model and the optimizer's updates on GPU (never on CPU)."""
     host_data: str = "synthetic"
     """One of HOST_DATA: ``tokenize`` makes every micro-step's batch by tokenizing text on the host."""
+    precision: str | None = None
+    """``fp8`` | ``bf16`` matmuls; None: as the record, fp8 where the GPU has it (``payload.fp8.choose_precision``)."""
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,9 @@ class ProfileSpec(_Strict):
     compile: bool = Field(default=True, description="torch.compile the model and optimizer updates on GPU")
     host_data: HostData = Field(default="synthetic", description="tokenize: every micro-step's batch is made by "
                                 "tokenizing text on the node's CPUs, as upstream's loader (payload.host_data)")
+    precision: Literal["fp8", "bf16"] | None = Field(
+        default=None, description="matmul precision; default as the d26 record: fp8 on GPUs with fp8 tensor cores "
+        "(compute capability 8.9+: H100, H200, L4, L40S), else bf16 (payload.fp8)")
 
 
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
@@ -464,7 +467,7 @@ class Campaign(BaseModel):
         return ProfileConfig(model=t.model, device_batch_size=p.device_batch_size, sequence_len=p.sequence_len,
                              total_batch_size=t.total_batch_size, warmup_steps=p.warmup_steps, steps=p.steps,
                              vocab_size=t.vocab_size, phase_timing=p.phase_timing, nsys=p.nsys,
-                             compile=p.compile, host_data=p.host_data)
+                             compile=p.compile, host_data=p.host_data, precision=p.precision)
 
 
 def load_campaign(path: str | Path) -> Campaign:
