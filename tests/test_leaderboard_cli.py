@@ -66,7 +66,7 @@ def test_a_ranking_compares_one_model_over_one_target(store: Path, tmp_path: Pat
     assert [r["cost_to_train_usd"] for r in d26] == sorted(r["cost_to_train_usd"] for r in d26)
     table = cli_here("leaderboard", home=store).stdout
     assert header(table)[:2] == ["rank", "model"]
-    assert table.splitlines()[0] == "cost-to-train, ranked within each model and target"
+    assert table.splitlines()[0] == "cost-to-train, ranked within each model, target and precision"
     assert "nanochat-d2 " in table and "nanochat-d26 " in table
     # the same model over a longer target is another ranking, and the table says which is which
     longer = tmp_path / "longer.yaml"
@@ -79,6 +79,30 @@ def test_a_ranking_compares_one_model_over_one_target(store: Path, tmp_path: Pat
     assert f"nanochat-d2 ({d2[0][1]:,} steps)" in table and f"nanochat-d2 ({d2[2][1]:,} steps)" in table
     one = cli_here("leaderboard", "--model", "nanochat-d26", home=store).stdout
     assert one.splitlines()[0] == "cost-to-train of nanochat-d26 over 14,889 target steps"
+
+
+def test_fp8_and_bf16_steps_rank_apart_and_the_table_says_which(store: Path, tmp_path: Path) -> None:
+    """An fp8 step (the record's) is not a bf16 one: same model and target, two rankings (issue 28 item 1)."""
+    rows = tmp_path / "precisions.yaml"
+    rows.write_text(f"""\
+- {{provider: lambda, gpu: H100_SXM, count: 8, market: on-demand, hourly_usd: 23.92, step_time_ms: 705,
+   precision: fp8, target: {D26}}}
+- {{provider: runpod, gpu: H100_SXM, count: 8, market: on-demand, hourly_usd: 30.0, step_time_ms: 832,
+   precision: bf16, target: {D26}}}
+- {{provider: aws, gpu: H100_SXM, count: 8, market: on-demand, hourly_usd: 20.0, step_time_ms: 832,
+   precision: bf16, target: {D26}}}
+""")
+    assert cli_here("import", str(rows), "--campaign", "Prec", home=store).returncode == 0
+    ranked = [(r["precision"], r["provider"], r["rank"]) for r in board(store, "--campaign", "Prec")]
+    assert ranked == [("bf16", "aws", 1), ("bf16", "runpod", 2), ("fp8", "lambda", 1)]
+    table = cli_here("leaderboard", "--campaign", "Prec", home=store).stdout
+    assert "nanochat-d26 (fp8)" in table and "nanochat-d26 (bf16)" in table
+    top = board(store, "--campaign", "Prec", "--top", "1")  # the ranking read from a few columns agrees
+    assert [(r["precision"], r["rank"]) for r in top] == [("bf16", 1), ("fp8", 1)]
+    one = cli_here("leaderboard", "--campaign", "Prec", "--top", "1", "--format", "table", home=store).stdout
+    assert one.splitlines()[0] == "cost-to-train, ranked within each model, target and precision"
+    fp8 = cli_here("leaderboard", "--campaign", "Prec", "--provider", "lambda", home=store).stdout
+    assert fp8.splitlines()[0] == "cost-to-train of nanochat-d26 over 14,889 target steps, fp8 matmuls"
 
 
 def test_narrow_default_wide_columns_and_top(store: Path) -> None:

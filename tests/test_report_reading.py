@@ -190,3 +190,22 @@ def test_the_page_says_where_the_workload_differs_from_upstream_nanochat() -> No
     assert text.index('id="c0-leaderboard"') < note.start()
     imported = replace(data, model="my-own-model")  # not a nanochat preset: nothing to compare with
     assert 'id="c0-workload"' not in page([(imported, figures(imported, "c0"))], 0.0)
+
+
+def test_the_ranking_across_campaigns_keeps_fp8_and_bf16_steps_apart() -> None:
+    """An fp8 step is not a bf16 one (issue 28 item 1): same model, two tables, each titled with its precision."""
+    from types import SimpleNamespace
+
+    from benchctl.report.html import ranking
+
+    def row(provider: str, cost: float, precision: str) -> dict[str, object]:
+        return {"model": "nanochat-d26", "precision": precision, "cost_to_train_usd": cost, "campaign": "c",
+                "cell": provider, "gpu": "H100_SXM", "count": 8, "market": "on-demand", "hourly_usd": 1.0,
+                "step_time_ms": 700.0}
+
+    data = SimpleNamespace(model="nanochat-d26", leaderboard=[row("a", 100.0, "fp8"), row("b", 90.0, "bf16"),
+                                                               row("c", 120.0, "bf16")])
+    text = ranking([(data, {})])  # type: ignore[list-item]
+    tables = re.findall(r'<h3 id="ranking-\d+-title">(.*?)</h3>.*?<tbody>(.*?)</tbody>', text, re.S)
+    assert [title for title, _ in tables] == ["nanochat-d26, bf16", "nanochat-d26, fp8"]
+    assert "cheapest" in tables[1][1] and ">a<" in tables[1][1] and ">b<" not in tables[1][1]

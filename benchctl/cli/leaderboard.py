@@ -114,12 +114,15 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         click.echo(f"no results match {given}" if given else "no results yet: run a campaign with `benchctl run FILE`")
     else:
         groups = {rank_group(r) for r in order if r["rank"] is not None}
-        several = {m for m, _ in groups if m is not None and sum(1 for g in groups if g[0] == m) > 1}
-        title = "cost-to-train, ranked within each model and target"
+        several = {m for m, _, _ in groups if m is not None and len({g[1] for g in groups if g[0] == m}) > 1}
+        mixed = {m for m, _, _ in groups if m is not None and len({g[2] for g in groups if g[0] == m}) > 1}
+        title = "cost-to-train, ranked within each model, target and precision"
         if len(groups) == 1:
-            ((model, steps),) = groups
+            ((model, steps, precision),) = groups
             title = f"cost-to-train of {model or 'the target'} over {steps:,} target steps"
-        click.echo(render([display_row(r, with_steps=r["model"] in several) for r in rows],
+            title += f", {precision} matmuls" if precision else ""
+        click.echo(render([display_row(r, with_steps=r["model"] in several, with_precision=r["model"] in mixed)
+                           for r in rows],
                           columns or NARROW_COLUMNS, fmt, title=title))
         if more > 0:
             click.echo(f"… {more:,} more rows: --all shows every one, --top N the N cheapest of each model and "

@@ -247,18 +247,21 @@ RANKING_COLUMNS = ("rank", "campaign", "cell", "configuration", "market", "$/hr"
 
 def ranking(sections: Sequence[tuple[CampaignData, dict[str, str]]]) -> str:
     """Every cell with a result across the campaigns, cheapest cost-to-train first, one table per model
-    (a cost to train one model does not rank against another's)."""
-    by_model: dict[str, list[dict[str, Any]]] = {}
+    and matmul precision (a cost to train one model does not rank against another's, nor an fp8 step
+    against a bf16 one)."""
+    by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for data, _ in sections:
         for row in data.leaderboard:
             if row.get("cost_to_train_usd") is not None:
-                by_model.setdefault(str(row.get("model") or data.model), []).append(row)
+                key = (str(row.get("model") or data.model), str(row.get("precision") or ""))
+                by_model.setdefault(key, []).append(row)
     out = ['<section id="ranking"><h2>ranking across campaigns</h2><p class="note">Every cell with a result, '
-           "cheapest cost-to-train first; one table per model, as costs of training different models do not "
-           "compare.</p>"]
+           "cheapest cost-to-train first; one table per model and precision, as costs of training different "
+           "models do not compare, nor fp8 steps with bf16 ones.</p>"]
     if not by_model:
         out.append('<p class="note">no cell has a result yet</p>')
-    for k, (model, rows) in enumerate(sorted(by_model.items())):
+    precisions = {model: {p for m, p in by_model if m == model} for model, _ in by_model}
+    for k, ((model, precision), rows) in enumerate(sorted(by_model.items())):
         rows.sort(key=lambda r: (float(r["cost_to_train_usd"]), str(r.get("campaign")), str(r.get("cell"))))
         more = len(rows) - TABLE_ROWS
         rows = rows[:TABLE_ROWS]
@@ -273,7 +276,8 @@ def ranking(sections: Sequence[tuple[CampaignData, dict[str, str]]]) -> str:
             body.append("<tr>" + "".join(f"<td class=num>{_e(v)}</td>" if _numeric(v) else f"<td>{_breakable(v)}</td>"
                                          for v in values) + "</tr>")
         head = "".join(f"<th>{_e(c)}</th>" for c in RANKING_COLUMNS)
-        out.append(f'<h3 id="ranking-{k}-title">{_e(model)}</h3><div class="wide"><table id="ranking-{k}">'
+        title = f"{model}, {precision or 'precision not recorded'}" if len(precisions[model]) > 1 else model
+        out.append(f'<h3 id="ranking-{k}-title">{_e(title)}</h3><div class="wide"><table id="ranking-{k}">'
                    f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
         if more > 0:
             out.append(f'<p class="note">{more:,} more cells of {_e(model)} are not listed: `benchctl leaderboard '

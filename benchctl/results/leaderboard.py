@@ -99,13 +99,14 @@ BY_ID = 5_000
 def ranking(engine: Engine, filters: Filters) -> list[dict[str, Any]]:
     """Every row's place, ranked as ``leaderboard_rows`` ranks them, from the columns ranking needs
     only (``cell_id``, ``model``, ``target_steps``, ``cost_to_train_usd``, ``campaign``, ``cell``,
-    ``rank``): what a command that shows a part of the leaderboard reads for every row."""
+    ``precision``, ``rank``): what a command that shows a part of the leaderboard reads for every row."""
     cell, result, camp = _table(Cell), _table(Result), _table(Campaign)
     query = _query(filters).with_only_columns(cell.c.id, result.c.model, result.c.target_steps,
-                                              result.c.cost_to_train_usd, camp.c.name, cell.c.key)
+                                              result.c.cost_to_train_usd, camp.c.name, cell.c.key, result.c.precision)
     with engine.connect() as conn:
         rows = [{"cell_id": i, "model": model, "target_steps": steps, "cost_to_train_usd": cost, "campaign": name,
-                 "cell": key, "rank": None} for i, model, steps, cost, name, key in conn.execute(query)]
+                 "cell": key, "precision": precision, "rank": None}
+                for i, model, steps, cost, name, key, precision in conn.execute(query)]
     return _ranked(rows)
 
 
@@ -134,9 +135,10 @@ def _query(filters: Filters) -> sa.Select[Any]:
     return query
 
 
-def rank_group(row: dict[str, Any]) -> tuple[str | None, int | None]:
-    """What a row is ranked among: rows pricing the same model over the same target steps."""
-    return row["model"], row["target_steps"]
+def rank_group(row: dict[str, Any]) -> tuple[str | None, int | None, str | None]:
+    """What a row is ranked among: rows pricing the same model over the same target steps with
+    matmuls of the same precision (an fp8 step is not a bf16 one: the record's fp8 is ≈ 15 % faster)."""
+    return row["model"], row["target_steps"], row.get("precision")
 
 
 @functools.lru_cache(maxsize=256)
@@ -150,7 +152,7 @@ def _natural(text: str | None) -> tuple[Any, ...]:
 def _rank_order(row: dict[str, Any]) -> tuple[Any, ...]:
     cost = row["cost_to_train_usd"]
     return (cost is None, _natural(row["model"]) if cost is not None else (), row["target_steps"] or 0,
-            cost or 0.0, row["campaign"], row["cell"])
+            row.get("precision") or "", cost or 0.0, row["campaign"], row["cell"])
 
 
 _FILTER_FLAGS = ("--campaign", "--provider", "--market", "--model")
@@ -267,10 +269,11 @@ def _how(row: dict[str, Any]) -> str:
     return f"{precision}, {host}" if host and host != "synthetic" else precision
 
 
-def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]:
+def display_row(row: dict[str, Any], with_steps: bool = False, with_precision: bool = False) -> dict[str, Any]:
     """The row composed for a person (TABLE_COLUMNS): configuration = gpu×count and env; node =
     interconnect, vCPUs and NUMA layout; step time as median, p10-p90 beside it. ``with_steps``:
-    the model also says its target steps (when one model is ranked over several targets)."""
+    the model also says its target steps (when one model is ranked over several targets);
+    ``with_precision``: its matmul precision (when one model is ranked at several precisions)."""
     node = [row["interconnect"], f"{row['vcpus']} vCPU" if row["vcpus"] else None,
             f"NUMA {row['numa']}" if row["numa"] else None]
     nodes = f"{row['nodes']} nodes × " if (row.get("nodes") or 1) > 1 else ""
@@ -281,8 +284,11 @@ def display_row(row: dict[str, Any], with_steps: bool = False) -> dict[str, Any]
     both = ("-" if row["cost_spot_usd"] is None
             else f"{_num(row['cost_spot_usd'], 2)} / {_num(row['cost_on_demand_usd'], 2)}")
     model = row["model"] or "-"
-    if with_steps and row["model"] and row["target_steps"] is not None:
-        model += f" ({row['target_steps']:,} steps)"
+    said = [f"{row['target_steps']:,} steps"] if with_steps and row["model"] and row["target_steps"] is not None else []
+    if with_precision and row["model"]:
+        said.append(row.get("precision") or "precision not recorded")
+    if said:
+        model += f" ({', '.join(said)})"
     return {"rank": row["rank"], "model": model, "campaign": row["campaign"], "provider": row["provider"],
             "cell": row["cell"], "configuration": ", ".join(c for c in config if c),
             "node": ", ".join(n for n in node if n) or "-", "precision": _how(row),
