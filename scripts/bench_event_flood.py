@@ -4,8 +4,9 @@
     .venv/bin/python scripts/bench_event_flood.py [--lines 1000000 10000000] [--line x]
 
 For each size, a fresh home and a two-cell local campaign (phases: command): one cell's command
-appends LINES junk lines (``--line``, default ``x``: 2 bytes a line) to its ``events.jsonl``, the
-other cell's command sleeps 2 s and ends well (it must not be stalled by its neighbour). Peak RSS
+appends LINES junk lines (``--line``, default ``x``: 2 bytes a line; or a valid event of
+``--message-bytes``) to its ``events.jsonl``, the other cell's command sleeps 2 s and ends well
+(it must not be stalled by its neighbour: its attempt's time is printed). Peak RSS
 is the controller process's own ``VmHWM`` (``/proc/PID/status``), read until it exits. Prints one
 line per size: run time, run peak RSS, the cells' final states, event rows stored, database size,
 then `logs` time, peak RSS and lines printed.
@@ -75,10 +76,14 @@ def bench(lines: int, line: str) -> dict[str, object]:
             states = dict(conn.execute("SELECT json_extract(config_json, '$.env.FLOOD'), state FROM cell"))
             rows = conn.execute("SELECT count(*) FROM event").fetchone()[0]
             keys = dict(conn.execute("SELECT json_extract(config_json, '$.env.FLOOD'), key FROM cell"))
+            quiet_s = conn.execute("SELECT a.terminated_at - a.launched_at FROM attempt a JOIN cell c ON "
+                                   "a.cell_id = c.id WHERE json_extract(c.config_json, '$.env.FLOOD') = 'no'"
+                                   ).fetchone()[0]
         db_bytes = sum(p.stat().st_size for p in db.parent.glob("benchctl.db*"))
         logs_s, logs_rss, logs_rc, logs_out = _peak_rss([benchctl, "logs", keys["yes"] or ""], env)
         return {"lines": lines, "run_s": round(run_s, 1), "run_peak_rss_mb": round(run_rss / 2**20),
-                "run_exit": run_rc, "states": states, "event_rows": rows, "db_mb": round(db_bytes / 2**20, 1),
+                "run_exit": run_rc, "states": states, "quiet_cell_s": round(quiet_s, 1),
+                "event_rows": rows, "db_mb": round(db_bytes / 2**20, 1),
                 "logs_s": round(logs_s, 1), "logs_peak_rss_mb": round(logs_rss / 2**20), "logs_exit": logs_rc,
                 "logs_lines": len(logs_out.splitlines()),
                 "run_tail": run_out.strip().splitlines()[-3:] if run_rc else [],
@@ -89,9 +94,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--line", default="x", help="the junk line (yes(1) repeats it)")
+    parser.add_argument("--message-bytes", type=int, metavar="N",
+                        help="instead of --line: a valid error event whose message is N bytes")
     args = parser.parse_args()
+    line = args.line if args.message_bytes is None else json.dumps(
+        {"t": 1, "kind": "error", "message": "x" * args.message_bytes})
     for lines in args.lines:
-        print(json.dumps(bench(lines, args.line)), flush=True)
+        print(json.dumps(bench(lines, line)), flush=True)
 
 
 if __name__ == "__main__":
