@@ -238,7 +238,7 @@ def test_import_json_output(home: Path, tmp_path: Path) -> None:
     out = cli_here("import", str(rows), "--campaign", "published", "--format", "json", home=home)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"campaign": "published", "results": 1, "skipped": 0, "collectives": 0,
-                                      "logs_read_as": []}
+                                      "logs_read_as": [], "left_out": None}
 
 
 def _runnable_campaign(home: Path, name: str) -> int:
