@@ -66,9 +66,11 @@ class Topology:
 
 _GPU = re.compile(r"GPU\d+")
 _LINK = re.compile(r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
-_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|(?:\^\[)?\[[0-9;]*m")
 """ANSI control sequences: nvidia-smi 580 underlines the topo header (``\\x1b[4m`` … ``\\x1b[0m``) even
-when it writes to a file."""
+when it writes to a file; a paste often keeps them with the ESC byte gone (``[4mGPU0`` … ``[0m``, as in
+sgl-project/sglang#26039) or shown as ``^[``. Without the ESC only colour codes (``[…m``) are dropped:
+nothing else in the matrix ends that way."""
 
 
 def parse_topo(text: str) -> Topology:

@@ -115,3 +115,19 @@ def test_a_captured_matrix_with_terminal_escapes_is_read(tmp_path: Path) -> None
     assert check_topology(facts, Expect("H200", 1), {})["status"] == "pass"
     numa = check_numa(facts, Expect("H200", 1), {})
     assert numa["status"] == "pass" and numa["observed"]["gpu_numa"] == {"0": 0}
+
+
+def test_a_pasted_matrix_whose_escape_bytes_were_stripped_is_read(tmp_path: Path) -> None:
+    # a paste keeps nvidia-smi 580's underline codes without the ESC byte ("[4mGPU0 ... GPU NUMA ID[0m",
+    # sgl-project/sglang#26039, 8× B300): the old reader dropped only real escapes, found no GPU0
+    # header and warned "could not be read", skipping the NUMA check that this node fails
+    name = "sglang-26039-8xb300-escapes-stripped-tabs.txt"
+    text = (REAL / name).read_text()
+    assert "\t[4mGPU0\t" in text and "\x1b" not in text
+    topo = _topo(name)
+    assert topo.problem == ""
+    assert (len(topo.gpus), nf.classify_topology(topo), nf.nvlink_width(topo)) == (8, "nvswitch_mesh", 18)
+    assert [topo.numa[i] for i in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert check_numa(_facts(tmp_path, name), Expect("H100_SXM", 8), {})["status"] == "warn"
+    # shown as cat -v shows it ("^[[4m"), the same
+    assert nf.parse_topo(text.replace("[4m", "^[[4m").replace("[0m", "^[[0m")).gpus == topo.gpus
