@@ -27,9 +27,11 @@ UPSTREAM_DIFFERENCES = (
     "dtype, as upstream (a67eba3). Where it differs, on purpose: Muon's orthogonalisation uses the classic "
     "quintic Newton-Schulz coefficients, not upstream's per-step Polar Express ones (the same matmuls), and "
     "upstream's NorMuon variance reduction and weight decay are left out (elementwise work on each rank's "
-    "shard, estimated under 0.3 % of a d26 step); matmuls are bf16, not the d26 record's fp8, and attention "
-    "falls back to SDPA where the node's image has no Flash-Attention (each result names its precision and "
-    "attention kernel); the batches are synthetic unless the campaign asks for host tokenizing.")
+    "shard, estimated under 0.3 % of a d26 step); fp8 matmuls (the default on GPUs with fp8, as the record) are "
+    "the payload's own tensorwise fp8 through the same torch._scaled_mm kernels as the record's torchao, opaque "
+    "to torch.compile as upstream's own fp8 is; where the node has no Flash-Attention, attention runs compiled "
+    "flex_attention with a sliding-window block mask instead of upstream's SDPA fallback (each result names its "
+    "precision and attention kernel); the batches are synthetic unless the campaign asks for host tokenizing.")
 """Where the profile's workload differs from upstream nanochat's, as the report tells its reader."""
 
 
