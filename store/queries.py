@@ -322,6 +322,13 @@ def retry_busy(write: Callable[[], T], tries: int = BUSY_TRIES) -> T:
     raise AssertionError("unreachable")
 
 
+def stored_event_bytes(engine: Engine, attempt_id: int) -> int:
+    """The length of the attempt's stored events' data (what its lines hold beside t, kind, phase)."""
+    with Session(engine) as s:
+        return int(s.exec(select(func.coalesce(func.sum(func.length(Event.data_json)), 0))
+                          .where(Event.attempt_id == attempt_id)).one())
+
+
 def malformed_stored(engine: Engine, attempt_id: int) -> int:
     """How many of the attempt's stored events are malformed lines (error events marked ``malformed_event``)."""
     with Session(engine) as s:
