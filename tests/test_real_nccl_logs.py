@@ -104,3 +104,21 @@ def test_import_reports_what_each_log_was_read_as(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "dgx-spark-gb10-2ranks.log: all_reduce, 2 ranks, 4 sizes, largest 65,536 B at busbw 0.96 GB/s " \
            "(nccl-tests 2.20.0)" in result.stdout
+
+
+def test_srun_l_labels_padded_for_ten_or_more_tasks_are_read() -> None:
+    # 2 nodes × 8 tasks under `srun -l`: Slurm pads the task label to two digits (" 0: "), which the
+    # reader left in place and so found no header line ("is this an nccl-tests log?")
+    text = (REAL / "nccl-tests-290-2x-h100-16ranks-srun-l-padded.log").read_text()
+    assert text.startswith(" 0: # nThread") and "\n 0:\n" in text + "\n"
+    assert looks_like_nccl_log(text)
+    rows = read_nccl_log(Path("all_reduce_perf.slurm-290.out"), text)
+    assert {(row["op"], row["ranks"]) for row in rows} == {("all_reduce", 16)}
+    assert (_largest(rows)["bytes"], _largest(rows)["busbw_gbps"]) == (8589934592, 155.57)
+    assert len(rows) == 22 and {row["wrong"] for row in rows} == {None}
+
+
+def test_padded_two_digit_task_labels_are_dropped(tmp_path: Path) -> None:
+    # the same log as task 10 of a 16-task step would print it ("10: ")
+    text = (REAL / "nccl-tests-290-2x-h100-16ranks-srun-l-padded.log").read_text().replace(" 0:", "10:")
+    assert _largest(read_nccl_log(tmp_path / "all_reduce_perf.log", text))["busbw_gbps"] == 155.57

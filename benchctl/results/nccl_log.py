@@ -6,9 +6,9 @@ for in-place. A file may hold several runs. A run starts at its ``Collective tes
 <op>_perf`` line (nccl-tests >= 2.16.7 prints it before ``# nThread``) or, in older logs, at its
 ``# nThread`` line; its collective comes from that starting line, else from the file name, its
 ranks from its ``#  Rank N`` lines. Lines may carry a launcher's prefix (Slurm ``srun -l``:
-``0: ``; Open MPI ``--tag-output``: ``[1,0]<stdout>:``; ``[0] ``), which is dropped. Result lines
-have 13 columns (size count type redop root, then time algbw busbw #wrong twice), 12 before
-nccl-tests 2.10 (no root; ``error`` for ``#wrong``, possibly ``N/A``) or 11 in the oldest (no
+``0: ``, padded to `` 0: `` from ten tasks on; Open MPI ``--tag-output``: ``[1,0]<stdout>:``; ``[0] ``),
+which is dropped. Result lines have 13 columns (size count type redop root, then time algbw busbw
+#wrong twice), 12 before nccl-tests 2.10 (no root; ``error`` for ``#wrong``, possibly ``N/A``) or 11 in the oldest (no
 redop): the two measured groups are read from the right. A line that looks like data but does not
 read raises ``NcclLogError`` with its line number, and so does a number that is not finite,
 negative or absurdly large. A log holds at most 8 MiB and 10,000 result lines.
@@ -28,8 +28,10 @@ _RUN = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(r"^#\s*Rank\s+\d+\s")
 _HEADER = re.compile(r"^#\s*size\s+count\s+type\b")
 _DATA = re.compile(r"^\s*\d+\s+\d+\s")
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[\d+\] )")
-"""What ``srun -l``, ``mpirun --tag-output`` and ``mpirun -prepend-rank`` put before each line."""
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:(?: |$)|\[\d+\] )")
+"""What ``srun -l``, ``mpirun --tag-output`` and ``mpirun -prepend-rank`` put before each line. Slurm pads
+the task number to the width of the largest (`` 0: `` once a step has ten or more tasks, as in
+NVIDIA/nccl-tests#290) and an empty line keeps only ``0:``."""
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
 _COLUMNS = (11, 12, 13)
 """Result columns: 11 (oldest, no redop), 12 (before 2.10, no root), 13 (since 2.10)."""
