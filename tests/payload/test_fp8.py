@@ -107,6 +107,20 @@ def test_the_record_converts_every_linear_with_dims_divisible_by_16() -> None:
     assert names == [name for name, _ in build_model(model_dims("nanochat-d26"), 2048, "meta").named_parameters()]
 
 
+def test_under_autocast_the_matmul_takes_the_autocast_dtype_and_the_weight_stays_f32() -> None:
+    """As the record ran it (torchao's fp8 under bf16 autocast): the input is cast to bf16, the output
+    is bf16, and the f32 master weight gets an f32 gradient."""
+    layer = nn.Linear(32, 48, bias=False)
+    parent = nn.Sequential(layer)
+    assert fp8.convert(parent) == ["0"] and isinstance(parent[0], fp8.Fp8Linear)
+    x = _data(2, 8, 32, seed=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = parent(x)
+    assert out.dtype == torch.bfloat16 and out.shape == (2, 8, 48)
+    out.float().sum().backward()
+    assert layer.weight.grad is not None and layer.weight.grad.dtype == torch.float32
+
+
 def test_the_fp8_model_trains_on_cpu_close_to_the_f32_one() -> None:
     dims = model_dims("nanochat-d2", 64)
     idx = torch.randint(0, 64, (2, 32), generator=torch.Generator().manual_seed(0))

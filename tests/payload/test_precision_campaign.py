@@ -53,8 +53,8 @@ def test_a_bad_precision_names_the_file_line_key_and_the_choices(value: str) -> 
 
 
 def test_a_job_json_written_before_the_knob_still_loads() -> None:
-    raw = {"model": "nanochat-d2", "device_batch_size": 1, "sequence_len": 16, "total_batch_size": 16,
-           "warmup_steps": 0, "steps": 1}
+    raw: dict[str, Any] = {"model": "nanochat-d2", "device_batch_size": 1, "sequence_len": 16, "total_batch_size": 16,
+                           "warmup_steps": 0, "steps": 1}
     assert ProfileConfig(**raw).precision is None
 
 
