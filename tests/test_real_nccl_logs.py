@@ -59,7 +59,8 @@ def test_oldest_eleven_column_layout_is_read_from_the_right() -> None:
     assert len(rows) == 24
     largest = _largest(rows)
     assert (largest["bytes"], largest["count"], largest["dtype"]) == (134217728, 16777216, "float")
-    assert (largest["time_us"], largest["busbw_gbps"], largest["wrong"]) == (3298.6, 20.34, 0)
+    # the "error" column of these versions is the largest deviation, not a count of wrong elements
+    assert (largest["time_us"], largest["busbw_gbps"], largest["wrong"], largest["error"]) == (3298.6, 20.34, None, 0.0)
     assert rows[-1]["busbw_gbps"] == 21.86
 
 
@@ -122,3 +123,82 @@ def test_padded_two_digit_task_labels_are_dropped(tmp_path: Path) -> None:
     # the same log as task 10 of a 16-task step would print it ("10: ")
     text = (REAL / "nccl-tests-290-2x-h100-16ranks-srun-l-padded.log").read_text().replace(" 0:", "10:")
     assert _largest(read_nccl_log(tmp_path / "all_reduce_perf.log", text))["busbw_gbps"] == 155.57
+
+
+def test_a_datatype_all_log_ranks_on_float_and_reports_each_type(tmp_path: Path) -> None:
+    # nccl-tests -d all on 2× 8 H200: twelve types, three sizes each. The old reader took the median of
+    # every type's rows at the largest size (445.485 GB/s, no type measured that) and described int8's
+    from benchctl.results.cell_evidence import largest_allreduce
+    from benchctl.results.nccl_log import read_as
+
+    text = (REAL / "h200-2node-all_reduce-datatype-all.log").read_text()
+    rows = read_nccl_log(tmp_path / "x.log", text)
+    assert len({row["dtype"] for row in rows}) == 12
+    assert largest_allreduce(rows) == ((487.06 + 488.19) / 2, 42949672960)
+    described = read_as(rows, text)
+    assert "12 types" in described and "float 487.06 (ranked)" in described and "int8 390.12" in described
+    bf16_only = [row for row in rows if row["dtype"] == "bfloat16"]  # one type: that one, as before
+    assert largest_allreduce(bf16_only) == ((484.17 + 483.79) / 2, 42949672960)
+    assert largest_allreduce([row for row in rows if row["dtype"] in ("half", "int8")]) is None
+
+
+def test_the_report_plots_the_measured_type_of_a_datatype_all_import(tmp_path: Path) -> None:
+    from benchctl.report.data import busbw_series_of
+
+    rows = read_nccl_log(tmp_path / "x.log", (REAL / "h200-2node-all_reduce-datatype-all.log").read_text())
+    series, _ = busbw_series_of(rows)
+    assert series["all_reduce"] == [(10737418240, 484.55), (21474836480, 487.34), (42949672960, 487.06)]
+
+
+def test_wrong_values_and_failed_runs_are_named() -> None:
+    from benchctl.results.nccl_log import failures
+
+    text = (REAL / "dgx-h100-wrong-values.log").read_text()
+    found = failures(read_nccl_log(Path("all_reduce_perf.log"), text), text)
+    assert found == ["2 results report wrong values (first: all_reduce 524,288 B float out-of-place, "
+                     "237,858 wrong elements)"]
+    footer = text + "# Out of bounds values : 2 FAILED\n# Avg bus bandwidth    : 0.53\n"
+    assert "line 7: nccl-tests counted 2 checks with wrong values" in failures([], footer)[0]
+    clean = (REAL / "dgx-spark-gb10-2ranks.log").read_text()
+    assert failures(read_nccl_log(Path("x.log"), clean), clean) == []
+
+
+def test_an_error_column_above_nccl_tests_bound_is_wrong(tmp_path: Path) -> None:
+    # before 2.10 the column is the largest deviation: 2e-02 on float is far above 1e-05 × (ranks - 1);
+    # the old reader took int(0.02) = 0 wrong elements, a clean result
+    from benchctl.results.nccl_log import failures
+
+    text = (REAL / "nccl-issue-340-11col.log").read_text()
+    lines = text.splitlines()
+    last = next(i for i in range(len(lines) - 1, -1, -1) if lines[i].strip() and not lines[i].startswith("#"))
+    lines[last] = lines[last][::-1].replace("00+e0", "20-e2", 1)[::-1]
+    bad = "\n".join(lines)
+    rows = read_nccl_log(Path("broadcast_perf.log"), bad)
+    assert rows[-1]["error"] == 2e-02 and rows[-1]["wrong"] is None
+    assert "error 0.02 above nccl-tests' bound for float" in failures(rows, bad)[0]
+    assert failures(read_nccl_log(Path("broadcast_perf.log"), text), text) == []
+
+
+def test_a_run_cut_short_by_a_test_failure_is_refused_as_such() -> None:
+    # alltoall on 2× 8 H800 died mid-row ("... -1 node0: Test CUDA failure common.cu:389 ..."): the old
+    # reader refused it for its columns ("expected 13 columns ..., found 16"), not for the failure
+    import pytest
+
+    from benchctl.results.nccl_log import NcclLogError
+
+    with pytest.raises(NcclLogError, match=r"the run failed .*Test CUDA failure common\.cu:389"):
+        read_nccl_log(Path("x.log"), (REAL / "nccl-tests-355-alltoall-test-failure.log").read_text())
+
+
+def test_import_refuses_a_log_with_wrong_values(tmp_path: Path) -> None:
+    from tests.conftest import cli_here
+
+    records = tmp_path / "dgx.yaml"
+    records.write_text("- {provider: nvidia, gpu: H100_SXM, count: 8, market: on-demand, hourly_usd: 1.0, "
+                       "step_time_ms: 100, target_steps: 1000}\n")
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text((REAL / "dgx-h100-wrong-values.log").read_text())
+    result = cli_here("import", str(records), str(log), home=tmp_path / "home")
+    assert result.returncode == 2, result.stdout
+    assert "2 results report wrong values" in result.stderr and "not imported" in result.stderr
+    assert "Traceback" not in result.stderr

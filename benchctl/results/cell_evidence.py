@@ -126,11 +126,24 @@ def whole_cluster(row: dict[str, Any]) -> bool:
     return row.get("scope") in (None, "cluster")
 
 
+MEASURED_DTYPE = "float"
+"""The type the payload's collectives sweep (``payload.collectives``: float32), nccl-tests' default."""
+
+
+def measured_dtype(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` of the type a campaign measures when they hold several (nccl-tests ``-d all``, or
+    several runs): ``MEASURED_DTYPE``'s, none when it has none; all of them when they hold one."""
+    if len({r.get("dtype") for r in rows}) <= 1:
+        return rows
+    return [r for r in rows if r.get("dtype") == MEASURED_DTYPE]
+
+
 def largest_allreduce(rows: list[dict[str, Any]]) -> tuple[float, int] | None:
     """(busbw GB/s, bytes): the median all_reduce busbw at the largest size among ``rows``
-    (collectives samples; nccl-tests' out-of-place and in-place rows both count). None without
-    all_reduce rows, or when they ran on one rank: busbw is 0 there by definition, no measurement."""
-    rows = [r for r in rows if r.get("op") == "all_reduce" and r.get("busbw_gbps") is not None
+    (collectives samples of the measured type, ``measured_dtype``; nccl-tests' out-of-place and
+    in-place rows both count). None without all_reduce rows, or when they ran on one rank: busbw is
+    0 there by definition, no measurement."""
+    rows = [r for r in measured_dtype(rows) if r.get("op") == "all_reduce" and r.get("busbw_gbps") is not None
             and r.get("ranks") != 1]
     if not rows:
         return None

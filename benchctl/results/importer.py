@@ -23,7 +23,7 @@ from benchctl.campaign.spec import check_campaign_name
 from benchctl.errors import SpecError, UsageError
 from benchctl.results.cell_evidence import largest_allreduce
 from benchctl.results.collective_names import Names
-from benchctl.results.nccl_log import NcclLogError, looks_like_nccl_log, read_as, read_log_text, read_nccl_log
+from benchctl.results.nccl_log import NcclLogError, failures, looks_like_nccl_log, read_as, read_log_text, read_nccl_log
 from benchctl.results.records import read_records
 from benchctl.store import queries as q
 from benchctl.store.imports import CellCollectives, CellResult, NotAnImportCampaign, UnknownCell, save_import
@@ -109,6 +109,10 @@ def _nccl_rows(path: Path) -> tuple[list[dict], str]:
             raise SpecError(str(path), None, "", "neither a result-record file (.json, .yaml) nor an nccl-tests log "
                             "(no '#  size  count  type' header line)")
         rows = read_nccl_log(path, text)
+        failed = failures(rows, text)
+        if failed:  # a bandwidth measured while returning wrong data, or a run cut short, is no measurement
+            raise SpecError(str(path), None, "", "; ".join(failed) + ": not imported; fix the node (or its NCCL "
+                            "setup) and import the log of a clean run")
         return rows, read_as(rows, text)
     except NcclLogError as exc:
         raise SpecError(str(path), exc.line, "", exc.problem) from None

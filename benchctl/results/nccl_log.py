@@ -12,6 +12,14 @@ which is dropped. Result lines have 13 columns (size count type redop root, then
 redop): the two measured groups are read from the right. A line that looks like data but does not
 read raises ``NcclLogError`` with its line number, and so does a number that is not finite,
 negative or absurdly large. A log holds at most 8 MiB and 10,000 result lines.
+
+Under an ``error`` header (before nccl-tests 2.10), or printed as one (``0e+00``), the column is the
+largest deviation, not a count:
+the row keeps it as ``error`` (``wrong`` None). ``failures`` says what marks a log's results wrong or
+its run failed: a ``#wrong`` count, an ``error`` above nccl-tests' own bound for its type, an ``Out of
+bounds values : N FAILED`` line, a ``Test … failure`` line (NVIDIA/nccl-tests ``src/common.h``
+TESTCHECK, ``src/util.cu`` writeResultFooter, a0b82b2; the bound: ``DeltaMaxValue`` × (ranks − 1) in
+``src/common.cu`` before 51af557).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from benchctl.results.cell_evidence import MEASURED_DTYPE
 from benchctl.results.collective_names import KNOWN
 
 OPS = KNOWN
@@ -33,6 +42,12 @@ _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:(?: |$)|\[\d+\] )
 the task number to the width of the largest (`` 0: `` once a step has ten or more tasks, as in
 NVIDIA/nccl-tests#290) and an empty line keeps only ``0:``."""
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
+_FAILURE = re.compile(r"Test (?:CUDA |NCCL )?failure\b.*")
+_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED")
+_DEVIATION = re.compile(r"\d+e[+-]\d+")
+"""How the ``error`` column prints (``%5.0le``: ``0e+00``, ``2e-02``); a count prints ``%6g``."""
+ERROR_BOUND = {"half": 1e-2, "bfloat16": 1e-2, "float": 1e-5, "double": 1e-12}
+"""The largest deviation per rank nccl-tests accepted before 2.10, by type (integers: none)."""
 _COLUMNS = (11, 12, 13)
 """Result columns: 11 (oldest, no redop), 12 (before 2.10, no root), 13 (since 2.10)."""
 MAX_LOG_BYTES = 8 * 1024**2
@@ -104,6 +119,7 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
     ranks = 0
     results = 0
     announced = False  # a "Collective test starting" line opened the run whose "# nThread" comes next
+    deviation = False  # the header names an "error" column (the largest deviation), not "#wrong"
     rows: list[dict[str, Any]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _PREFIX.sub("", raw, count=1)
@@ -119,7 +135,10 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
         if _RANK.match(line):
             ranks += 1
             continue
-        if not _DATA.match(line):
+        if _HEADER.match(line):
+            deviation = "error" in line.split() and "#wrong" not in line
+            continue
+        if not _DATA.match(line) or _FAILURE.search(line):  # a row cut short by the run's failure
             continue
         if op is None:
             op = _op_from_name(path)
@@ -134,19 +153,53 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
                                        f"2.10), found {len(fields)}")
         size, count, dtype = _integer(fields[0], number), _integer(fields[1], number), fields[2]
         for in_place, (time_us, algbw, busbw, wrong) in ((False, fields[-8:-4]), (True, fields[-4:])):
-            rows.append({"op": op, "bytes": size, "count": count, "dtype": dtype, "in_place": in_place,
-                         "time_us": _number(time_us, number), "algbw_gbps": _number(algbw, number),
-                         "busbw_gbps": _number(busbw, number), "wrong": _wrong(wrong, number),
-                         "ranks": ranks or None})
+            off = deviation or bool(_DEVIATION.fullmatch(wrong))
+            row = {"op": op, "bytes": size, "count": count, "dtype": dtype, "in_place": in_place,
+                   "time_us": _number(time_us, number), "algbw_gbps": _number(algbw, number),
+                   "busbw_gbps": _number(busbw, number), "wrong": None if off else _wrong(wrong, number),
+                   "ranks": ranks or None}
+            if off:
+                row["error"] = None if wrong == "N/A" else _number(wrong, number)
+            rows.append(row)
     if not rows:
-        raise NcclLogError(None, "no result lines (size count type ... busbw) found: is this an nccl-tests log?")
+        failed = failures([], text)
+        raise NcclLogError(None, failed[0] if failed else "no result lines (size count type ... busbw) found: is "
+                                                          "this an nccl-tests log?")
     return rows
+
+
+def failures(rows: list[dict[str, Any]], text: str) -> list[str]:
+    """What in the log (``rows``: its ``read_nccl_log`` rows) says its results are wrong or its run
+    failed, one line each (the first few of a kind); [] for a clean log."""
+    found = []
+    wrong = [r for r in rows if r.get("wrong") or _above_bound(r)]
+    if wrong:
+        first = wrong[0]
+        what = (f"{first['wrong']:,} wrong elements" if first.get("wrong")
+                else f"error {first['error']:g} above nccl-tests' bound for {first['dtype']}")
+        where = f"{first['op']} {first['bytes']:,} B {first['dtype']} {'in' if first['in_place'] else 'out-of'}-place"
+        found.append(f"{len(wrong)} results report wrong values (first: {where}, {what})")
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = _PREFIX.sub("", raw, count=1)
+        if (bounds := _OUT_OF_BOUNDS.match(line)) and int(bounds.group(1)):
+            found.append(f"line {number}: nccl-tests counted {bounds.group(1)} checks with wrong values "
+                         "('Out of bounds values : N FAILED')")
+        elif (failure := _FAILURE.search(line)) and len(found) < 4:
+            found.append(f"line {number}: the run failed ({failure.group(0)[:80]!r})")
+    return found
+
+
+def _above_bound(row: dict[str, Any]) -> bool:
+    error = row.get("error")
+    bound = ERROR_BOUND.get(str(row.get("dtype")), 0.0) * max(int(row.get("ranks") or 2) - 1, 1)
+    return error is not None and error > bound
 
 
 def read_as(rows: list[dict[str, Any]], text: str) -> str:
     """One line saying what a log was read as, per run (the first ``RUNS_DESCRIBED``): collective,
-    ranks, sizes, the largest size's out-of-place busbw, and the nccl-tests version when the log
-    prints it (>= 2.16)."""
+    ranks, sizes, the largest size's out-of-place busbw (per type when a run measured several, as
+    nccl-tests ``-d all``: the type a campaign measures first, marked ranked), and the nccl-tests
+    version when the log prints it (>= 2.16)."""
     version = next((m.group(1) for line in text.splitlines()
                     if (m := _VERSION.match(_PREFIX.sub("", line, count=1)))), None)
     runs: dict[tuple[str, Any], list[dict[str, Any]]] = {}
@@ -154,9 +207,21 @@ def read_as(rows: list[dict[str, Any]], text: str) -> str:
         runs.setdefault((row["op"], row["ranks"]), []).append(row)
     parts = []
     for (op, ranks), run in list(runs.items())[:RUNS_DESCRIBED]:
-        largest = max((r for r in run if not r["in_place"]), key=lambda r: r["bytes"])
+        types: dict[str, dict[str, Any]] = {}  # dtype -> its largest out-of-place row
+        for r in run:
+            if not r["in_place"] and r["bytes"] >= types.get(r["dtype"], {"bytes": -1})["bytes"]:
+                types[r["dtype"]] = r
         sizes = len({r["bytes"] for r in run})
-        parts.append(f"{op}, {ranks or '?'} ranks, {sizes} sizes, largest {largest['bytes']:,} B at busbw "
-                     f"{largest['busbw_gbps']:g} GB/s")
+        if len(types) == 1:
+            largest = next(iter(types.values()))
+            parts.append(f"{op}, {ranks or '?'} ranks, {sizes} sizes, largest {largest['bytes']:,} B at busbw "
+                         f"{largest['busbw_gbps']:g} GB/s")
+            continue
+        order = sorted(types, key=lambda t: t != MEASURED_DTYPE)
+        each = ", ".join(f"{t} {types[t]['busbw_gbps']:g}" + (" (ranked)" if t == MEASURED_DTYPE else "")
+                         for t in order)
+        parts.append(f"{op}, {ranks or '?'} ranks, {len(types)} types, {sizes} sizes, busbw GB/s at each type's "
+                     f"largest size: {each}" + ("" if MEASURED_DTYPE in types else f" (no {MEASURED_DTYPE}: "
+                                                                                   "nothing ranked)"))
     more = f"; and {len(runs) - RUNS_DESCRIBED:,} more runs" if len(runs) > RUNS_DESCRIBED else ""
     return "; ".join(parts) + more + f" (nccl-tests {version or 'version not printed'})"
