@@ -14,7 +14,7 @@ from typing import Any
 from . import node_facts as nf
 from . import toolchain
 from .allreduce_band import Band
-from .gpu_models import gpu_model
+from .gpu_models import BF16_PEAK_FLOPS, gpu_model, names_model
 from .thresholds import (
     EXPECTED_GEMM_TFLOPS,
     EXPECTED_HBM_GBPS,
@@ -114,10 +114,22 @@ def _model(row: nf.GpuRow) -> str | None:
     return model
 
 
+def _label(row: nf.GpuRow) -> str:
+    """The row's table model, else the name its driver reports (``NVIDIA B300 SXM6 AC``)."""
+    return _model(row) or row.name
+
+
 def detected_model(facts: Facts) -> str | None:
+    """The one model every GPU of the snapshot is: a table name, or the driver's name for a model
+    outside the table; None without GPUs or with several models."""
     rows = _gpus(facts) or []
-    models = {_model(r) for r in rows}
+    models = {_label(r) for r in rows}
     return models.pop() if len(models) == 1 else None
+
+
+def _is(row: nf.GpuRow, gpu: str) -> bool:
+    """Is ``row`` the model ``gpu``: a table model by ``_model``, one outside the table by name."""
+    return _model(row) == gpu if gpu in BF16_PEAK_FLOPS else names_model(gpu, row.name)
 
 
 def check_cuda_init(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
@@ -142,13 +154,12 @@ def check_gpu_inventory(facts: Facts, expect: Expect, th: dict[str, float]) -> C
     rows = _gpus(facts)
     if rows is None:
         return _missing("gpu_inventory", "nvidia-smi-query.csv")
-    models = [_model(r) for r in rows]
-    observed = {"count": len(rows), "models": sorted({str(m) for m in models}), "names": sorted({r.name for r in rows})}
+    observed = {"count": len(rows), "models": sorted({_label(r) for r in rows}), "names": sorted({r.name for r in rows})}
     if len(rows) < expect.count:
         return _result("gpu_inventory", "fail", observed, f"{expect.count}× {expect.gpu}",
                        f"{len(rows)} of {expect.count} GPUs visible: a GPU fell off the bus or is hidden; "
                        "replace the node")
-    wrong = sorted({str(m) for m in models if m != expect.gpu})
+    wrong = sorted({_label(r) for r in rows if not _is(r, expect.gpu)})
     if wrong:
         return _result("gpu_inventory", "fail", observed, f"{expect.count}× {expect.gpu}",
                        f"the node has {', '.join(wrong)}, not {expect.gpu} (told apart by name, memory and power "
@@ -199,6 +210,12 @@ def check_topology(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     if topo.problem:  # unreadable evidence says nothing about the node
         return _result("topology", "warn", observed, wanted,
                        f"nvidia-smi topo -m could not be read ({topo.problem}): check the interconnect by hand")
+    if expect.count > 1 and not classes and kind == "pcie_only":
+        return _result("topology", "warn", observed, wanted,
+                       f"no NVLink between these {len(topo.gpus)} GPUs: every path is PCIe (SYS: across sockets "
+                       f"too), so collectives are PCIe-bound (8× H100 PCIe: all_reduce ≈ 35–45 GB/s, ≈ 370 on an "
+                       f"NVSwitch mesh); benchctl has no reference class for {expect.gpu}: fine if a PCIe node is "
+                       "what was rented, slower steps if not")
     if expect.count == 1 or not classes:
         return _result("topology", "pass", observed, wanted)
     if len(topo.gpus) == 2 and kind == "nvswitch_mesh":
@@ -335,8 +352,9 @@ def _per_gpu_check(name: str, key: str, table: dict[str, float], fraction: str, 
         model = detected_model(facts) or expect.gpu
         reference = table.get(model)
         observed = {f"{unit}_per_gpu": [round(v, 1) for v in values]}
-        if reference is None:
-            return _result(name, "pass", observed, f"no reference figure for {model}")
+        if reference is None:  # measured, but nothing to hold it against: not a pass
+            return _result(name, "skip", observed, None,
+                           f"no reference figure for {model} (payload/thresholds.py): measured, not judged")
         floor = reference * th[fraction]
         slow = [i for i, v in enumerate(values) if v < floor]
         return _result(name, "warn" if slow else "pass", observed, f">= {floor:.0f} {unit} ({model})",
@@ -366,9 +384,12 @@ def check_nccl_allreduce(facts: Facts, expect: Expect, th: dict[str, float]) -> 
     if probe.get("wrong"):
         return _result("nccl_allreduce", "fail", observed, "0 wrong elements",
                        f"all_reduce returned wrong values (transports: {transports}): replace the node")
-    if band is None or expect.count < 2:
-        return _result("nccl_allreduce", "pass", observed, f"no reference for {expect.count}× {model}",
-                       f"transports: {transports}")
+    if expect.count < 2:  # one rank moves nothing between GPUs: the values are what is judged
+        return _result("nccl_allreduce", "pass", observed, "0 wrong elements", f"transports: {transports}")
+    if band is None:
+        return _result("nccl_allreduce", "skip", observed, None,
+                       f"no reference busbw for {expect.count}× {model} (payload/thresholds.py): values correct, "
+                       f"busbw measured, not judged; transports: {transports}")
     busbw = float(probe.get("busbw_gbps") or 0.0)
     causes = (f"transports: {transports}. Check in order: NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, an NVLink lane "
               "down, GPUs split across NUMA nodes, GPUDirect RDMA (GDRDMA) not active (busbw as defined in "

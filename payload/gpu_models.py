@@ -2,10 +2,14 @@
 
 The keys of ``BF16_PEAK_FLOPS`` (and ``cpu``) are benchctl's one GPU vocabulary: a campaign cell, a
 job, ``preflight --expect``, the thresholds and the leaderboard all use these names. ``canonical``
-maps the spellings clouds use (``ALIASES``) onto them; anything else is refused with the list.
+maps the spellings clouds use (``ALIASES``) onto them; a campaign cell refuses anything else with
+the list. Preflight alone also judges a node whose GPU is outside the table (``outside_table``,
+``names_model``), on what does not depend on the model.
 """
 
 from __future__ import annotations
+
+import re
 
 BF16_PEAK_FLOPS = {
     "H100_SXM": 989e12,
@@ -66,12 +70,37 @@ def unknown_model(name: str) -> str:
 
 def gpu_model(device_name: str) -> str | None:
     """``NVIDIA H100 80GB HBM3`` → ``H100_SXM``, ``NVIDIA H200 NVL`` → ``H200_NVL``; None when the
-    name is not in the table."""
+    name is not in the table. A family counts only at the start of a word: ``NVIDIA GB200`` is no B200."""
     name = device_name.upper()
     for family, marker, model in NAME_RULES:
-        if family in name and marker in name:
+        if re.search(rf"(?<![A-Z0-9]){family}", name) and marker in name:
             return model
     return None
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[\s_\-]+", name.strip().upper()) if w]
+
+
+def outside_table(name: str) -> str | None:
+    """``name`` itself when it is a GPU model outside the table that preflight can still judge on
+    what does not depend on the model (``B300``, ``Tesla V100``, ``RTX 4090``); None when it means a
+    table model, or looks like a misspelt one (a word starting with a table family or ``CPU``:
+    ``H100``, ``h100 sxm5``, ``A100-80GB``), which ``unknown_model`` refuses."""
+    if canonical(name) is not None or not _words(name):
+        return None
+    families = {family for family, _, _ in NAME_RULES} | {"CPU"}
+    if any(word.startswith(family) for word in _words(name) for family in families):
+        return None
+    return name.strip()
+
+
+def names_model(expected: str, device_name: str) -> bool:
+    """Does the driver's ``device_name`` name the model ``expected`` (outside the table)? Every word
+    of ``expected`` is a word of it, case, ``-`` and ``_`` forgiven: ``B300`` and ``NVIDIA B300
+    SXM6 AC`` name ``NVIDIA B300 SXM6 AC``; ``B30`` does not."""
+    words = _words(expected)
+    return bool(words) and set(words) <= set(_words(device_name))
 
 
 def bf16_peak(device_name: str) -> float | None:

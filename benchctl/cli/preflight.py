@@ -14,7 +14,8 @@ import click
 
 
 def _expectation(text: str | None, replay: str | None) -> tuple[str, int]:
-    """``gpu=H100_SXM,count=8`` → (gpu, count); without it, what the snapshot shows (or cpu × 1)."""
+    """``gpu=H100_SXM,count=8`` → (gpu, count); without it, what the snapshot shows (or cpu × 1): a
+    model outside the table by the name its driver reports (``NVIDIA B300 SXM6 AC``)."""
     from benchctl.errors import UsageError
     from benchctl.payload.checks import Facts, detected_model
 
@@ -35,7 +36,7 @@ def _expectation(text: str | None, replay: str | None) -> tuple[str, int]:
     count = fields.get("count", "1")
     if not count.isdigit() or int(count) < 1:
         raise UsageError(f"--expect {text!r}: count must be a whole number >= 1")
-    return _known_gpu(fields["gpu"], text), int(count)
+    return _gpu(fields["gpu"], text), int(count)
 
 
 def _cluster_count(directory: Path) -> int:
@@ -49,15 +50,18 @@ def _cluster_count(directory: Path) -> int:
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1
 
 
-def _known_gpu(name: str, text: str) -> str:
+def _gpu(name: str, text: str) -> str:
     """The model name ``name`` means (``payload.gpu_models.canonical``: ``h100-sxm`` is ``H100_SXM``,
-    ``H200_SXM`` is ``H200``); UsageError listing the known names when it means none."""
+    ``H200_SXM`` is ``H200``), or ``name`` itself for a model outside the table (``B300``, ``RTX 4090``:
+    judged on what does not depend on the model); UsageError listing the known names for a bare
+    family (``H100``) or a misspelt table model (``h100 sxm5``)."""
     from benchctl.errors import UsageError
-    from benchctl.payload.gpu_models import canonical, unknown_model
+    from benchctl.payload.gpu_models import canonical, outside_table, unknown_model
 
-    model = canonical(name)
+    model = canonical(name) or outside_table(name)
     if model is None:
-        raise UsageError(f"--expect {text!r}: {unknown_model(name)}")
+        raise UsageError(f"--expect {text!r}: {unknown_model(name)} (a GPU outside this list is judged by "
+                         "its own name, e.g. gpu=B300 or gpu='RTX 4090')")
     return model
 
 
