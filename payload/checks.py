@@ -154,7 +154,8 @@ def check_gpu_inventory(facts: Facts, expect: Expect, th: dict[str, float]) -> C
     rows = _gpus(facts)
     if rows is None:
         return _missing("gpu_inventory", "nvidia-smi-query.csv")
-    observed = {"count": len(rows), "models": sorted({_label(r) for r in rows}), "names": sorted({r.name for r in rows})}
+    observed = {"count": len(rows), "models": sorted({_label(r) for r in rows}),
+                "names": sorted({r.name for r in rows})}
     if len(rows) < expect.count:
         return _result("gpu_inventory", "fail", observed, f"{expect.count}× {expect.gpu}",
                        f"{len(rows)} of {expect.count} GPUs visible: a GPU fell off the bus or is hidden; "

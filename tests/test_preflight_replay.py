@@ -38,6 +38,8 @@ def test_unknown_gpu_name_is_a_usage_error_listing_the_known_ones(home: Path, na
     assert result.returncode == 2, result.stdout
     assert f"unknown GPU model {name!r}" in result.stderr and "H100_SXM, H100_NVL" in result.stderr
     assert "Traceback" not in result.stderr
+    if name == "H100":
+        assert "H100 is H100_SXM or H100_NVL or H100_PCIE: say which" in result.stderr
 
 
 @pytest.mark.parametrize("name", ["h100_sxm", "H100-SXM", "h100 sxm"])
@@ -118,7 +120,7 @@ def test_a_b300_link_down_fails_without_knowing_the_model(home: Path, tmp_path: 
 
 
 def test_a_model_outside_the_table_on_another_node_fails_the_inventory(home: Path) -> None:
-    report, checks = _replay(home, FIXTURES / "h100-sxm-healthy", "--expect", "gpu=B300,count=8")
+    _, checks = _replay(home, FIXTURES / "h100-sxm-healthy", "--expect", "gpu=B300,count=8")
     assert checks["gpu_inventory"]["status"] == "fail"
     assert "the node has H100_SXM, not B300" in checks["gpu_inventory"]["hint"]
     _, checks = _replay(home, B300, "--expect", "gpu=B200,count=8")  # and a table model on a B300 node
