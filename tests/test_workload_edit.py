@@ -77,3 +77,27 @@ def test_an_unset_vocab_size_is_the_presets() -> None:
     explicit = parse_campaign(text.replace("vocab_size: 512", "vocab_size: 32768"), "b.yaml")
     assert _workload(unset) == _workload(explicit)
     assert _workload(unset) != _workload(parse_campaign(text, "c.yaml"))
+
+
+def test_a_price_edit_of_a_done_cell_is_said_not_applied(home: Path, finished: Path) -> None:
+    """Issue 29 item 3: the edit was accepted and ignored without a word."""
+    before = board(home)
+    finished.write_text(finished.read_text().replace("price_usd_per_hour: 0.5", "price_usd_per_hour: 2.5"))
+    again = run_cli("run", str(finished), home=home)
+    assert again.returncode == 0, again.stderr
+    assert "local:cpux1:on-demand: price_usd_per_hour $0.50 → $2.50 not applied" in again.stderr, again.stderr
+    assert "stays at the $0.50/h it ran at" in again.stderr
+    assert "price_usd_per_hour $1.00" not in again.stderr, "an unchanged cell is not named"
+    assert board(home) == before
+
+
+def test_a_ratio_edit_says_what_it_did_to_the_numbers(home: Path, finished: Path) -> None:
+    """Issue 29 item 3: a target edit re-priced every cell with only 'nothing to run'."""
+    before = {r["cell"]: r for r in board(home)}
+    finished.write_text(finished.read_text().replace("ratio: 8.5", "ratio: 17"))
+    again = run_cli("run", str(finished), home=home)
+    assert "target.target_param_data_ratio 8.5 → 17: done cells re-priced" in again.stderr, again.stderr
+    for row in board(home):
+        old = before[row["cell"]]
+        assert (f"{row['cell']}: target steps {old['target_steps']:,} → {row['target_steps']:,}, cost-to-train "
+                f"${old['cost_to_train_usd']:,.2f} → ${row['cost_to_train_usd']:,.2f}") in again.stderr

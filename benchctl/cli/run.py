@@ -70,7 +70,10 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
     if previous:
         _check_same_measurement(engine, previous[0], campaign)
     _confirm_spend(engine, campaign, previous[0] if previous else None, providers, yes, confirm_above)
+    before = _results_before(engine, previous[0] if previous else None)
     row = register_campaign(engine, campaign, file)
+    if previous:
+        _say_edits(engine, previous[0], campaign, before)
     _execute(state, campaign, row, concurrency, poll_interval, status_interval)
 
 
@@ -120,6 +123,24 @@ def _confirm_spend(engine: Engine, campaign: Campaign, previous: CampaignRow | N
                          "nothing was launched")
     if not click.confirm(f"{question}. Run it?", default=False, err=True):
         raise UsageError("not run: nothing was launched")
+
+
+def _results_before(engine: Engine, previous: CampaignRow | None) -> dict[str, tuple[int, float]]:
+    from benchctl.cli.result_edits import results_by_key
+
+    return results_by_key(engine, previous.id) if previous is not None and previous.id is not None else {}
+
+
+def _say_edits(engine: Engine, previous: CampaignRow, campaign: Campaign, before: dict[str, tuple[int, float]]) -> None:
+    """Say what an edit of the file did to the stored results (``cli.result_edits``)."""
+    from benchctl.campaign.spec import Campaign as CampaignModel
+    from benchctl.cli.result_edits import price_edits, repriced, results_by_key
+
+    old = stored_campaign(previous, CampaignModel)
+    assert previous.id is not None
+    for line in [*price_edits(old, campaign, set(before)),
+                 *repriced(old, campaign, before, results_by_key(engine, previous.id))]:
+        progress(line)
 
 
 _WORKLOAD_TARGET = ("model", "total_batch_size", "vocab_size")
