@@ -115,6 +115,10 @@ class Job:
     spot_notice: bool = False
     """Watch the node's instance metadata for the provider's spot interruption notice and stop
     measuring at a step boundary when it comes (``payload.spot_notice``; EC2 spot nodes)."""
+    compile_caches: list[str] = field(default_factory=list)
+    """Compile caches the controller shipped (``<key>.bin`` paths relative to this file's directory,
+    each with its ``<key>.json`` manifest): the profile loads the one whose key is its own
+    (``payload.compile_cache``)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

@@ -36,6 +36,13 @@ the warm-up until the clocks settle (``SETTLE_MIN_S``; every timed sample says `
 ``settle_s``); the summary records the drift of the timed steps (``payload.stats.drift``). After the
 warm-up, as upstream, the garbage collector is run, the surviving objects frozen and collection disabled, so no GC pause
 lands in a timed step (re-enabled when the phase ends).
+
+Compile cache (compiled runs; ``payload.compile_cache``): before the first step each node's local
+rank 0 loads the shipped cache whose key is the node's own (the others wait at a barrier); after the
+warm-up rank 0 saves what it compiled, unless it loaded a cache, and announces it (``artifact``,
+name ``compile-cache``). Samples and summary record ``compile_cache`` (``loaded``, ``not loaded`` with
+``compile_cache_note`` saying why, ``none shipped``), ``compile_cache_saved`` and ``compile_s``, the
+first step's seconds, compilation included.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import toolchain
+from . import compile_cache, toolchain
 from .events import EventLog, read_samples
 from .job import Job, ProfileConfig
 from .spot_notice import notice_file
@@ -235,11 +242,23 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item() > 0)
 
+    attempt_dir = Path(getattr(events, "path", "events.jsonl")).parent  # else the runner's cwd, where ranks start
+    cache_fields = (compile_cache.job_fields(job), compile_cache.node_fields(device, precision, model.attention))
+    if compiled:  # each node's local rank 0 loads a shipped cache before anything compiles; the others wait
+        if rank % job.count == 0:
+            loaded, why = compile_cache.load(attempt_dir, job.compile_caches, *cache_fields)
+            recorded.update(compile_cache=loaded, **({"compile_cache_note": why} if why else {}))
+        sync()
     try:
         for step in range(warmup_steps):
-            emit(step, None, *one_step())
+            measured = one_step()
+            if step == 0 and compiled:
+                recorded["compile_s"] = round(measured[0], 3)  # the first step: compilation (or cache) included
+            emit(step, None, *measured)
             if watched is not None and noticed():
                 return
+        if compiled and rank == 0 and recorded.get("compile_cache") != "loaded":
+            save_compile_cache(attempt_dir, cache_fields, recorded, events)
         freeze_gc()
         settle: list[float] = []  # unrecorded steps until the clocks settle (GPU only; SETTLE_MIN_S)
         while on_gpu and agreed(not settled(settle, SETTLE_MIN_S, SETTLE_MAX_S)):
@@ -256,6 +275,16 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
         gc.unfreeze()
         if gc_was_enabled:
             gc.enable()
+
+
+def save_compile_cache(attempt_dir: Path, fields: tuple[dict[str, Any], dict[str, Any]], recorded: dict[str, Any],
+                       events: EventLog | None) -> None:
+    """Save what rank 0 compiled (``payload.compile_cache``), announce it, and record the outcome."""
+    path, note = compile_cache.save(attempt_dir, *fields)
+    recorded["compile_cache_saved"] = note
+    if path is not None and events is not None:
+        events.emit("artifact", phase="profile", name=compile_cache.NAME, path=path,
+                    bytes=(attempt_dir / path).stat().st_size)
 
 
 def freeze_gc() -> None:
@@ -281,7 +310,8 @@ def summarize(events_path: Path) -> dict[str, Any]:
     mfus = [s["mfu"] for s in samples if s.get("mfu") is not None]
     if mfus:
         summary["mfu_median"] = median(mfus)
-    for name in ("grad_accum", "precision", "compiled", "compile_note", "attention", "host_data", "mem_est_gib",
+    for name in ("grad_accum", "precision", "compiled", "compile_note", "compile_s", "compile_cache",
+                 "compile_cache_note", "compile_cache_saved", "attention", "host_data", "mem_est_gib",
                  "settle_steps", "settle_s"):
         if name in samples[-1]:
             summary[name] = samples[-1][name]
