@@ -475,11 +475,24 @@ def load_campaign(path: str | Path) -> Campaign:
     try:
         text = read_capped(Path(path), file, CAMPAIGN_LIMITS.max_bytes, "a campaign file")
     except FileNotFoundError:
-        raise SpecError(file, None, "", "no such file; check the path") from None
+        raise SpecError(file, None, "", f"no such file; {_close_file(Path(path)) or 'check the path'}") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise SpecError(file, None, "", f"cannot read the file ({exc.__class__.__name__}); "
                         "give a readable YAML file") from None
     return parse_campaign(text, file)
+
+
+def _close_file(path: Path) -> str:
+    """``did you mean NAME?`` naming the file beside ``path`` whose name is closest to its name
+    (a typo'd campaign file), or nothing."""
+    import difflib
+
+    try:
+        beside = [p.name for p in path.parent.iterdir() if p.is_file()]
+    except OSError:
+        return ""
+    match = difflib.get_close_matches(path.name, beside, n=1, cutoff=0.6)
+    return f"did you mean {path.parent / match[0]}?" if match else ""
 
 
 def parse_campaign(text: str, file: str) -> Campaign:
