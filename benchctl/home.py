@@ -56,9 +56,10 @@ def artifacts_dir(campaign: str) -> Path:
     return private_dir(home() / "artifacts" / campaign)
 
 
-def database_url(option: str | None) -> str:
-    """``--db`` wins over ``BENCHCTL_DB``, which wins over SQLite at ``$BENCHCTL_HOME/benchctl.db``."""
-    return option or os.environ.get("BENCHCTL_DB") or f"sqlite:///{home() / 'benchctl.db'}"
+def database_url(option: str | None, environ: bool = True) -> str:
+    """``--db`` wins over ``BENCHCTL_DB`` (read with ``environ``), which wins over SQLite at
+    ``$BENCHCTL_HOME/benchctl.db``."""
+    return option or (os.environ.get("BENCHCTL_DB") if environ else None) or f"sqlite:///{home() / 'benchctl.db'}"
 
 
 def lease_ttl_s() -> float:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,16 +110,19 @@ def create_db_engine(url: str | URL, read_only: bool = False) -> Engine:
             engine = sa.create_engine(url, pool_use_lifo=True, pool_recycle=RECYCLE_S)
             ping_when_idle(engine)  # not pool_pre_ping: two round trips before every session (connections.py)
     except (ArgumentError, ModuleNotFoundError, ImportError) as exc:
-        raise BadDatabaseURL(f"cannot use database URL {_redact(str(url))}: {exc}. "
-                         "Give an SQLAlchemy URL such as sqlite:///path/benchctl.db or "
+        shown = str(url)
+        example = f"sqlite:///{os.path.abspath(shown)}" if "://" not in shown else "sqlite:///path/benchctl.db"
+        raise BadDatabaseURL(f"cannot use database URL {_redact(shown)}: {exc}. "
+                         f"Give an SQLAlchemy URL such as {example} or "
                          "postgresql://user@host:5432/db (PostgreSQL needs benchctl[postgres])") from exc
     return engine
 
 
-def open_store(url: str) -> Engine:
+def open_store(url: str, make_folders: bool = True) -> Engine:
     """An engine on ``url`` with the schema migrated to the newest version. SQLite URLs go through
-    ``sqlite_url``: no stray files, no links, a new file 0600; ``mode=ro`` opens read-only, checks the
-    schema is the newest instead of migrating, and a write raises ReadOnlyStore."""
+    ``sqlite_url``: no stray files, no links, a new file 0600 (in a missing folder only with
+    ``make_folders``); ``mode=ro`` opens read-only, checks the schema is the newest instead of
+    migrating, and a write raises ReadOnlyStore."""
     try:
         target = sqlite_target(url)
     except BadSQLiteURL as exc:
@@ -126,7 +131,7 @@ def open_store(url: str) -> Engine:
     engine = create_db_engine(url if target is None else target.url, read_only)
     try:
         if target is not None:
-            check_file(target)
+            check_file(target, make_folders)
         if read_only:
             _check_schema(engine)
         else:
@@ -164,5 +169,5 @@ def _redact(url: str) -> str:
     """The URL without its password."""
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparseable URL>"
+    except ArgumentError:  # shown as typed (a bare path), less what could be a password
+        return re.sub(r"(://[^:@/]*):[^@/]*@", r"\1:***@", url, count=1)

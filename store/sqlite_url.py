@@ -102,10 +102,12 @@ def _uri_path(name: str) -> str:
     return unquote(rest)
 
 
-def check_file(target: SQLiteTarget) -> None:
-    """Create a missing database file empty and 0600 (``O_EXCL | O_NOFOLLOW``), its folder 0700, when
-    the mode may create; then refuse the file (or a side file) when it is a link or not a regular
-    file. Raises UnsafeSQLiteFile, BadSQLiteURL (missing and not to be created), OSError."""
+def check_file(target: SQLiteTarget, make_folders: bool = True) -> None:
+    """Create a missing database file empty and 0600 (``O_EXCL | O_NOFOLLOW``), when the mode may
+    create; its missing folders 0700 only with ``make_folders`` (else a missing folder is refused: a
+    typo in a path would open a new, empty store that looks like "no campaigns yet"). Then refuse
+    the file (or a side file) when it is a link or not a regular file. Raises UnsafeSQLiteFile,
+    BadSQLiteURL (missing and not to be created), OSError."""
     path = target.path
     if path is None:
         return
@@ -113,6 +115,9 @@ def check_file(target: SQLiteTarget) -> None:
         if not target.may_create:
             raise BadSQLiteURL(f"{path} does not exist (mode={'ro' if target.read_only else 'rw'} opens an existing "
                                "database only): check the path, or drop the mode to create it")
+        if not make_folders and not os.path.lexists(path.parent):
+            raise BadSQLiteURL(f"the folder {path.parent} does not exist, so {path.name} would be a new, empty "
+                               f"database: check the path, or create the folder first (mkdir -p {path.parent})")
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):  # made meanwhile: checked below like any other
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))

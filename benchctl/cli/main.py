@@ -16,7 +16,7 @@ from benchctl.cli.import_files import import_command
 from benchctl.cli.leaderboard import leaderboard
 from benchctl.cli.logs import logs
 from benchctl.cli.offers import offers
-from benchctl.cli.options import CliState
+from benchctl.cli.options import CliState, db_option
 from benchctl.cli.plan import plan
 from benchctl.cli.predict import predict_command
 from benchctl.cli.preflight import preflight_command
@@ -71,6 +71,8 @@ for command in (run, plan, resume, down, status, leaderboard, import_command, re
     for param in command.params:  # every choice (--format, --market) takes any case: JSON, Spot
         if isinstance(param.type, click.Choice):
             param.type.case_sensitive = False
+    if command in (run, resume, down, status, leaderboard, import_command, report_command, predict_command, logs):
+        command.params.append(db_option())  # these open the store: `benchctl status --db URL` works too
     cli.add_command(command)
 
 

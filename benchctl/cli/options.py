@@ -29,8 +29,8 @@ class CliState:
             from benchctl.store.migrations import SchemaTooNew
 
             url = database_url(self.db)
-            try:
-                self._engine = open_store(url)
+            try:  # only the default store's folder (BENCHCTL_HOME) is made: a typo'd --db is refused
+                self._engine = open_store(url, make_folders=url == database_url(None, environ=False))
             except BadDatabaseURL as exc:
                 raise UsageError(str(exc)) from exc
             except DamagedStore:
@@ -61,6 +61,17 @@ def unusable_database(url: str, exc: BaseException) -> str:
 
 
 pass_state = click.make_pass_decorator(CliState, ensure=True)
+
+
+def _db_after_command(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(CliState).db = value
+
+
+def db_option() -> click.Option:
+    """``--db`` given after the command (``benchctl status --db URL``), as before it."""
+    return click.Option(["--db"], metavar="URL", expose_value=False, callback=_db_after_command,
+                        help="SQLAlchemy database URL (as `benchctl --db URL COMMAND`) [env BENCHCTL_DB].")
 
 
 def progress(line: str) -> None:
