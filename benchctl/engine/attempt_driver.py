@@ -40,12 +40,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from benchctl import payload
 from benchctl.campaign.spec import CellSpec
-from benchctl.engine import event_sync
+from benchctl.engine import compile_caches, event_sync
 from benchctl.engine.artifact_records import Announced, announced, artifact_rows
 from benchctl.engine.bad_hosts import bad_member_host, bad_node_rank, naming, worker_bad_rank
 from benchctl.engine.budget import collect_timeout_s
@@ -277,6 +278,11 @@ class AttemptDriver:
         with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
             shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload", symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shipping = compile_caches.ship(compile_caches.store_dir(self.ctx.artifacts_dir), job, Path(stage))
+            if shipping.compile_caches:
+                jobs = [replace(member_job, compile_caches=shipping.compile_caches) for member_job in jobs]
+                self.ctx.log(f"{self.key}: attempt {attempt.number} is shipped {len(shipping.compile_caches)} "
+                             "compile cache(s) of its key")
             (Path(stage) / HEARTBEAT).touch()
             upload = self.ctx.campaign.command_upload()
             if upload is not None and "command" in job.pending_phases():
@@ -302,6 +308,8 @@ class AttemptDriver:
         while True:
             for event in sync_events(self.ctx.engine, attempt, transport):
                 past_preflight |= event.get("kind") == "phase_start" and event.get("phase") != "preflight"
+                if compile_caches.announced(event):  # now: a preempted node's cache still serves the next
+                    self._bring_cache_home(attempt, node, transport, event)
             if past_preflight and in_preflight:
                 in_preflight = q.cell(self.ctx.engine, self.cell_id).state == CellState.PREFLIGHT.value
                 if in_preflight and workers_passed_preflight(peers, attempt.remote_dir):
@@ -336,6 +344,22 @@ class AttemptDriver:
                 return Outcome(OutcomeKind.ERROR, f"payload ran past payload.timeout_minutes "
                                f"({self.ctx.campaign.spec.payload.timeout_minutes})")
             self.ctx.stop.wait(self.ctx.poll_interval_s)
+
+    def _bring_cache_home(self, attempt: Attempt, node: Node, transport: Transport, event: dict[str, Any]) -> None:
+        """Keep the compile cache the node announced (``compile_caches.bring_home``); what is refused,
+        or fails to come, is logged: the attempt goes on without it."""
+        local = self.ctx.artifacts_dir / cell_dir_name(self.key) / str(attempt.number)
+        try:
+            private_dir(local, below=self.ctx.artifacts_dir.parent)
+            transport.max_artifact_bytes = int(self.ctx.campaign.spec.max_artifact_gb * 1024**3)
+            kept = compile_caches.bring_home(transport, attempt.remote_dir, event, self._job(attempt, node), local,
+                                             compile_caches.store_dir(self.ctx.artifacts_dir),
+                                             Deadline(compile_caches.FETCH_S))
+        except Exception as exc:  # whatever the node sent or the transfer did: only a cache is lost
+            self.ctx.log(f"{self.key}: attempt {attempt.number}: its compile cache is not kept: {exc}")
+            return
+        self.ctx.log(f"{self.key}: attempt {attempt.number}: its compile cache came home ({kept.name}); "
+                     "later attempts of its key are shipped it")
 
     def _exit_outcome(self, code: int, attempt: Attempt, node: Node, transport: Transport,
                       peers: list[Worker]) -> Outcome:

@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from benchctl.engine.compile_caches import announced as cache_announced
 from benchctl.payload.events import KINDS
 from benchctl.provisioners.base import ProviderError, Transport
 from benchctl.results.evidence_rules import event_time_problem, value_problem
@@ -154,7 +155,8 @@ class _Batch:
 def sync_events(engine: Engine, attempt: Attempt, transport: Transport) -> list[dict[str, Any]]:
     """Store the events appended since the attempt's stored offset (at most ``MAX_LINES_PER_SYNC``
     lines, ``BATCH_LINES`` per write transaction); return the phase markers among those stored
-    (``phase_start``, ``phase_end``, ``done``). Raises ``ProviderError`` when the node cannot be read."""
+    (``phase_start``, ``phase_end``, ``done``) and the ``artifact`` events that announce a compile
+    cache (the driver brings it home at once). Raises ``ProviderError`` when the node cannot be read."""
     return _sync(engine, attempt, transport)[0]
 
 
@@ -195,7 +197,7 @@ def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[
                                                             and kept < MAX_EVENTS + MAX_MARKERS):
                 room -= len(raw)
                 batch.events.append(event)
-                markers += [event] if event["kind"] in MARKERS else []
+                markers += [event] if event["kind"] in MARKERS or cache_announced(event) else []
             else:
                 batch.dropped[OVER_CAP] += 1
         batch.end = end

@@ -60,6 +60,9 @@ class Script:
     """``payload.log``'s text."""
     artifacts: dict[str, bytes] = field(default_factory=dict)
     """Files under the attempt's ``artifacts/`` that ``get`` brings back."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Other files of the attempt directory (e.g. ``compile-cache/<key>.bin``), there from the start:
+    ``read_from`` reads them, ``get`` of one brings it back."""
 
 
 @dataclass
@@ -72,6 +75,8 @@ class MemoryNode:
     job: dict[str, Any] | None = None
     shipped: list[str] = field(default_factory=list)
     """Paths (relative to the shipped directory) ``put`` copied."""
+    shipped_files: dict[str, bytes] = field(default_factory=dict)
+    """The bytes of what ``put`` copied outside ``payload/``."""
     started: list[str] = field(default_factory=list)
     """Commands ``start`` ran."""
     heartbeats: int = 0
@@ -205,6 +210,8 @@ class MemoryTransport(Transport):
     def put(self, local_dir: str, remote_dir: str, timeout: Any = 300.0) -> None:
         root = Path(local_dir)
         self.state.shipped = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+        self.state.shipped_files = {name: (root / name).read_bytes() for name in self.state.shipped
+                                    if not name.startswith("payload/")}
         self.state.job = json.loads((root / "job.json").read_text())
 
     def get(self, remote_path: str, local_dir: str, timeout: Any = 600.0) -> None:
@@ -220,6 +227,8 @@ class MemoryTransport(Transport):
             (target / name).write_bytes(bytes(self.state.events))
         elif name == "payload.log":
             (target / name).write_text(self.state.script.log)
+        elif (data := self._file(remote_path)) is not None:
+            (target / name).write_bytes(data)
 
     def read_from(self, remote_file: str, offset: int, timeout: Any = 60.0, limit: int | None = None) -> bytes:
         state = self.state
@@ -232,9 +241,13 @@ class MemoryTransport(Transport):
         elif name == "payload.log":
             data = state.script.log.encode()
         else:
-            data = b""
+            data = self._file(remote_file) or b""
         end = len(data) if limit is None else offset + limit
         return data[offset:end]
+
+    def _file(self, remote_path: str) -> bytes | None:
+        """One of ``Script.files``, named by its path on the node (under the attempt directory)."""
+        return next((data for rel, data in self.state.script.files.items() if remote_path.endswith(f"/{rel}")), None)
 
     def _poll(self) -> None:
         state = self.state
