@@ -285,6 +285,10 @@ class Provider(ABC):
         attempts (the cell should wait, not fail)."""
         return False
 
+    def busy_detail(self, request: OfferRequest) -> str | None:
+        """When ``all_busy``: who holds the nodes, for the user (None: nothing more to say)."""
+        return None
+
     def spot_notice(self, node: Node) -> bool:
         """True when the node's own instance metadata announces its reclaim ahead (EC2 spot): the
         payload watches for it and stops measuring at a step boundary (``payload.spot_notice``)."""

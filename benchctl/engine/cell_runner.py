@@ -117,6 +117,7 @@ class CellRunner:
         tries = 0  # launches made, or refused for another reason than capacity
         last = "no attempt made"
         waiting_logged = False
+        busy_logged = ""
         capacity = CapacityWait(self.ctx.capacity)
         while True:
             if (halt := self.halted()) is not None:
@@ -135,6 +136,9 @@ class CellRunner:
                 if rented.status is RentStatus.BUDGET_WAIT and not waiting_logged:
                     self.ctx.log(f"{self.key}: waiting for budget: {rented.detail}")
                     waiting_logged = True
+                elif rented.status is RentStatus.BUSY and rented.detail and rented.detail != busy_logged:
+                    self.ctx.log(f"{self.key}: busy: {rented.detail}")  # once per holder
+                    busy_logged = rented.detail
                 self.ctx.stop.wait(self.ctx.status_interval_s)
                 continue
             if rented.status in (RentStatus.NO_CAPACITY, RentStatus.ALL_HELD):  # not an attempt either
@@ -185,7 +189,9 @@ class CellRunner:
             excluded = set(request.exclude_hosts)
             listed = [o for o in self.provider.offers(request) if o.host not in excluded]
             if not listed:
-                return Rented(RentStatus.BUSY if self.provider.all_busy(request) else RentStatus.NO_OFFER)
+                if self.provider.all_busy(request):
+                    return Rented(RentStatus.BUSY, self.provider.busy_detail(request) or "")
+                return Rented(RentStatus.NO_OFFER)
             offers = capacity.available(listed)
             if not offers:
                 return Rented(RentStatus.ALL_HELD, f"every {self.spec.provider} offer refused the launch for "

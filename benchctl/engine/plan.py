@@ -175,7 +175,8 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
                 offers = providers.get(cell.provider).offers(request)
                 answered.add(cell.provider)
                 if not offers and providers.get(cell.provider).all_busy(request):
-                    row["warning"] = "busy now: every matching node is in use (a run would wait for one)"
+                    row["warning"] = "busy now: " + (providers.get(cell.provider).busy_detail(request) or
+                                                     "every matching node is in use (a run would wait for one)")
             except ProviderError as exc:
                 failed[cell.provider] = str(exc)
                 row["warning"] = "offers failed (below)"

@@ -3,17 +3,20 @@
 Local nodes share the machine's CPUs and GPUs, so two controllers running local nodes at once
 would skew each other's timings. The lock is an ``fcntl.flock`` on one file per user in the
 system's temp directory (the same for every ``BENCHCTL_HOME`` of that user; ``BENCHCTL_LOCAL_LOCK``
-names another file). This process takes it when it launches a local node and gives it back when
-its last node is terminated; the OS gives it back if the process dies. Within one process the
-provider's ``max_parallel_nodes`` does the rest.
+names another file: e.g. a test suite's own). This process takes it when it launches a local node
+and gives it back when its last node is terminated; the OS gives it back if the process dies.
+Within one process the provider's ``max_parallel_nodes`` does the rest. The holder writes who it is
+into the file (pid, campaign tag, home, since), so a waiting controller can name it (``holder``).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 _guard = threading.Lock()
@@ -46,8 +49,9 @@ def held_elsewhere(path: Path | None = None) -> bool:
         return False
 
 
-def take(token: str, path: Path | None = None) -> bool:
-    """Hold the machine for node ``token``; False when another process holds it."""
+def take(token: str, path: Path | None = None, who: dict[str, str] | None = None) -> bool:
+    """Hold the machine for node ``token``; False when another process holds it. ``who`` (e.g. the
+    campaign tag and home) is written into the file with our pid and the time, for ``holder``."""
     path = path or lock_path()
     with _guard:
         if path in _held:
@@ -59,7 +63,8 @@ def take(token: str, path: Path | None = None) -> bool:
         except BlockingIOError:
             os.close(fd)
             return False
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), **(who or {}), "since": time.time()}).encode() + b"\n", 0)
         _held[path] = (fd, {token})
         return True
 
@@ -75,3 +80,18 @@ def give_back(token: str, path: Path | None = None) -> None:
         if not tokens:
             del _held[path]
             os.close(fd)
+
+
+def holder(path: Path | None = None) -> str | None:
+    """Who holds the lock, as its holder wrote it (``pid 123, campaign bc-x-…, home /h, since 14:02:11``),
+    or None when the file says nothing readable (an older benchctl wrote only its pid, or nothing)."""
+    try:
+        data = json.loads((path or lock_path()).read_text(errors="replace")[:4096])
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or "pid" not in data:
+        return None
+    parts = [f"pid {data['pid']}"] + [f"{name} {data[name]}" for name in ("campaign", "home") if data.get(name)]
+    if isinstance(data.get("since"), (int, float)):
+        parts.append(f"since {time.strftime('%H:%M:%S', time.localtime(data['since']))}")
+    return ", ".join(parts)

@@ -101,9 +101,15 @@ class LocalProvider(Provider):
     def all_busy(self, request: OfferRequest) -> bool:
         return local_machine_lock.held_elsewhere()
 
+    def busy_detail(self, request: OfferRequest) -> str | None:
+        who = local_machine_lock.holder()
+        return (f"another controller runs a local node on this machine ({who or 'its holder wrote no name'}; lock "
+                f"{local_machine_lock.lock_path()}): local nodes run one at a time, this cell waits for it")
+
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
-        if not local_machine_lock.take(token):
-            raise NoCapacity("another process runs a local node on this machine")
+        if not local_machine_lock.take(token, who={"campaign": campaign_tag, "home": str(self.root.parent)}):
+            raise NoCapacity(f"another process runs a local node on this machine "
+                             f"({local_machine_lock.holder() or 'holder unknown'})")
         try:
             return self._launch(offer, token, campaign_tag)
         except BaseException:

@@ -43,7 +43,8 @@ def test_a_local_node_of_another_process_makes_this_one_wait(tmp_path: Path) -> 
         offer = mine.offers(REQUEST)[0]
         assert other.stdout.readline().strip() == "launched"
         assert mine.offers(REQUEST) == [] and mine.all_busy(REQUEST), "the machine is busy: the cell waits"
-        with pytest.raises(NoCapacity, match="another process runs a local node"):
+        with pytest.raises(NoCapacity, match=f"another process runs a local node on this machine \\(pid {other.pid}, "
+                           "campaign othercampaign, home .*other-home, since "):
             mine.launch(offer, "minetoken", "mycampaign")
         other.stdin.write("\n")
         other.stdin.flush()
@@ -93,7 +94,11 @@ def test_plan_says_a_local_cell_is_busy_while_another_process_runs_a_node(home: 
         assert other.stdout.readline().strip() == "launched"
         result = cli_here("plan", str(write_campaign()), home=home)
         assert result.returncode == 0, result.stderr
-        assert result.stdout.count("busy now: every matching node is in use") == 2, result.stdout
+        # issue 29 item 6: who holds the machine (was: "busy now: every matching node is in use")
+        holder = f"pid {other.pid}, campaign othercampaign, home {tmp_path / 'other-home'}, since "
+        assert result.stdout.count("busy now: another controller runs a local node on this machine") == 2, \
+            result.stdout
+        assert result.stdout.count(holder) == 2 and os.environ["BENCHCTL_LOCAL_LOCK"] in result.stdout
     finally:
         other.stdin.write("\n\n")
         other.stdin.flush()
