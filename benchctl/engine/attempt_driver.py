@@ -18,7 +18,9 @@ once: ``artifact_records``), only after ``terminate``: hashing never runs while 
 While the payload runs, every ``status_interval_s`` the driver asks the provider for the node's
 state (a preempted node ends the attempt) and checks the campaign's spend against its budget; it
 touches the payload's heartbeat (its dead-man switch) as often, or four times per
-``max_idle_minutes`` if that is more often.
+``max_idle_minutes`` if that is more often. A compile cache the node announces is brought home as
+soon as its event is read, and the stage of a later attempt of the same key carries it
+(``benchctl.engine.compile_caches``).
 A cluster (``nodes`` > 1, ``Node.peers``) is one attempt: it is ready once every member runs, it
 is preempted once any member is preempted or terminated (a payload that failed, or a node that
 could not be read, while a member was gone is that preemption too), every member gets the stage
@@ -346,15 +348,17 @@ class AttemptDriver:
             self.ctx.stop.wait(self.ctx.poll_interval_s)
 
     def _bring_cache_home(self, attempt: Attempt, node: Node, transport: Transport, event: dict[str, Any]) -> None:
-        """Keep the compile cache the node announced (``compile_caches.bring_home``); what is refused,
-        or fails to come, is logged: the attempt goes on without it."""
+        """Keep the compile cache the node announced (``compile_caches.bring_home``, within a quarter of
+        the dead-man switch's minutes: no heartbeat is touched meanwhile); what is refused, or fails
+        to come, is logged: the attempt goes on without it."""
         local = self.ctx.artifacts_dir / cell_dir_name(self.key) / str(attempt.number)
         try:
             private_dir(local, below=self.ctx.artifacts_dir.parent)
             transport.max_artifact_bytes = int(self.ctx.campaign.spec.max_artifact_gb * 1024**3)
             kept = compile_caches.bring_home(transport, attempt.remote_dir, event, self._job(attempt, node), local,
                                              compile_caches.store_dir(self.ctx.artifacts_dir),
-                                             Deadline(compile_caches.FETCH_S))
+                                             Deadline(min(compile_caches.FETCH_S,  # the heartbeat waits meanwhile
+                                                          self.ctx.campaign.spec.max_idle_minutes * 60 / 4)))
         except Exception as exc:  # whatever the node sent or the transfer did: only a cache is lost
             self.ctx.log(f"{self.key}: attempt {attempt.number}: its compile cache is not kept: {exc}")
             return
