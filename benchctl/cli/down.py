@@ -49,9 +49,11 @@ def down(state: CliState, name: str | None, all_campaigns: bool, yes: bool, fmt:
         done.append({"name": row.name, "terminated": report.terminated, "closed_attempts": report.closed_attempts,
                      "cancelled_cells": report.cancelled_cells, "failures": report.failures})
         if fmt == "table":
+            complete = all(c.state == "done" for c in q.cells(engine, row.id))
+            after = (f"the campaign is complete: `benchctl leaderboard --campaign {row.name}`" if complete
+                     else f"`benchctl resume {row.name}` continues it")
             click.echo(f"campaign {clean(row.name)}: terminated {len(report.terminated)} node(s), closed "
-                       f"{report.closed_attempts} attempt(s), cancelled {report.cancelled_cells} cell(s); "
-                       f"`benchctl resume {row.name}` continues it")
+                       f"{report.closed_attempts} attempt(s), cancelled {report.cancelled_cells} cell(s); {after}")
         failures += report.failures
     if fmt == "json":
         from benchctl.report.render import render

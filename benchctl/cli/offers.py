@@ -30,8 +30,8 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
     \b
     A provider without its SDK or credentials is listed as skipped, with what it needs, and priced from
     a public catalog where one lists the node (price_source catalog: not an offer; its source and
-    date below); a provider that fails answers with one line. Exit 0 when a provider answered or a
-    catalog priced something, 1 otherwise."""
+    date below); a provider that fails answers with one line. Exit 0 when a provider answered (a
+    rental provider, or local/ssh with such a node) or a catalog priced something, 1 otherwise."""
     from benchctl.engine.providers import Providers
     from benchctl.errors import BenchctlError, ProviderUnavailable
     from benchctl.home import home
@@ -64,7 +64,7 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
                                      "price_origin": listed.source, "price_as_of": listed.as_of, "host": None})
                         notes["catalog"].append(name)
             continue
-        failed = False
+        failed, found_any = False, False
         for gpu in gpus:
             for market in [m.lower() for m in markets] or ["on-demand", "spot"]:
                 request = OfferRequest(gpu=gpu, count=count, market=market, label=f"{name} {gpu}x{count} {market}",
@@ -77,6 +77,7 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
                     if failed:
                         break
                     continue
+                found_any = found_any or bool(found)
                 for offer in found:
                     priced = not PROVIDERS[name].priced_by_user
                     rows.append({"provider": name, "gpu": offer.gpu, "count": offer.count, "market": offer.market,
@@ -86,8 +87,8 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
                                  "price_as_of": now if priced else None, "host": offer.host})
             if failed:
                 break
-        if not failed:
-            notes["answered"].append(name)
+        if not failed and (found_any or PROVIDERS[name].extra is not None):
+            notes["answered"].append(name)  # local and ssh without such nodes: no answer to the question
     rows.sort(key=lambda r: (r["hourly_usd"] is None, r["hourly_usd"] or 0.0, r["provider"]))
     notes["catalog"] = sorted(set(notes["catalog"]))
     fmt = fmt.lower()
