@@ -183,12 +183,27 @@ def test_the_terminal_table_fits_and_never_breaks_a_word(store: Path, width: int
     assert max(map(len, lines)) <= width, text
     rule = next(i for i, line in enumerate(lines) if set(line.strip()) == {"─"})
     head_words = {w for line in lines[1:rule] for w in line.split()}
-    pieces = [re.split(r"(?<=-)", word) for h in NARROW_COLUMNS for word in h.split()]
+    pieces = [re.split(r"(?<=-)", word) for h in TABLE_COLUMNS for word in h.split()]
     allowed = {"".join(p[i:j]) for p in pieces for i in range(len(p)) for j in range(i + 1, len(p) + 1)}
     assert head_words <= allowed, f"a header broken inside a word: {head_words - allowed}\n{text}"
     body = "\n".join(lines[rule + 1:])
-    for whole in ("H100_SXM×8", "H100_NVL×8", "on-demand" if width == 100 else "demand", "1,295.0", "74.98",
-                  "numa_split,", "preempted×1", "lambda", "runpod"):
+    assert rule <= 3, f"headers in two lines at most\n{text}"
+    for whole in ("H100_SXM×8", "H100_NVL×8", "on-demand", "1,295.0", "74.98", "nanochat-d26", "lambda", "runpod",
+                  *(("numa_split,", "preempted×1") if width == 100 else ())):
         assert re.search(rf"(^|\s){re.escape(whole)}(\s|$)", body, re.M), f"{whole} broken\n{text}"
+    hidden = re.search(r"^\((\d+) more columns on a wider terminal; --format json has every one\)$", text, re.M)
+    assert hidden is not None, text
     if width == 100:
-        assert re.search(r"^1\s+nanochat-d26\s+H100_SXM×8\s+lambda\s+on-demand\s+702\.0\s+69\.45\s+-$", body, re.M)
+        assert re.search(r"^1\s+nanochat-d26\s+lambda\s+H100_SXM×8\s+on-demand\s+702\.0\s+69\.45\s+-$",
+                         body, re.M), text
+
+
+def test_a_wide_terminal_shows_more_columns(store: Path) -> None:
+    """The default on a terminal uses its width: more of the columns --wide has at 200 than at 80."""
+    def headers(width: int) -> int:
+        lines = in_terminal(store, width).splitlines()
+        rule = next(i for i, line in enumerate(lines) if set(line.strip()) == {"─"})
+        return sum(len(re.split(r"\s{2,}", line.strip())) for line in lines[rule - 1:rule])
+
+    narrow, wide = headers(80), headers(200)
+    assert narrow >= 6 and wide >= narrow + 6, (narrow, wide)

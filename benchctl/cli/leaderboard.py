@@ -42,7 +42,8 @@ def leaderboard(state: CliState, campaigns: tuple[str, ...], providers: tuple[st
 
     shown = table_columns(wide, columns, fmt.lower())
     print_leaderboard(state.engine(), Filters(campaigns=campaigns, providers=providers, markets=markets,
-                                              models=models), fmt.lower(), columns=shown, top=top, every=every)
+                                              models=models), fmt.lower(),
+                      columns=shown if wide or columns is not None else None, top=top, every=every)
 
 
 def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
@@ -71,7 +72,8 @@ def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
 def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
                       columns: tuple[str, ...] | None = None, top: int | None = None, every: bool = False) -> None:
     """``filters``: a campaign name, or Filters (None: everything). ``columns``: the table/md
-    headers (default NARROW_COLUMNS); ``top``: the N best ranks of each model and target.
+    headers (default NARROW_COLUMNS piped and in md, on a terminal as many of TERMINAL_PRIORITY as
+    fit its width); ``top``: the N best ranks of each model and target.
     A table on a terminal shows the first TERMINAL_ROWS rows and says how many more (``every``: all).
     A filter value that matches nothing in the store raises UsageError naming the known values."""
     import sys
@@ -81,6 +83,8 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
     from benchctl.results.leaderboard import (
         COLUMNS,
         NARROW_COLUMNS,
+        TABLE_COLUMNS,
+        TERMINAL_PRIORITY,
         Filters,
         display_row,
         filters_text,
@@ -123,7 +127,10 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
             title += f", {precision} matmuls" if precision else ""
         click.echo(render([display_row(r, with_steps=r["model"] in several, with_precision=r["model"] in mixed)
                            for r in rows],
-                          columns or NARROW_COLUMNS, fmt, title=title))
+                          columns or NARROW_COLUMNS, fmt, title=title,
+                          terminal=None if columns else TABLE_COLUMNS,
+                          keep=(*TERMINAL_PRIORITY[:3], "model", *TERMINAL_PRIORITY[3:]) if several or mixed
+                          or len({g[0] for g in groups}) > 1 else TERMINAL_PRIORITY))
         if more > 0:
             click.echo(f"… {more:,} more rows: --all shows every one, --top N the N cheapest of each model and "
                        "target, --format csv all of them for a file")

@@ -92,8 +92,13 @@ def _json(value: Any, indent: int | None = None) -> str:
 
 
 def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, title: str = "",
-           payload: Any = None) -> str:
-    """``payload`` replaces ``rows`` for JSON output when the JSON shape is not a list of rows."""
+           payload: Any = None, terminal: Sequence[str] | None = None, keep: Sequence[str] = ()) -> str:
+    """``payload`` replaces ``rows`` for JSON output when the JSON shape is not a list of rows.
+
+    On a terminal the table shows the columns of ``terminal`` (default ``columns``, in that order)
+    that fit its width without breaking a word or a name: ``keep`` names the most wanted first, the
+    others follow in their order (the last ones are left out first); a last line names what was left
+    out. Piped output and md always show ``columns``."""
     if fmt == "json" and payload is None:  # one row per line: readable, and the C encoder keeps 10,000 rows fast
         return "[\n" + ",\n".join("  " + _json(row) for row in rows) + "\n]" if rows else "[]"
     if fmt == "json":
@@ -111,7 +116,9 @@ def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, tit
     cells = [[_text(row.get(c)) for c in columns] for row in rows]
     title = clean(title)
     if sys.stdout.isatty():
-        return _rich_table(cells, columns, title)
+        shown = list(terminal or columns)
+        every = [[_text(row.get(c)) for c in shown] for row in rows]
+        return _fitted_table(every, shown, title, keep)
     widths = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
@@ -120,23 +127,31 @@ def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, tit
 
 _BREAK = re.compile(r"(?<=\s)|(?<=[A-Za-z]-)(?=[A-Za-z0-9])")
 """Where a table cell may wrap: after a space, and after a hyphen between words (``cost-to-train``)."""
+_HEADER_BREAK = re.compile(r"(?<=\s)|(?<=[A-Za-z][-_])(?=[A-Za-z0-9])")
+"""Where a header may wrap: also after an underscore between words (``worst_case_`` ``usd``)."""
+_PROSE = 16
+"""Text with spaces wraps in lines of at least this many characters (not one word a line)."""
+_FEWEST = 2
+"""A terminal table shows at least this many columns (wrapped when they must)."""
+_LONGEST_NAME = 30
+"""A cell without spaces (a cell key, ``on-demand``, ``H100_SXM×8``) up to this long is never broken."""
 _LONGEST_UNBROKEN = 12
 """A chunk longer than this folds inside itself rather than widen its column."""
 
 
-def _chunks(text: str) -> list[str]:
-    return [c for c in _BREAK.split(text) if c]
+def _chunks(text: str, breaks: re.Pattern[str] = _BREAK) -> list[str]:
+    return [c for c in breaks.split(text) if c]
 
 
-def _longest_chunk(text: str) -> int:
-    return max((len(chunk.rstrip()) for chunk in _chunks(text)), default=0)
+def _longest_chunk(text: str, breaks: re.Pattern[str] = _BREAK) -> int:
+    return max((len(chunk.rstrip()) for chunk in _chunks(text, breaks)), default=0)
 
 
-def _wrap(text: str, width: int) -> str:
+def _wrap(text: str, width: int, breaks: re.Pattern[str] = _BREAK) -> str:
     """``text`` in lines of at most ``width`` (chunks longer than that are left for rich to fold)."""
     lines: list[str] = []
     line = ""
-    for chunk in _chunks(text):
+    for chunk in _chunks(text, breaks):
         if line and len((line + chunk).rstrip()) > width:
             lines.append(line.rstrip())
             line = ""
@@ -156,6 +171,47 @@ def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -
     return widths
 
 
+def _comfortable(header: str, values: Sequence[str]) -> int:
+    """The narrowest a column gets without breaking a name: its header in two lines at most, each value
+    without spaces whole (up to _LONGEST_NAME), prose in lines of _PROSE (no word broken)."""
+    head = _longest_chunk(header, _HEADER_BREAK)
+    while _wrap(header, head, _HEADER_BREAK).count("\n") > 1:
+        head += 1
+    whole = [len(v) if " " not in v and len(v) <= _LONGEST_NAME
+             else max(min(len(v), _PROSE), min(_LONGEST_NAME, _longest_chunk(v))) for v in values]
+    return max(head, *whole, 1)
+
+
+def terminal_width() -> int:
+    """The terminal's width as rich reads it (``COLUMNS``, else the terminal's own size, else 80)."""
+    from rich.console import Console
+
+    return Console().width
+
+
+def _fitted_table(cells: list[list[str]], columns: Sequence[str], title: str, keep: Sequence[str]) -> str:
+    """The most wanted columns (``render``) that fit the terminal comfortably, then a line naming
+    the ones left out; when not even the ``keep`` columns fit, those, wrapped as ``_rich_table`` can."""
+    import textwrap
+
+    width = terminal_width()
+    order = [*dict.fromkeys(c for c in keep if c in columns), *(c for c in columns if c not in keep)]
+    need = {c: _comfortable(c, [row[i] for row in cells]) + 2 for i, c in enumerate(columns)}
+    count = len(order)
+    while count > _FEWEST and sum(need[c] for c in order[:count]) > width:
+        count -= 1
+    chosen = set(order[:count])
+    picked = [i for i, c in enumerate(columns) if c in chosen]
+    out = _rich_table([[row[i] for i in picked] for row in cells], [columns[i] for i in picked], title)
+    hidden = [c for c in columns if c not in chosen]
+    if hidden:
+        note = f"(a wider terminal or --format json shows {', '.join(hidden)})"
+        if len(note) > width:
+            note = f"({len(hidden)} more columns on a wider terminal; --format json has every one)"
+        out += "\n" + "\n".join(textwrap.wrap(note, width, break_on_hyphens=False))
+    return out
+
+
 def _rich_table(cells: list[list[str]], columns: Sequence[str], title: str) -> str:
     """A rich table as wide as the terminal at most: no vertical rules; headers and cells wrap at
     spaces and between hyphenated words, never inside a word (``fit_widths``). When even that is
@@ -165,18 +221,21 @@ def _rich_table(cells: list[list[str]], columns: Sequence[str], title: str) -> s
     from rich.table import Table
     from rich.text import Text
 
-    width = Console().width
+    width = terminal_width()
     texts = [list(columns), *cells]
     natural = [max(len(row[i]) for row in texts) for i in range(len(columns))]
-    minimum = [max(_longest_chunk(columns[i]), *(min(_LONGEST_UNBROKEN, _longest_chunk(row[i])) for row in cells))
-               for i in range(len(columns))]
+    minimum = [_comfortable(columns[i], [row[i] for row in cells]) for i in range(len(columns))]
+    if sum(minimum) + 2 * len(columns) > width:  # names must break: as little as can be
+        minimum = [max(_longest_chunk(columns[i], _HEADER_BREAK),
+                       *(min(_LONGEST_UNBROKEN, _longest_chunk(row[i])) for row in cells))
+                   for i in range(len(columns))]
     widths = fit_widths(natural, minimum, width - 2 * len(columns))
     if sum(widths) + 2 * len(columns) > width:  # too many columns for the terminal: unwrapped, never mangled
         widths, width = natural, sum(natural) + 2 * len(columns)
     table = Table(title=Text(title) if title else None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   padding=(0, 1, 0, 0), title_justify="left")  # 2 characters between columns: a space, a rule
     for column, w in zip(columns, widths, strict=True):
-        table.add_column(Text(_wrap(column, w)), overflow="fold", width=w)
+        table.add_column(Text(_wrap(column, w, _HEADER_BREAK)), overflow="fold", width=w)
     for row in cells:
         table.add_row(*(Text(_wrap(value, w)) for value, w in zip(row, widths, strict=True)))
     console = Console(file=io.StringIO(), force_terminal=True, width=width)

@@ -47,7 +47,12 @@ COLUMNS, composed for reading (``display_row``)."""
 TABLE_COLUMNS = tuple(header for _, header in TABLE)
 """Every header, in order (``--wide``, the report)."""
 NARROW_COLUMNS = ("rank", "model", "configuration", "provider", "market", "step ms", "cost-to-train $", "flags")
-"""The default table: fits 100 columns."""
+"""The default table when piped and in md."""
+TERMINAL_PRIORITY = ("rank", "cost-to-train $", "configuration", "provider", "market", "step ms", "flags", "model",
+                     "$/hr", "node", "p10-p90 ms", "precision", "target steps", "train h", "comm", "busbw GB/s @size",
+                     "optimizer ms", "spot / on-demand $", "campaign", "status", "cell")
+"""The default table on a terminal: as many of these as fit its width, most wanted first (``model``
+moves up to the fourth when several models or targets are ranked), shown in TABLE_COLUMNS' order."""
 
 _RESULT_COLUMNS = ("step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "hourly_usd", "target_steps",
                    "train_hours", "cost_to_train_usd", "model", "interconnect", "vcpus", "numa", "optimizer_ms",
