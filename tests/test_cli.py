@@ -20,7 +20,7 @@ LEADERBOARD_KEYS = ["rank", "campaign", "cell", "provider", "gpu", "count", "nod
                     "step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "optimizer_ms", "optimizer_share",
                     "comm_share", "busbw_gbps", "busbw_bytes", "target_steps", "train_hours", "cost_to_train_usd",
                     "spot_usd_per_hour", "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "flags",
-                    "status"]
+                    "status", "no_result"]
 
 
 @pytest.fixture

@@ -77,6 +77,7 @@ assert adopt_orphans()
 end_all_on_sigterm()
 subprocess.run(["sh", "-c", sys.argv[1]], check=True)
 print("started", flush=True)
+sys.stdin.readline()  # the test has seen every detached process running
 if sys.argv[2] == "end":
     end_descendants()
 else:
@@ -89,10 +90,13 @@ def test_no_detached_process_outlives_the_runner(tmp_path: Path, how: str) -> No
     marks = markers()
     env = {"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"], "BENCHCTL_LOCAL_NODE": "tok"}
     proc = subprocess.Popen([sys.executable, "-c", RUNNER, detaching_command(marks), how], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "started\n"
         assert sorted(running(marks)) == sorted(marks), "every detached process runs once the command returned"
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
         if how == "sigterm":
             proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == (0 if how == "end" else 128 + signal.SIGTERM)

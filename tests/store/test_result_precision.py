@@ -66,8 +66,9 @@ def test_mixed_or_missing_records_are_not_passed_off_as_one_precision(tmp_path: 
     engine, cell_id = store_with_samples(f"sqlite:///{tmp_path / 's.db'}", [
         {"precision": "bf16", "compiled": True, "attention": "sdpa"},
         {"precision": "fp8", "compiled": False, "attention": "sdpa"}, {}], "prec")
-    try:
-        result = compute_result(engine, cell_id, parse_campaign(CAMPAIGN, "c.yaml").spec)
+    try:  # three timed samples: a profile of three steps (more samples than steps is no result)
+        result = compute_result(engine, cell_id, parse_campaign(CAMPAIGN.replace("steps: 2", "steps: 3"),
+                                                                "c.yaml").spec)
     finally:
         engine.dispose()
     assert result is not None

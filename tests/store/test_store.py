@@ -201,7 +201,7 @@ def test_record_events_numbers_lines_and_advances_offset(engine: Engine) -> None
     (a,) = q.attempts(engine, cell_id)
     assert (a.events_offset, a.events_lines) == (100, 2)
     # a second reader that read from an offset already consumed stores nothing
-    assert q.record_events(engine, attempt_id, [{"t": 1.0, "kind": "phase_start"}], read_from=0, new_offset=100) == 0
+    assert q.record_events(engine, attempt_id, [{"t": 1.0, "kind": "phase_start"}], read_from=0, new_offset=100) is None
     assert q.record_events(engine, attempt_id, [{"t": 3.0, "kind": "done", "exit_code": 0}], read_from=100,
                            new_offset=130) == 1
     (a,) = q.attempts(engine, cell_id)
