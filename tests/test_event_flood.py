@@ -216,9 +216,10 @@ def test_logs_of_a_flooded_attempt_streams_its_events_in_chunks_and_prints_the_s
     monkeypatch.setattr(q, "attempt_events", counted)
     out = cli_here("logs", "local:cpux1:on-demand", home=home)
     assert out.returncode == 0, out.stderr
-    shown = out.stdout.split("events of attempt 1:\n")[1].splitlines()
+    header, *shown = out.stdout.split("events of attempt 1:\n")[1].splitlines()
+    assert header.split() == ["time", "kind", "phase", "summary"]
     assert len(shown) == 2501 and "i=2499" in shown[2499]
-    assert shown[2500].endswith("dropped 999900 more malformed lines dropped")
+    assert shown[2500].endswith("dropped      -            999900 more malformed lines dropped")
     assert reads and max(reads) <= 1000, "the events are read in chunks, never all at once"
 
 
@@ -229,7 +230,8 @@ NOT_SHOWN = "  line 1: stored event not shown ("
     (1e308, '{"message": "far future"}', NOT_SHOWN + "OverflowError"),
     (-1e308, "{}", NOT_SHOWN + "OverflowError"),
     (1.0, '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", NOT_SHOWN + "RecursionError"),
-    (1.0, '{"pid": ' + "9" * 5000 + "}", '  00:00:01 error {"pid": 9999'),  # no JSON to Python: shown as text
+    # no JSON to Python: shown as text
+    (1.0, '{"pid": ' + "9" * 5000 + "}", '  00:00:01  error        -            {"pid": 9999'),
 ])
 def test_logs_shows_a_stored_record_it_cannot_render_as_one_line_naming_it(
         home: Path, t: float, data_json: str, says: str) -> None:
@@ -242,7 +244,8 @@ def test_logs_shows_a_stored_record_it_cannot_render_as_one_line_naming_it(
     q.record_events(engine, attempt_id, [{"t": 2.0, "kind": "done", "exit_code": 0}], 10, 20)
     out = cli_here("logs", "local:cpux1:on-demand", home=home)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
-    shown = out.stdout.split("events of attempt 1:\n")[1].splitlines()
-    assert len(shown) == 3 and "phase_start [command]" in shown[0] and "done" in shown[2]
+    header, *shown = out.stdout.split("events of attempt 1:\n")[1].splitlines()
+    assert header.split() == ["time", "kind", "phase", "summary"]
+    assert len(shown) == 3 and "phase_start  command" in shown[0] and "done" in shown[2]
     assert shown[1].startswith(says)
     assert len(shown[1]) < 300

@@ -37,7 +37,7 @@ def check(state: CliState, names: tuple[str, ...], fmt: str) -> None:
     from benchctl.home import home
     from benchctl.provisioners.base import ProviderError
     from benchctl.provisioners.registry import PROVIDERS
-    from benchctl.report.render import render
+    from benchctl.report.render import render, terminal_lines
     from benchctl.terminal_text import clean
 
     providers = Providers(home())
@@ -57,7 +57,7 @@ def check(state: CliState, names: tuple[str, ...], fmt: str) -> None:
         click.echo(render([], [], "json", payload={"providers": results}))
     else:
         for r in results:
-            click.echo(f"{r['provider']:<9} {_WORD[r['ok']]:<3} {r['detail']}")
+            click.echo(terminal_lines(f"{r['provider']:<9} {_WORD[r['ok']]:<3} {r['detail']}", " " * 14))
     renting = [r for r in results if PROVIDERS[r["provider"]].extra is not None]
     if names and not all(r["ok"] is True for r in results):
         raise BenchctlError("not every provider named works: see the lines above")

@@ -14,7 +14,7 @@ def comm_volume_command(model: str, world_size: int, vocab_size: int | None, fmt
     """Bytes and calls per collective in one optimizer step (ZeRO-2 Muon + AdamW)."""
     from benchctl.errors import UsageError
     from benchctl.payload.presets import UnknownPreset
-    from benchctl.report.render import render
+    from benchctl.report.render import render, terminal_lines
 
     try:
         from benchctl.payload.commvolume import comm_volume
@@ -27,8 +27,9 @@ def comm_volume_command(model: str, world_size: int, vocab_size: int | None, fmt
     if fmt == "json":
         click.echo(render([], [], "json", payload=report))
         return
-    click.echo(f"{model} at world size {world_size}: scaling params {report['scaling_params']:,}, "
-               f"{report['total_bytes'] / 1e9:.3f} GB per step "
-               f"({report['total_bytes_at_2_bytes_per_element'] / 1e9:.3f} GB at 2 bytes per element)")
+    click.echo(terminal_lines(f"{model} at world size {world_size}: scaling params {report['scaling_params']:,}, "
+                              f"{report['total_bytes'] / 1e9:.3f} GB per step "
+                              f"({report['total_bytes_at_2_bytes_per_element'] / 1e9:.3f} GB at 2 bytes per element)",
+                              "  "))
     click.echo(render(report["groups"], list(report["groups"][0]), "table", title="groups"))
     click.echo(render(report["ops"], list(report["ops"][0]), "table", title="collectives"))

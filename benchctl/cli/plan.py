@@ -20,11 +20,11 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     A provider not set up whose cells have no catalog price exits 2; one that did not answer, 1."""
     from benchctl.campaign.memory_fit import refuse_unfit
     from benchctl.campaign.spec import load_campaign
-    from benchctl.engine.plan import COLUMNS, plan_campaign
+    from benchctl.engine.plan import COLUMNS, TERMINAL_PRIORITY, plan_campaign
     from benchctl.engine.providers import Providers
     from benchctl.home import home
     from benchctl.provisioners.catalog import credentials_line
-    from benchctl.report.render import render
+    from benchctl.report.render import render, terminal_lines
     from benchctl.terminal_text import clean
 
     campaign = load_campaign(file)
@@ -40,12 +40,12 @@ def plan(state: CliState, file: str, fmt: str) -> None:
                                                   "budget_usd": result.budget_usd, "warnings": result.warnings,
                                                   "problems": result.problems()}))
     else:
-        click.echo(render(result.rows, COLUMNS, fmt, title=f"plan: {campaign.spec.name}"))
-        click.echo(result.spend_line())
+        click.echo(render(result.rows, COLUMNS, fmt, title=f"plan: {campaign.spec.name}", keep=TERMINAL_PRIORITY))
+        click.echo(terminal_lines(result.spend_line()))
         for line in result.catalog_sources():
-            click.echo(line)
+            click.echo(terminal_lines(line, "  "))
         for warning in result.warnings:
-            click.echo(f"warning: {clean(warning)}")  # provider messages are untrusted text
+            click.echo(terminal_lines(f"warning: {clean(warning)}", "  "))  # provider messages are untrusted text
     if result.catalog_priced:
         click.echo(credentials_line(result.catalog_priced), err=True)
     result.raise_problems(catalog_ok=True)

@@ -50,7 +50,7 @@ def _status_once(state: CliState, name: str | None, fmt: str, every: bool = Fals
     import time
 
     from benchctl.errors import CampaignNotFound
-    from benchctl.report.render import render
+    from benchctl.report.render import render, terminal_lines
     from benchctl.store import aggregates as agg
     from benchctl.store import queries as q
     from benchctl.terminal_text import clean
@@ -87,9 +87,9 @@ def _status_once(state: CliState, name: str | None, fmt: str, every: bool = Fals
     if not report:
         click.echo("no campaigns yet: start one with `benchctl run FILE`")
     for camp_report in report:
-        click.echo(f"campaign {clean(camp_report['name'])}: spent ${camp_report['spent_usd']:.4f} of "
-                   f"${camp_report['budget_usd']:.2f}, ${camp_report['remaining_usd']:.4f} remaining "
-                   f"(${camp_report['bad_node_spent_usd']:.4f} on nodes that failed preflight)")
+        click.echo(terminal_lines(f"campaign {clean(camp_report['name'])}: spent ${camp_report['spent_usd']:.4f} of "
+                                  f"${camp_report['budget_usd']:.2f}, ${camp_report['remaining_usd']:.4f} remaining "
+                                  f"(${camp_report['bad_node_spent_usd']:.4f} on nodes that failed preflight)", "  "))
         click.echo(state_summary(camp_report["cells_by_state"]))
         rows = [{**c, "controller": c["controller_text"]} for c in camp_report["cells"]]
         if rows:

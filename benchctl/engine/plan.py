@@ -29,17 +29,21 @@ from typing import Any
 
 from benchctl.campaign.images import compile_warnings
 from benchctl.campaign.memory_fit import cell_fit
-from benchctl.campaign.spec import Campaign, CellSpec
+from benchctl.campaign.spec import Campaign, CellSpec, Target
 from benchctl.engine.attempt_limits import attempt_worst_case_s
 from benchctl.engine.providers import Providers, offer_request
 from benchctl.errors import BenchctlError, ProviderUnavailable, UsageError
-from benchctl.payload.presets import target_steps
 from benchctl.provisioners.base import ProviderError
 from benchctl.provisioners.catalog import catalog_price
 
 COLUMNS = ("cell", "provider", "nodes", "market", "offer", "host", "vcpus", "hourly_usd", "price_source",
            "predicted_step_ms", "predicted_cost_usd", "predicted_rank", "expected_usd", "worst_case_usd", "mem_est_gib",
            "gpu_mem_gib", "warning")
+TERMINAL_PRIORITY = ("cell", "hourly_usd", "worst_case_usd", "warning", "predicted_cost_usd", "price_source",
+                     "predicted_step_ms", "predicted_rank", "expected_usd", "offer", "vcpus", "mem_est_gib",
+                     "gpu_mem_gib", "nodes", "host", "provider", "market")
+"""Most wanted first: the columns a terminal shows when not all fit (the cell key names provider
+and market)."""
 
 
 class NoProviderAnswered(BenchctlError):
@@ -226,12 +230,13 @@ def predicted_cost(campaign: Campaign, cell: CellSpec, hourly_usd: float | None)
     none: dict[str, Any] = {"predicted_step_ms": None, "predicted_cost_usd": None, "predicted_rank": None}
     if cell.gpu not in BF16_PEAK_FLOPS or cell.count is None:
         return none
-    spec = campaign.spec
-    step_ms = predict_for(None, cell.gpu, cell.count, cell.nodes, "bf16", model=spec.target.model,
-                          tokens_per_step=spec.target.total_batch_size,
+    if not isinstance(campaign.spec.target, Target):  # a command's own workload: no model of it to predict
+        return none
+    spec, target = campaign.spec, campaign.spec.target
+    step_ms = predict_for(None, cell.gpu, cell.count, cell.nodes, "bf16", model=target.model,
+                          tokens_per_step=target.total_batch_size,
                           sequence_len=spec.payload.profile.sequence_len).mid.step_ms
-    steps = target_steps(spec.target.model, spec.target.target_param_data_ratio, spec.target.total_batch_size,
-                         spec.target.vocab_size)
+    steps = target.train_steps()
     cost = None if hourly_usd is None else round(step_ms / 1000 * steps / 3600 * hourly_usd, 2)
     return {**none, "predicted_step_ms": round(step_ms, 1), "predicted_cost_usd": cost}
 

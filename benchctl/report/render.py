@@ -25,6 +25,8 @@ from typing import Any
 from benchctl.terminal_text import clean
 
 FORMATS = ("table", "json", "csv", "md")
+CSV_DIGITS = 12
+"""Significant digits of a float in CSV: past them a float's text is arithmetic noise."""
 
 
 def _cell(value: Any) -> str:
@@ -59,10 +61,14 @@ def _md(text: str) -> str:
 
 
 def _csv_value(value: Any) -> Any:
-    """A CSV cell: numbers as they are (non-finite ones empty), text cleaned and never a formula."""
-    if isinstance(value, float) and not math.isfinite(value):
+    """A CSV cell: numbers as they are, floats at 12 significant digits (``0.4``, not the sum's
+    ``0.4000000000000002``), non-finite ones and empty lists and maps empty, text cleaned and never
+    a formula."""
+    if isinstance(value, float):
+        return float(f"{value:.{CSV_DIGITS}g}") if math.isfinite(value) else None
+    if isinstance(value, list | tuple | dict) and not value:
         return None
-    if value is None or isinstance(value, int | float):
+    if value is None or isinstance(value, int):
         return value
     raw = _cell(value) if isinstance(value, dict | list) else str(value)
     text = clean(raw)
@@ -187,6 +193,17 @@ def terminal_width() -> int:
     from rich.console import Console
 
     return Console().width
+
+
+def terminal_lines(text: str, indent: str = "") -> str:
+    """``text`` wrapped to the terminal's width (later lines start with ``indent``) on a terminal;
+    as it is when stdout is not one (piped output stays one line per item)."""
+    import textwrap
+
+    if not sys.stdout.isatty():
+        return text
+    return "\n".join(textwrap.wrap(text, terminal_width(), subsequent_indent=indent, break_on_hyphens=False,
+                                    break_long_words=False)) or text
 
 
 def _fitted_table(cells: list[list[str]], columns: Sequence[str], title: str, keep: Sequence[str]) -> str:

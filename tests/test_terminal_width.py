@@ -1,0 +1,117 @@
+"""Every default output of a real local campaign fits an 80-column terminal and uses a wider one
+(issue 29 item 1), as ``sky status`` and ``dstack ps`` do: fewer columns at 80, more at 200, the
+left-out ones named or counted on a last line; long lines wrap at the terminal's width. Piped
+output keeps its stable one-line-per-row form; CSV carries no float noise and no placeholders."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+from benchctl.report.render import render
+from tests.conftest import REPO, run_cli, run_once
+from tests.local_campaign import REPORT_CAMPAIGN
+
+COMMANDS = (("plan", "{file}"), ("leaderboard",), ("status",), ("logs", "local:cpux2:on-demand"),
+            ("logs", "local:cpux2:spot"), ("check", "local", "ssh", "runpod", "aws"),
+            ("comm-volume", "--model", "nanochat-d26", "--world-size", "8"))
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(BENCHCTL_HOME, campaign file) of the local campaign the report tests run (once per test run)."""
+    home, path, ran = run_once(tmp_path_factory, "rep", REPORT_CAMPAIGN)
+    assert "local:cpux2:on-demand: done" in ran, ran
+    return home, path
+
+
+def on_terminal(home: Path, width: int, *args: str) -> str:
+    """``benchctl ARGS`` on a pseudo-terminal ``width`` columns wide (stdout only), escapes removed."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    env = {**os.environ, "BENCHCTL_HOME": str(home), "COLUMNS": str(width), "TERM": "xterm-256color",
+           "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-aws"), "AWS_CONFIG_FILE": str(home / "no-aws")}
+    for name in ("BENCHCTL_DB", "RUNPOD_API_KEY", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        env.pop(name, None)
+    process = subprocess.Popen([sys.executable, "-m", "benchctl", *args], stdin=terminal, stdout=terminal,
+                               stderr=subprocess.DEVNULL, env=env, cwd=REPO, close_fds=True)
+    os.close(terminal)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the process is gone
+            break
+        if not chunk:
+            break
+        out += chunk
+    process.wait(timeout=120)
+    os.close(controller)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode()).replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_every_default_output_fits_80_columns(campaign: tuple[Path, Path], args: tuple[str, ...]) -> None:
+    home, path = campaign
+    text = on_terminal(home, 80, *(a.format(file=path) for a in args))
+    lines = text.rstrip("\n").splitlines()
+    assert len(lines) >= 2, text
+    too_wide = [line for line in lines if len(line) > 80]
+    assert not too_wide, text
+
+
+@pytest.mark.parametrize("args", [("plan", "{file}"), ("leaderboard",)], ids=lambda a: a[0])
+def test_a_wide_terminal_shows_more_columns(campaign: tuple[Path, Path], args: tuple[str, ...]) -> None:
+    home, path = campaign
+    argv = [a.format(file=path) for a in args]
+
+    def left_out(width: int) -> int:
+        """How many columns the last line says were left out (0: none)."""
+        text = on_terminal(home, width, *argv)
+        counted = re.search(r"^\((\d+) more columns on a wider terminal; --format json has every one\)$", text, re.M)
+        named = re.search(r"^\(a wider terminal or --format json shows (.+)\)$", text, re.M)
+        return int(counted[1]) if counted else len(named[1].split(", ")) if named else 0
+
+    narrow, wide = left_out(80), left_out(200)
+    assert narrow >= 3 and wide <= narrow - 3, (narrow, wide)
+
+
+def test_logs_are_a_readable_table_and_raw_with_format_json(campaign: tuple[Path, Path]) -> None:
+    home, _ = campaign
+    table = run_cli("logs", "local:cpux2:on-demand", home=home).stdout
+    events = table.split("events of attempt 1:\n")[1].splitlines()
+    assert events[0].split() == ["time", "kind", "phase", "summary"]
+    sample = next(line for line in events if re.match(r"  \S+  sample +collectives +op=all_reduce ", line))
+    assert not re.search(r"\d\.\d{5,}", sample), sample  # rounded, not 1.009765377725173e-05
+    assert "=null" not in table
+    raw = run_cli("logs", "local:cpux2:on-demand", "--format", "json", home=home).stdout.splitlines()
+    first = json.loads(raw[0])
+    assert first["kind"] == "phase_start" and isinstance(first["t"], float)
+    assert all(json.loads(line)["kind"] for line in raw)
+    assert any(json.loads(line).get("op") == "all_reduce" for line in raw)
+
+
+def test_csv_has_no_float_noise_and_empty_values_empty(campaign: tuple[Path, Path]) -> None:
+    home, _ = campaign
+    text = run_cli("leaderboard", "--format", "csv", home=home).stdout
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 3
+    for row in rows:
+        for name, value in row.items():
+            assert value not in ("-", "'-"), (name, row)
+            assert not re.fullmatch(r"-?\d+\.\d{14,}(e-?\d+)?", value), (name, value)  # 12 digits at most
+    assert rows[0]["env"] == "" and rows[0]["flags"] == ""
+    price = render([{"hourly_usd": 0.1 + 0.3, "flags": [], "env": {}}], ["hourly_usd", "flags", "env"], "csv")
+    assert price.splitlines()[1] == "0.4,,"
