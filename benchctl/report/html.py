@@ -246,22 +246,28 @@ RANKING_COLUMNS = ("rank", "campaign", "cell", "configuration", "market", "$/hr"
 
 
 def ranking(sections: Sequence[tuple[CampaignData, dict[str, str]]]) -> str:
-    """Every cell with a result across the campaigns, cheapest cost-to-train first, one table per model
-    and matmul precision (a cost to train one model does not rank against another's, nor an fp8 step
-    against a bf16 one)."""
-    by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    """Every cell with a result across the campaigns, cheapest cost-to-train first, one table per rank
+    group as ``benchctl leaderboard`` ranks (``rank_group``: model, target steps, matmul precision): a
+    cost to train one model does not rank against another's, nor one over 17,410 steps against one
+    over 14,889, nor an fp8 step against a bf16 one."""
+    from benchctl.results.leaderboard import rank_group
+
+    by_group: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for data, _ in sections:
         for row in data.leaderboard:
             if row.get("cost_to_train_usd") is not None:
-                key = (str(row.get("model") or data.model), str(row.get("precision") or ""))
-                by_model.setdefault(key, []).append(row)
+                model, steps, precision = rank_group({**row, "model": row.get("model") or data.model,
+                                                      "target_steps": row.get("target_steps")})
+                by_group.setdefault((str(model), steps or 0, str(precision or "")), []).append(row)
     out = ['<section id="ranking"><h2>ranking across campaigns</h2><p class="note">Every cell with a result, '
-           "cheapest cost-to-train first; one table per model and precision, as costs of training different "
-           "models do not compare, nor fp8 steps with bf16 ones.</p>"]
-    if not by_model:
+           "cheapest cost-to-train first; one table per model, target steps and precision, as "
+           "<code>benchctl leaderboard</code> ranks: costs of training different models or over different "
+           "targets do not compare, nor fp8 steps with bf16 ones.</p>"]
+    if not by_group:
         out.append('<p class="note">no cell has a result yet</p>')
-    precisions = {model: {p for m, p in by_model if m == model} for model, _ in by_model}
-    for k, ((model, precision), rows) in enumerate(sorted(by_model.items())):
+    targets = {model: {t for m, t, _ in by_group if m == model} for model, _, _ in by_group}
+    precisions = {model: {p for m, _, p in by_group if m == model} for model, _, _ in by_group}
+    for k, ((model, steps, precision), rows) in enumerate(sorted(by_group.items())):
         rows.sort(key=lambda r: (float(r["cost_to_train_usd"]), str(r.get("campaign")), str(r.get("cell"))))
         more = len(rows) - TABLE_ROWS
         rows = rows[:TABLE_ROWS]
@@ -276,7 +282,9 @@ def ranking(sections: Sequence[tuple[CampaignData, dict[str, str]]]) -> str:
             body.append("<tr>" + "".join(f"<td class=num>{_e(v)}</td>" if _numeric(v) else f"<td>{_breakable(v)}</td>"
                                          for v in values) + "</tr>")
         head = "".join(f"<th>{_e(c)}</th>" for c in RANKING_COLUMNS)
-        title = f"{model}, {precision or 'precision not recorded'}" if len(precisions[model]) > 1 else model
+        said = [f"{steps:,} target steps"] if len(targets[model]) > 1 else []
+        said += [precision or "precision not recorded"] if len(precisions[model]) > 1 else []
+        title = f"{model}, {', '.join(said)}" if said else model
         out.append(f'<h3 id="ranking-{k}-title">{_e(title)}</h3><div class="wide"><table id="ranking-{k}">'
                    f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
         if more > 0:
