@@ -438,12 +438,12 @@ def _fields(model: type[BaseModel]) -> set[str]:
 
 def test_reference_documents_every_key() -> None:
     doc = (REPO / "docs" / "campaign-reference.md").read_text()
-    from benchctl.campaign.spec import ProvidersSpec
+    from benchctl.campaign.spec import ProvidersSpec, WorkloadTarget
     from benchctl.provisioners.registry import PROVIDERS
     from benchctl.provisioners.ssh import SSHNode
 
     settings = [entry.settings for entry in PROVIDERS.values() if entry.settings is not None]
-    keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, Defaults, PayloadSpec, ProfileSpec, CellSpec,
+    keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, WorkloadTarget, Defaults, PayloadSpec, ProfileSpec, CellSpec,
                                                ProvidersSpec, SSHNode, *settings)))
     missing = sorted(k for k in keys if f"`{k}`" not in doc and f".{k}`" not in doc)
     assert missing == []

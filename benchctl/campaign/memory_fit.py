@@ -41,7 +41,7 @@ def cell_fit(campaign: Campaign, cell: CellSpec, device_batch_size: int | None =
     card = card_memory_gib(gpu, cell.instance_type)
     if card is None or "profile" not in campaign.spec.payload.phases:
         return CellFit(cell.key, None, card and round(card, 1))
-    profile, target = campaign.spec.payload.profile, campaign.spec.target
+    profile, target = campaign.spec.payload.profile, campaign.spec.nanochat_target
     total = estimate(target.model, profile.sequence_len, device_batch_size or profile.device_batch_size,
                      cell.world_size, target.vocab_size, compiled=not runs_eager(campaign, cell)).total_gib
     return CellFit(cell.key, round(total, 1), round(card, 1))
@@ -57,11 +57,11 @@ def refuse_unfit(campaign: Campaign) -> None:
         hint = "no device batch fits: use a GPU with more memory or a smaller model"
         for batch in range(profile.device_batch_size - 1, 0, -1):
             per_micro = batch * profile.sequence_len * cell.world_size
-            if campaign.spec.target.total_batch_size % per_micro == 0 and cell_fit(campaign, cell, batch).fits:
-                accum = campaign.spec.target.total_batch_size // per_micro
+            if campaign.spec.nanochat_target.total_batch_size % per_micro == 0 and cell_fit(campaign, cell, batch).fits:
+                accum = campaign.spec.nanochat_target.total_batch_size // per_micro
                 hint = (f"set payload.profile.device_batch_size: {batch} (gradient accumulation ×{accum} keeps "
-                        f"total_batch_size {campaign.spec.target.total_batch_size})")
+                        f"total_batch_size {campaign.spec.nanochat_target.total_batch_size})")
                 break
-        raise UsageError(f"cell {cell.key}: {campaign.spec.target.model} at device_batch_size "
+        raise UsageError(f"cell {cell.key}: {campaign.spec.nanochat_target.model} at device_batch_size "
                          f"{profile.device_batch_size} needs ≈{fit.mem_est_gib} GiB per GPU, more than the "
                          f"{fit.gpu_mem_gib} GiB of one {cell.gpu or cell.instance_type}; {hint}. Nothing was rented.")

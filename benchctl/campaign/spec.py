@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationError,
     create_model,
     field_validator,
@@ -139,6 +141,48 @@ class Target(_Strict):
     vocab_size: int | None = Field(default=None, gt=0, le=2**31)
 
     _model = field_validator("model")(_check_preset)
+
+    def train_steps(self) -> int:
+        """Target optimizer steps: floor(ratio × scaling params / tokens per step)."""
+        return target_steps(self.model, self.target_param_data_ratio, self.total_batch_size, self.vocab_size)
+
+
+class WorkloadTarget(_Strict):
+    """The target of any workload, priced from its ``command`` phase's own step times
+    (``step_time_s`` metrics): ``steps`` optimizer steps, or ``tokens`` at ``tokens_per_step``."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=100, description="what the leaderboard ranks "
+                             "it as (its model column); default: the campaign's name")
+    steps: int | None = Field(default=None, ge=1, le=MAX_TARGET_STEPS)
+    tokens: int | None = Field(default=None, ge=1, le=2**62)
+    tokens_per_step: int | None = Field(default=None, ge=1, le=2**62)
+
+    _name = field_validator("name")(lambda value: value if value is None else _no_nul(value, "target.name"))
+
+    @model_validator(mode="after")
+    def _one_form(self) -> WorkloadTarget:
+        if (self.steps is None) == (self.tokens is None and self.tokens_per_step is None):
+            raise ValueError("give target.steps, or target.tokens and target.tokens_per_step (not both forms)")
+        if self.steps is None and (self.tokens is None or self.tokens_per_step is None):
+            raise ValueError("target.tokens and target.tokens_per_step go together: give both")
+        if not 1 <= self.train_steps() <= MAX_TARGET_STEPS:
+            raise ValueError(f"tokens / tokens_per_step makes {self.train_steps():,} steps; a target trains for "
+                             f"1 to {MAX_TARGET_STEPS:,} steps")
+        return self
+
+    def train_steps(self) -> int:
+        """``steps``, or floor(tokens / tokens_per_step)."""
+        return self.steps if self.steps is not None else (self.tokens or 0) // (self.tokens_per_step or 1)
+
+
+def _target_kind(raw: Any) -> str:
+    """``workload`` for a target that gives steps or tokens and no model, else ``nanochat`` (also asked
+    of a model when pydantic serializes one)."""
+    if isinstance(raw, WorkloadTarget):
+        return "workload"
+    if isinstance(raw, dict) and "model" not in raw and {"steps", "tokens", "tokens_per_step"} & set(raw):
+        return "workload"
+    return "nanochat"
 
 
 class Defaults(_Strict):
@@ -266,13 +310,38 @@ class CampaignSpec(_Strict):
                                     "provider allows)")
     max_artifact_gb: float = Field(default=2, gt=0, le=MAX_ARTIFACT_GB,
                                    description="what one attempt may bring back from its node")
-    target: Target
+    target: Annotated[Annotated[Target, Tag("nanochat")] | Annotated[WorkloadTarget, Tag("workload")],
+                      Discriminator(_target_kind)]
     defaults: Defaults = Defaults()
     payload: PayloadSpec = PayloadSpec()
     providers: ProvidersSpec = ProvidersSpec()
     matrix: list[dict[str, Any]] = Field(min_length=1)
 
     _name = field_validator("name")(check_campaign_name)
+
+    @property
+    def nanochat_target(self) -> Target:
+        """The target as a nanochat model (what the profile phase measures); a steps/tokens target
+        (``WorkloadTarget``) raises ValueError: such a campaign runs no profile (``_workload_phases``)."""
+        if not isinstance(self.target, Target):
+            raise ValueError("this campaign's target gives steps or tokens, not a nanochat model")
+        return self.target
+
+    def target_label(self) -> str:
+        """What results are ranked as: the nanochat model, or a workload target's name (the campaign's)."""
+        return self.target.model if isinstance(self.target, Target) else self.target.name or self.name
+
+    @model_validator(mode="after")
+    def _workload_phases(self) -> CampaignSpec:
+        if isinstance(self.target, WorkloadTarget):
+            if "profile" in self.payload.phases:
+                raise ValueError("a target of steps or tokens prices the command phase's own step times; the "
+                                 "profile phase measures a nanochat model (target.model): remove profile from "
+                                 "payload.phases, or give target.model")
+            if "command" not in self.payload.phases:
+                raise ValueError("a target of steps or tokens is priced from the command phase's step_time_s "
+                                 "metrics: add command to payload.phases (and payload.command.run)")
+        return self
 
 
 class LocalFaults(_Strict):
@@ -462,7 +531,10 @@ class Campaign(BaseModel):
         c = self.spec.payload.command
         return Path(self.source).parent / c.upload if c and c.upload else None
 
-    def profile_config(self, cell: CellSpec) -> ProfileConfig:
+    def profile_config(self, cell: CellSpec) -> ProfileConfig | None:
+        """The profile as job.json carries it; None for a steps/tokens target (it runs no profile)."""
+        if not isinstance(self.spec.target, Target):
+            return None
         p, t = self.spec.payload.profile, self.spec.target
         return ProfileConfig(model=t.model, device_batch_size=p.device_batch_size, sequence_len=p.sequence_len,
                              total_batch_size=t.total_batch_size, warmup_steps=p.warmup_steps, steps=p.steps,
@@ -502,11 +574,13 @@ def parse_campaign(text: str, file: str) -> Campaign:
     try:
         spec = CampaignSpec.model_validate(data)
     except ValidationError as exc:
-        raise _spec_error(exc, file, lines, lambda loc: tuple(loc), CampaignSpec) from None
+        raise _spec_error(exc, file, lines, _untagged, CampaignSpec) from None
     target = spec.target
-    steps = target_steps(target.model, target.target_param_data_ratio, target.total_batch_size, target.vocab_size)
+    steps = target.train_steps()
     where_target: Path_ = ("target", "target_param_data_ratio")
-    if steps < 1:
+    if isinstance(target, WorkloadTarget):
+        pass  # its own validator bounds its steps
+    elif steps < 1:
         raise SpecError(file, line_of(lines, where_target), format_path(where_target),
                         "this target trains for less than one step (ratio × scaling params < total_batch_size); "
                         "raise the ratio or lower total_batch_size")
@@ -515,10 +589,10 @@ def parse_campaign(text: str, file: str) -> Campaign:
                         f"this target trains for {steps:,} steps, over {MAX_TARGET_STEPS:,}; lower the ratio or "
                         "raise total_batch_size")
     profiled = spec.payload.profile.model
-    if profiled is not None and profiled != spec.target.model:
+    if profiled is not None and isinstance(target, Target) and profiled != target.model:
         path: Path_ = ("payload", "profile", "model")
         raise SpecError(file, line_of(lines, path), format_path(path),
-                        f"{profiled!r} differs from target.model {spec.target.model!r}: cost-to-train multiplies "
+                        f"{profiled!r} differs from target.model {target.model!r}: cost-to-train multiplies "
                         "the profiled step time by the target's step count, so they must be the same model; "
                         "drop payload.profile.model")
     cells = _expand(spec, data["matrix"], file, lines)
@@ -537,6 +611,11 @@ def parse_campaign(text: str, file: str) -> Campaign:
             where: Path_ = ("payload", "command", "upload")
             raise SpecError(file, line_of(lines, where), format_path(where), problem)
     return campaign
+
+
+def _untagged(loc: tuple[Any, ...]) -> Path_:
+    """An error's YAML path: the target's union tag (``target.workload.steps``) is no key of the file."""
+    return (loc[0], *loc[2:]) if loc[:1] == ("target",) and loc[1:2] in (("nanochat",), ("workload",)) else loc
 
 
 def _expand(spec: CampaignSpec, matrix: list[dict[str, Any]], file: str, lines: dict[Path_, int]) -> list[CellSpec]:
@@ -594,9 +673,9 @@ def _check_batch(spec: CampaignSpec, cell: CellSpec, file: str, lines: dict[Path
     p = spec.payload.profile
     per_step = p.device_batch_size * p.sequence_len * cell.world_size * cell.nodes  # every rank of every node
     names, factors = (" × nodes", f" × {cell.nodes}") if cell.nodes > 1 else ("", "")
-    if "profile" in spec.payload.phases and spec.target.total_batch_size % per_step:
+    if "profile" in spec.payload.phases and spec.nanochat_target.total_batch_size % per_step:
         raise SpecError(file, line_of(lines, path), format_path(path),
-                        f"target.total_batch_size {spec.target.total_batch_size} is not a multiple of "
+                        f"target.total_batch_size {spec.nanochat_target.total_batch_size} is not a multiple of "
                         f"device_batch_size × sequence_len × count{names} = {p.device_batch_size} × "
                         f"{p.sequence_len} × {cell.world_size}{factors} = {per_step}; change one of them")
 

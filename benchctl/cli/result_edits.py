@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from benchctl.campaign.spec import Campaign
+    from benchctl.campaign.spec import Campaign, Target, WorkloadTarget
 
 
 def results_by_key(engine: Engine, campaign_id: int) -> dict[str, tuple[int, float]]:
@@ -38,9 +38,8 @@ def repriced(old: Campaign, new: Campaign, before: dict[str, tuple[int, float]],
              after: dict[str, tuple[int, float]]) -> list[str]:
     """Lines naming a target change and each done cell's cost-to-train it moved (old → new)."""
     lines = []
-    if old.spec.target.target_param_data_ratio != new.spec.target.target_param_data_ratio:
-        lines.append(f"target.target_param_data_ratio {old.spec.target.target_param_data_ratio:g} → "
-                     f"{new.spec.target.target_param_data_ratio:g}: done cells re-priced, nothing measured again")
+    if old.spec.target != new.spec.target:
+        lines.append(_target_change(old.spec.target, new.spec.target))
     for key, (steps, cost) in after.items():
         if key in before and before[key] != (steps, cost):
             old_steps, old_cost = before[key]
@@ -51,3 +50,12 @@ def repriced(old: Campaign, new: Campaign, before: dict[str, tuple[int, float]],
 
 def _usd(value: float | None) -> str:
     return "(unset)" if value is None else f"${value:,.2f}"
+
+
+def _target_change(old: Target | WorkloadTarget, new: Target | WorkloadTarget) -> str:
+    """The target edit, said: the ratio of a nanochat target, else the steps of a steps/tokens one."""
+    if hasattr(old, "target_param_data_ratio") and hasattr(new, "target_param_data_ratio"):
+        return (f"target.target_param_data_ratio {old.target_param_data_ratio:g} → {new.target_param_data_ratio:g}: "
+                "done cells re-priced, nothing measured again")
+    return (f"target steps {old.train_steps():,} → {new.train_steps():,}: done cells re-priced, nothing measured "
+            "again")

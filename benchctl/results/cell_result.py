@@ -8,6 +8,11 @@ attempt's price is that of everything it rented: for a cell of ``nodes`` > 1, th
 The result also says how those steps computed (``precision``, ``compiled``, ``attention``,
 ``host_data``, as the samples recorded them; several values, e.g. from nodes with different images,
 are joined with ``+``).
+
+A campaign without the profile phase that runs ``command`` is priced from the command's own
+metrics: each sample of the last attempt that finished the command phase (``command_attempt``)
+carrying ``step_time_s`` (and no true ``warmup``) is one timed step, at that attempt's price, over
+the target's steps (``target.steps``, ``tokens / tokens_per_step``, or the nanochat target's).
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from sqlalchemy.engine import Engine
 from benchctl.campaign.spec import CampaignSpec
 from benchctl.payload.stats import median, percentile
 from benchctl.results.cell_evidence import allreduce_busbw, cell_flags, node_facts
-from benchctl.results.cost import cost_to_train, steps_for
-from benchctl.results.evidence_check import phases_done, refusal
+from benchctl.results.cost import cost_to_train
+from benchctl.results.evidence_check import command_attempt, phases_done, refusal
 from benchctl.results.evidence_rules import NO_RESULT, Measured, timed_sample_problem
 from benchctl.results.step_split import step_split
 from benchctl.store import queries as q
@@ -74,6 +79,14 @@ def _how_computed(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return how
 
 
+def command_steps(engine: Engine, cell_id: int, attempt_id: int) -> list[dict[str, Any]]:
+    """The command's timed steps: ``attempt_id``'s command samples that carry ``step_time_s`` and are
+    no warm-up, in line order (``evidence_check.refusal`` has refused a cell with an implausible one)."""
+    samples = (json.loads(e.data_json) for e in q.events(engine, cell_id, kind="sample", phase="command")
+               if e.attempt_id == attempt_id)
+    return [data for data in samples if isinstance(data, dict) and "step_time_s" in data and not data.get("warmup")]
+
+
 @dataclass(frozen=True)
 class NoResult:
     """The cell's evidence may not rank: ``why`` names the first bad record (``evidence_check``)."""
@@ -101,20 +114,23 @@ def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result |
     why = refusal(engine, cell_id, spec)
     if why:
         return NoResult(why)
-    if "profile" not in phases_done(engine, cell_id, spec):
+    if "profile" not in spec.payload.phases and "command" in spec.payload.phases:
+        attempt = command_attempt(engine, cell_id)
+        timed = command_steps(engine, cell_id, attempt) if attempt is not None else []
+        samples = [TimedSample(attempt or 0, i, float(data["step_time_s"])) for i, data in enumerate(timed)]
+    elif "profile" not in phases_done(engine, cell_id, spec):
         return NoResult("no attempt finished the profile phase") if "profile" in spec.payload.phases else None
-    samples = timed_samples(engine, cell_id)
+    else:
+        samples = timed_samples(engine, cell_id)
+        # the same timed steps as the step time (one per timed index, as the report draws them)
+        timed = [data for _, data in timed_profile_events(engine, cell_id)]
     if not samples:
         return None
     prices = {a.id: a.hourly_usd or 0.0 for a in q.attempts(engine, cell_id)}
     hourly = sum(prices[s.attempt_id] for s in samples) / len(samples)
     times = [s.step_time_s for s in samples]
     cell = q.cell(engine, cell_id)
-    target = spec.target
-    cost = cost_to_train(median(times), steps_for(target.model, target.target_param_data_ratio,
-                                                  target.total_batch_size, target.vocab_size), hourly)
-    # the same timed steps as the step time (one per timed index, as the report draws them)
-    timed = [data for _, data in timed_profile_events(engine, cell_id)]
+    cost = cost_to_train(median(times), spec.target.train_steps(), hourly)
     split = step_split(timed)
     facts = node_facts(engine, cell_id)
     busbw = allreduce_busbw(engine, cell_id)
@@ -122,7 +138,7 @@ def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result |
         cell_id=cell_id, step_time_ms=cost.step_time_s * 1000, step_time_p10_ms=percentile(times, 10) * 1000,
         step_time_p90_ms=percentile(times, 90) * 1000, timed_steps=len(times), hourly_usd=cost.hourly_usd,
         market=cell.market, target_steps=cost.target_steps, train_hours=cost.train_hours,
-        cost_to_train_usd=cost.cost_usd, computed_at=time.time(), model=target.model,
+        cost_to_train_usd=cost.cost_usd, computed_at=time.time(), model=spec.target_label(),
         interconnect=facts.interconnect, vcpus=facts.vcpus, numa=facts.numa,
         optimizer_ms=split.optimizer_s * 1000 if split else None,
         optimizer_share=split.optimizer_share if split else None, comm_share=split.comm_share if split else None,

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from benchctl.campaign.spec import CampaignSpec
-from benchctl.results.evidence_rules import timed_sample_problem, value_problem
+from benchctl.results.evidence_rules import step_time_problem, timed_sample_problem, value_problem
 from benchctl.store import queries as q
 from benchctl.store.models import Event
 
@@ -117,6 +117,10 @@ def _sample_problem(sample: _Sample, spec: CampaignSpec) -> str | None:
         return timed_sample_problem(sample.data, spec.payload.profile.steps)
     if sample.phase == "preflight":
         return value_problem(sample.data) or observed_problem(sample.data)
+    if sample.phase == "command" and "step_time_s" in sample.data:
+        problem = step_time_problem(sample.data["step_time_s"])
+        if problem:
+            return f"'step_time_s' {problem}"
     return value_problem(sample.data)
 
 
@@ -153,10 +157,30 @@ def phases_done(engine: Engine, cell_id: int, spec: CampaignSpec) -> set[str]:
     """The phases some attempt finished: its own ``phase_start`` then ``phase_end`` of the phase, with
     the phase's samples between them (``SAMPLED``); the profile also needs every one of its timed
     steps measured (by this attempt or earlier ones: a preempted profile continues on a new node)."""
+    events = q.events(engine, cell_id)
+    finished = set(_finished_by(events))
+    if "profile" in finished:
+        steps = spec.payload.profile.steps
+        samples = [_Sample("", e.attempt_id, e.phase, _loads(e.data_json))
+                   for e in events if e.kind == "sample" and e.phase == "profile"]
+        if len(_timed_indexes(samples, steps)) < steps:
+            finished.discard("profile")
+    return finished & set(spec.payload.phases)
+
+
+def command_attempt(engine: Engine, cell_id: int) -> int | None:
+    """The last attempt that finished the command phase (framed it, as ``phases_done`` counts); None if none.
+    Its samples are the command's step times: a command stopped on a node (preempted) starts over on the next."""
+    attempts = _finished_by(q.events(engine, cell_id)).get("command", [])
+    return attempts[-1] if attempts else None
+
+
+def _finished_by(events: list[Event]) -> dict[str, list[int]]:
+    """For each phase, the attempts (in event order) that framed it with their own ``phase_start``
+    and ``phase_end``, with its samples between them where the phase always records some (``SAMPLED``)."""
     open_phase: dict[int, str | None] = {}
     counted: dict[int, int] = defaultdict(int)
-    finished: set[str] = set()
-    events = q.events(engine, cell_id)
+    finished: dict[str, list[int]] = defaultdict(list)
     for event in events:
         attempt = event.attempt_id
         if event.kind == "phase_start":
@@ -165,12 +189,6 @@ def phases_done(engine: Engine, cell_id: int, spec: CampaignSpec) -> set[str]:
             counted[attempt] += 1
         elif event.kind == "phase_end" and event.phase is not None and event.phase == open_phase.get(attempt):
             if counted[attempt] or event.phase not in SAMPLED:
-                finished.add(event.phase)
+                finished[event.phase].append(attempt)
             open_phase[attempt] = None
-    if "profile" in finished:
-        steps = spec.payload.profile.steps
-        samples = [_Sample("", e.attempt_id, e.phase, _loads(e.data_json))
-                   for e in events if e.kind == "sample" and e.phase == "profile"]
-        if len(_timed_indexes(samples, steps)) < steps:
-            finished.discard("profile")
-    return finished & set(spec.payload.phases)
+    return finished
