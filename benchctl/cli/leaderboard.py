@@ -3,7 +3,7 @@ model and target."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,19 +31,26 @@ TERMINAL_ROWS = 50
               "docs/leaderboard.md, or any unknown one lists them).")
 @click.option("--all", "every", is_flag=True, help=f"table on a terminal: every row (default: the first "
               f"{TERMINAL_ROWS}, then how many more).")
+@click.option("--predicted", is_flag=True, help="Predicted vs measured step time per cell and the error, each "
+              "cell predicted with its own measurement held out of the calibration (docs/predict.md).")
 @click.option("--format", "fmt", type=_FORMATS, default="table", show_default=True)
 @pass_state
 def leaderboard(state: CliState, campaigns: tuple[str, ...], providers: tuple[str, ...], markets: tuple[str, ...],
                 models: tuple[str, ...], top: int | None, wide: bool, columns: str | None, every: bool,
-                fmt: str) -> None:
+                predicted: bool, fmt: str) -> None:
     """Cost-to-train per cell across campaigns, ranked cheapest first among the cells of the same
     model and target (filters ignore case)."""
     from benchctl.results.leaderboard import Filters
 
     shown = table_columns(wide, columns, fmt.lower())
+    if predicted and (wide or columns is not None):
+        from benchctl.errors import UsageError
+
+        raise UsageError("--predicted shows its own columns; give it without --wide and --columns")
     print_leaderboard(state.engine(), Filters(campaigns=campaigns, providers=providers, markets=markets,
                                               models=models), fmt.lower(),
-                      columns=shown if wide or columns is not None else None, top=top, every=every)
+                      columns=shown if wide or columns is not None else None, top=top, every=every,
+                      predicted=predicted)
 
 
 def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
@@ -70,12 +77,14 @@ def table_columns(wide: bool, columns: str | None, fmt: str) -> tuple[str, ...]:
 
 
 def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
-                      columns: tuple[str, ...] | None = None, top: int | None = None, every: bool = False) -> None:
+                      columns: tuple[str, ...] | None = None, top: int | None = None, every: bool = False,
+                      predicted: bool = False) -> None:
     """``filters``: a campaign name, or Filters (None: everything). ``columns``: the table/md
     headers (default NARROW_COLUMNS piped and in md, on a terminal as many of TERMINAL_PRIORITY as
     fit its width); ``top``: the N best ranks of each model and target.
     A table on a terminal shows the first TERMINAL_ROWS rows and says how many more (``every``: all).
-    A filter value that matches nothing in the store raises UsageError naming the known values."""
+    A filter value that matches nothing in the store raises UsageError naming the known values.
+    ``predicted``: the rows' held-out predictions too (``print_predicted``)."""
     import sys
 
     from benchctl.errors import UsageError
@@ -111,7 +120,9 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         miss = unmatched_filter(engine, filters)
         if miss:
             raise UsageError(miss)
-    if fmt in ("json", "csv"):
+    if predicted and rows:
+        print_predicted(engine, rows, fmt)
+    elif fmt in ("json", "csv"):
         click.echo(render(rows, COLUMNS, fmt))
     elif not rows:
         given = filters_text(filters)
@@ -134,3 +145,31 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         if more > 0:
             click.echo(f"… {more:,} more rows: --all shows every one, --top N the N cheapest of each model and "
                        "target, --format csv all of them for a file")
+
+
+PREDICTED_COLUMNS = ("rank", "model", "configuration", "step ms", "predicted ms (held out)", "error")
+"""``--predicted``'s table: narrow, the measured and the held-out predicted step time side by side
+(the model names its precision where the rows have several)."""
+
+
+def print_predicted(engine: Engine, rows: list[dict[str, Any]], fmt: str) -> None:
+    """``rows`` with ``predicted_step_ms`` and ``prediction_error`` (``benchctl.predict.held_out``):
+    JSON/CSV carry them beside every key; table/md show PREDICTED_COLUMNS and a line with the
+    geomean error over the rows shown."""
+    from benchctl.predict.held_out import COLUMNS as PREDICTED
+    from benchctl.predict.held_out import add_predictions, summary
+    from benchctl.report.render import render
+    from benchctl.results.leaderboard import COLUMNS, display_row
+
+    add_predictions(engine, rows)
+    if fmt in ("json", "csv"):
+        click.echo(render(rows, (*COLUMNS, *PREDICTED), fmt))
+        return
+    mixed = len({row.get("precision") for row in rows if row["predicted_step_ms"] is not None}) > 1
+    shown = [{**display_row(row, with_precision=mixed),
+              "predicted ms (held out)": "-" if row["predicted_step_ms"] is None
+              else f"{row['predicted_step_ms']:,.1f}",
+              "error": "-" if row["prediction_error"] is None else f"{row['prediction_error']:+.1%}"}
+             for row in rows]
+    click.echo(render(shown, PREDICTED_COLUMNS, fmt, title="step time, measured vs predicted (each cell held out)"))
+    click.echo(summary(rows))

@@ -47,6 +47,8 @@ class ComputePoint:
     kind: str  # measured | imported | published
     source: str
     interconnect: str | None = None
+    origin: str | None = None
+    """``campaign/cell key`` of a store point (what ``held_out`` leaves out), None for a published one."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class BusbwPoint:
     busbw_gbps: float
     kind: str
     source: str
+    origin: str | None = None
 
 
 def default_points() -> list[ComputePoint]:

@@ -51,12 +51,13 @@ def store_points(engine: Engine) -> tuple[list[ComputePoint], list[BusbwPoint]]:
         if row.gpu not in BF16_PEAK_FLOPS:
             continue
         kind = "imported" if row.kind == "imported" else "measured"
-        source = f"{kind} in this store: {row.name}/{row.key}"
+        origin = f"{row.name}/{row.key}"
+        source = f"{kind} in this store: {origin}"
         nodes = _nodes(row.config_json)
         world = int(row._mapping["count"]) * nodes  # Row.count is tuple.count
         wire = interconnect_class(row.interconnect)
         if wire and row.busbw_gbps and (row.busbw_bytes or 0) >= MIN_BUSBW_BYTES:
-            busbw.append(BusbwPoint(row.gpu, wire, nodes, float(row.busbw_gbps), kind, source))
+            busbw.append(BusbwPoint(row.gpu, wire, nodes, float(row.busbw_gbps), kind, source, origin))
         tokens, seq_len = _spec_numbers(row.spec_json)
         tokens = tokens or _config_tokens(row.config_json)  # an imported record's own target
         if not row.model or tokens is None or not row.step_time_ms:
@@ -68,7 +69,7 @@ def store_points(engine: Engine) -> tuple[list[ComputePoint], list[BusbwPoint]]:
             continue
         fwd_bwd = row.step_time_ms - row.optimizer_ms if row.optimizer_ms else None
         compute.append(ComputePoint(row.gpu, row.precision or "bf16", work, float(row.step_time_ms), fwd_bwd,
-                                    row.optimizer_ms if world == 1 else None, kind, source, wire))
+                                    row.optimizer_ms if world == 1 else None, kind, source, wire, origin))
     return compute, busbw
 
 
