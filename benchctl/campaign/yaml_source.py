@@ -65,6 +65,9 @@ class _BoundedLoader(yaml.SafeLoader):
         self.file, self.limits = file, limits
         self.depth = 0
         self.values = 0
+        self.merged_sizes: dict[int, int] = {}
+        """id of a mapping node whose merges are resolved → its entries, each merged one counted every
+        time it is merged (our own count: PyYAML < 6.0.4 repeats merged entries, 6.0.4 drops repeats)."""
 
     def _deeper(self, mark: yaml.Mark | None) -> None:
         self.depth += 1
@@ -82,20 +85,27 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         """Resolve ``<<`` merge keys, refusing a mapping that would grow past ``max_values`` entries
-        (merging a merged mapping several times doubles it at every level)."""
+        (merging a merged mapping several times multiplies it at every level). The count is ours,
+        made before PyYAML merges, so the bound is the same whatever PyYAML does with repeats; each
+        mapping is resolved once."""
+        if id(node) in self.merged_sizes:
+            return
         self._deeper(node.start_mark)
         try:
-            size = len(node.value)
+            size = 0
             for key_node, value_node in node.value:
-                if key_node.tag == _MERGE_TAG:
-                    merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-                    for sub in merged:
-                        if isinstance(sub, yaml.MappingNode):
-                            self.flatten_mapping(sub)
-                            size += len(sub.value)
+                if key_node.tag != _MERGE_TAG:
+                    size += 1
+                    continue
+                merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for sub in merged:
+                    if isinstance(sub, yaml.MappingNode):
+                        self.flatten_mapping(sub)
+                        size += self.merged_sizes[id(sub)]
             if size > self.limits.max_values:
                 raise self.too_many(node)
             super().flatten_mapping(node)
+            self.merged_sizes[id(node)] = size
         finally:
             self.depth -= 1
 
