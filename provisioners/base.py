@@ -267,8 +267,14 @@ class Provider(ABC):
     def check_access(self, requests: Sequence[OfferRequest]) -> None:
         """Raise ProviderError (one line, naming what to set up) when the credentials at hand cannot
         serve these requests, e.g. a cloud SkyPilot has not enabled. Called before anything is
-        written or rented; may ask the provider's API. Default: the constructor's checks suffice."""
+        written or rented; may ask the provider's API. Default: the constructor's checks suffice.
+        Commands that rent nothing (``plan``) skip it where ``access_unverified`` says why."""
         return None
+
+    access_unverified: str | None = None
+    """Why commands that rent nothing (``plan``, ``check``) do not call ``check_access``: asking
+    would start something that outlives the command (SkyPilot's API server), and what tests the
+    credentials instead. None: they call it."""
 
     def close(self) -> None:
         """Give back what this provider started for the command and would leave running (e.g.

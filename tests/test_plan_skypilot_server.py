@@ -28,12 +28,12 @@ def test_plan_leaves_a_server_that_was_running_alone(home: Path, tmp_path: Path,
     assert sky_standin.api_server_running, "the user's own server keeps running"
 
 
-def test_plan_stops_it_also_when_a_cloud_has_no_credentials(home: Path, tmp_path: Path,
-                                                            sky_standin: SkyPilotStandIn,  # noqa: F811
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_starts_no_api_server_also_when_a_cloud_has_no_credentials(
+        home: Path, tmp_path: Path, sky_standin: SkyPilotStandIn,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """As ``check``: asking for the enabled clouds would start the server, so plan does not ask."""
     sky_standin.enabled = ["lambda"]
     path = tmp_path / "sky.yaml"
     path.write_text(SKY_CAMPAIGN)
-    assert _plan_in_process(str(path)) == 2
-    assert "no credentials for gcp" in capsys.readouterr().err
-    assert not sky_standin.api_server_running
+    assert _plan_in_process(str(path)) == 0, capsys.readouterr().err
+    assert sky_standin.api_server_starts == 0 and not sky_standin.api_server_running

@@ -131,7 +131,7 @@ def _usable(providers: Providers, cells: list[CellSpec], image: str | None) -> d
             unavailable[name] = str(exc)
     usable = [c for c in cells if c.provider not in unavailable]
     refuse_multi_node(providers, usable)
-    providers.check_cells(usable, image)
+    providers.check_cells(usable, image, renting=False)  # run asked them all before (cli/run.py)
     return unavailable
 
 
@@ -208,7 +208,8 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
     if failed and not answered and not unavailable:
         raise NoProviderAnswered("no provider answered for offers, so nothing could be planned: " + "; ".join(
             f"{name}: {problem}" for name, problem in sorted(failed.items())) + ". Fix that (or wait) and plan again")
-    warnings += [f"{name}: {note}" for name in sorted(answered) for note in providers.get(name).plan_notes()]
+    warnings += [f"{name}: {note}" for name in sorted(answered | failed.keys())
+                 for note in providers.get(name).plan_notes()]
     warnings += compile_warnings(campaign, cells)
     priced = round(sum(r["worst_case_usd"] for r in rows if r["worst_case_usd"] is not None), 4)
     if spent_usd + priced > campaign.spec.budget_usd:

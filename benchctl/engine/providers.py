@@ -74,11 +74,12 @@ class Providers:
         if problems:
             raise ProviderUnavailable("\n".join(problems))
 
-    def check_cells(self, cells: Iterable[CellSpec], image: str | None = None) -> None:
+    def check_cells(self, cells: Iterable[CellSpec], image: str | None = None, renting: bool = True) -> None:
         """Raise before anything is written when a provider refuses a cell's shape (checked offline,
         e.g. SkyPilot's schema: one line per such cell), or, once every shape passed, when its
         credentials cannot serve the cells (one line per provider, e.g. a cloud SkyPilot has not
-        enabled). Call after ``check``."""
+        enabled). Not ``renting`` (``plan``): a provider with ``access_unverified`` is not asked.
+        Call after ``check``."""
         problems = []
         by_provider: dict[str, list[OfferRequest]] = {}
         for cell in cells:
@@ -91,6 +92,8 @@ class Providers:
         if problems:
             raise UsageError("\n".join(problems))
         for name, requests in sorted(by_provider.items()):
+            if not renting and self.get(name).access_unverified:
+                continue
             try:
                 self.get(name).check_access(requests)
             except ProviderError as exc:

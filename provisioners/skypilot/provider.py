@@ -133,8 +133,16 @@ def _raised_in_sky(exc: BaseException) -> bool:
     return tb is not None and _is_sky_module(str(tb.tb_frame.f_globals.get("__name__", "")))
 
 
+CATALOG = "read SkyPilot's catalog"
+"""What ``offers`` asks: SkyPilot reads its catalog on this machine, downloading it on first use and
+when stale (sky/catalog/common.py ``read_catalog``), no API server involved."""
+
+
 def _wording(what: str) -> Wording:
     def wording(typed: type[ProviderError], exc: BaseException) -> str:
+        if typed is Unavailable and what == CATALOG:
+            return (f"skypilot: could not download SkyPilot's catalog (it does on first use and when stale; "
+                    f"is this machine offline?): {type(exc).__name__}: {exc}")
         if typed is Unavailable:
             return (f"skypilot: its API server did not answer while trying to {what} (retried): "
                     f"{type(exc).__name__}: {exc}; check `sky api info`")
@@ -175,6 +183,8 @@ def cluster_state(request: str | None, cluster: str | None, use_spot: bool, down
 class SkyPilotProvider(Provider):
     name = "skypilot"
     multi_node_refusal = None  # SkyPilot's num_nodes (launch_cluster)
+    access_unverified = ("its credentials are SkyPilot's own: `sky check` tests them (benchctl does not, as "
+                         "asking would start SkyPilot's API server)")
 
     def __init__(self, root: Path, settings: SkyPilotSettings | None = None, client: SkyClient | None = None) -> None:
         self.client: SkyClient = client if client is not None else SkySDK()
@@ -190,6 +200,9 @@ class SkyPilotProvider(Provider):
         """How long SkyPilot's idle minute is (a test shortens it, with its stand-in's)."""
         self.docker_port = docker.DOCKER_SSH_PORT
         """Where a docker cluster's container sshd listens on its VM (a test points it at its own)."""
+        self._clouds_asked: set[str] = set()
+        self._clouds_enabled: set[str] = set()
+        """Clouds offers were asked for, and those ``check_access`` found enabled (``plan_notes``)."""
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         return call_api(lambda: fn(*args), classify, _wording(what), max_s=60, sleep=self.sleep)
@@ -209,18 +222,28 @@ class SkyPilotProvider(Provider):
         if not wanted:
             return
         enabled = set(self._call("read the enabled clouds", self.client.enabled_clouds))
+        self._clouds_enabled |= enabled
         missing = [cloud for cloud in wanted if cloud not in enabled]
         if missing:
             raise ProviderError(f"skypilot: no credentials for {', '.join(missing)} (enabled: "
                                 f"{', '.join(sorted(enabled)) or 'none'}): set them up and run "
                                 f"`sky check {' '.join(missing)}`")
 
+    def plan_notes(self) -> list[str]:
+        """The clouds whose credentials nobody checked (``plan`` does not: ``access_unverified``)."""
+        unchecked = sorted(self._clouds_asked - self._clouds_enabled)
+        if not unchecked:
+            return []
+        return [f"credentials for {', '.join(unchecked)} not verified (that would start SkyPilot's API server): "
+                f"`sky check {' '.join(unchecked)}` tests them; prices are SkyPilot's catalog's"]
+
     def offers(self, request: OfferRequest) -> list[Offer]:
         self.validate(request)
         cloud = str(request.extra["cloud"])
+        self._clouds_asked.add(cloud.lower())
         config = task_config(request, "benchctl", self.settings.disk_size)
         resources = config["resources"]
-        found = self._call("read SkyPilot's catalog", self.client.prices, cloud, accelerators(request),
+        found = self._call(CATALOG, self.client.prices, cloud, accelerators(request),
                            request.instance_type, request.market == "spot", request.region, resources.get("cpus"))
         fitting = [p for p in found if not form_conflict(request.gpu, p.instance_type)]
         if not fitting:

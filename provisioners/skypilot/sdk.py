@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -114,6 +116,7 @@ class SkySDK:
 
         self.sky = sky
         self._api_server_was_up: bool | None = None
+        _as_client()
 
     def launch(self, task: Any, cluster_name: str, autodown_idle_minutes: int) -> str:
         from sky.skylet.autostop_lib import AutostopWaitFor
@@ -216,6 +219,61 @@ class SkySDK:
         except Exception as exc:  # SkyPilot's reason, whatever its type
             return exc
         return None
+
+
+_PAYLOAD = re.compile(r"<sky-payload[^>]*>.*?</sky-payload>")
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def plain_sky_text(text: str) -> str:
+    """SkyPilot's terminal text as plain text: its encoded payloads dropped (``<sky-payload>…``:
+    spinner controls its API server sends its client to render, sky/utils/message_utils.py
+    ``encode_payload``, sky/utils/rich_utils.py ``EncodedStatusMessage``), colour and other escape
+    sequences (colorama's, around its log lines) and control characters removed, blanks trimmed."""
+    return _ESCAPES.sub("", _PAYLOAD.sub("", text)).strip()
+
+
+class _PlainToStderr(io.TextIOBase):
+    """The stream SkyPilot's log handler writes to instead of stdout (where benchctl's tables and
+    JSON go): each complete line as plain text on stderr, prefixed ``skypilot:``, a line already
+    shown once in this process not again (a retried call logs the same failure each time)."""
+
+    def __init__(self) -> None:
+        self._partial = ""
+        self._shown: set[str] = set()
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            *lines, self._partial = (self._partial + text).split("\n")
+            for line in (plain_sky_text(raw) for raw in lines):
+                if line and line not in self._shown:
+                    self._shown.add(line)
+                    sys.stderr.write(f"skypilot: {line}\n")
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+_SKY_LOG = _PlainToStderr()
+
+
+def _as_client() -> None:
+    """Make SkyPilot behave as in its own client process. SkyPilot assumes it runs inside its API
+    server until one of its client calls says otherwise (sky/utils/annotations.py
+    ``is_on_api_server``, set False by ``client_api``); meanwhile its catalog code prints encoded
+    spinner payloads to stdout (sky/catalog/common.py ``read_catalog`` → rich_utils ``safe_status`` →
+    ``EncodedStatus``), which only its own client decodes. benchctl reads the catalog directly, so
+    it says so first. SkyPilot's log handler writes coloured lines to stdout (sky/sky_logging.py
+    ``_setup_logger``): they go to stderr as plain text (``_PlainToStderr``). Idempotent."""
+    from sky import sky_logging
+    from sky.utils import annotations
+
+    annotations.is_on_api_server = False
+    for handler in logging.getLogger("sky").handlers:  # SkyPilot's own handlers only (others may be attached)
+        if isinstance(handler, sky_logging.EnvAwareHandler) and handler.stream is not _SKY_LOG:
+            handler.setStream(_SKY_LOG)
 
 
 _STDOUT_SWAP = threading.Lock()

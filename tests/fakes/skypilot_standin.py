@@ -124,6 +124,8 @@ class SkyPilotStandIn:
     SkyPilot's client does (sky/server/common.py ``check_server_healthy_or_start_fn``, 0.14.1);
     ``prices`` reads the catalog on the client and needs none (sky/catalog/__init__.py)."""
     started_api_server: bool = False
+    api_server_starts: int = 0
+    """How many times a call started the local API server (each start is seconds and a process)."""
     container: SSHServer | None = None
     """The docker container's sshd on every VM of a cluster launched with a docker image (``add_container``)."""
 
@@ -249,6 +251,7 @@ class SkyPilotStandIn:
         self._fault()
         if not self.api_server_running:
             self.api_server_running = self.started_api_server = True
+            self.api_server_starts += 1
         return list(self.enabled)
 
     def stop_started_api_server(self) -> None:
