@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from benchctl.report.data import CampaignData, CellData, Check, PreflightRun, campaign_data, spend_curve
-from benchctl.report.html import page
+from benchctl.report.html import PAGE_COLUMNS, page
 from benchctl.report.plots import FIGURES, figures
 from benchctl.results.leaderboard import COLUMNS, TABLE_COLUMNS
 from benchctl.store import queries as q
@@ -99,8 +99,11 @@ def test_the_page_is_self_contained_with_every_figure_and_table(reported: tuple[
     keys = [c.key for c in q.cells(engine, camp.id or 0)]
     assert len(keys) == 3 and FAILING_CELL in keys
     board = page.text_by_id["c0-leaderboard"]
-    for column in TABLE_COLUMNS:
+    for column in PAGE_COLUMNS:
         assert column in board
+    every = page.text_by_id["c0-leaderboard-all"]  # the other columns: collapsed under it
+    for column in TABLE_COLUMNS:
+        assert column in every
     for key in keys:
         assert key in board
         assert key in page.text_by_id["c0-step_time"]

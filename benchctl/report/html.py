@@ -37,12 +37,13 @@ h3{font-size:16px;margin:24px 0 6px}p.meta,p.note{color:#555;margin:4px 0}p.note
 .summary div{background:#F2F6FA;border-radius:6px;padding:8px 14px}.summary b{display:block;font-size:18px}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
 th,td{border:1px solid #ddd;padding:4px 7px;text-align:left}
-th{background:#F2F6FA}td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#F2F6FA}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .pass{background:#D4EDDA}.warn{background:#FFF3CD}.fail{background:#F8D7DA}.skip{background:#EEEEEE;color:#777}
 .noresult{color:#888;font-style:italic}figure{margin:6px 0 18px}svg{max-width:100%;height:auto}
 ul.hints{font-size:12.5px;margin:4px 0}td.nowrap{white-space:nowrap}div.wide{overflow-x:auto}
 nav#toc{background:#F7F9FB;border:1px solid #E1E8EF;border-radius:6px;padding:6px 18px;margin:12px 0;font-size:13px}
 nav#toc ul{margin:2px 0;padding-left:18px}nav#toc a{color:#0060A0;text-decoration:none}
+details{margin:2px 0 8px;font-size:12.5px}summary{cursor:pointer;color:#0060A0}
 """
 
 
@@ -80,18 +81,25 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def leaderboard_table(rows: Sequence[dict[str, Any]], table_id: str) -> str:
-    """The leaderboard rows as ``benchctl leaderboard`` shows them (``display_row``, whatever
-    ``TABLE_COLUMNS`` lists), one per cell; a cell without a result says so in its status."""
-    head = "".join(f"<th>{_breakable(c)}</th>" for c in TABLE_COLUMNS)
+PAGE_COLUMNS = ("rank", "model", "cell", "provider", "configuration", "market", "$/hr", "step ms", "cost-to-train $",
+                "flags", "status")
+"""The leaderboard columns the page shows at first (they fit 1,400 px; the cell names the figures'
+rows); every one of ``TABLE_COLUMNS`` is in a second table, collapsed under the first (``<details>``)."""
+
+
+def leaderboard_table(rows: Sequence[dict[str, Any]], table_id: str,
+                      columns: Sequence[str] = TABLE_COLUMNS) -> str:
+    """The leaderboard rows as ``benchctl leaderboard`` shows them (``display_row``), the ``columns``
+    of ``TABLE_COLUMNS``, one row per cell; a cell without a result says so in its status."""
+    head = "".join(f"<th>{_breakable(c)}</th>" for c in columns)
     body = []
     for row in rows:
         shown = display_row(row)
         if row.get("cost_to_train_usd") is None:
-            last = "status" if "status" in TABLE_COLUMNS else TABLE_COLUMNS[-1]
+            last = "status" if "status" in columns else columns[-1]
             shown[last] = f"{_text(shown.get(last))}: no result"
         cells = []
-        for column in TABLE_COLUMNS:
+        for column in columns:
             value = shown.get(column)
             if _numeric(value):
                 cells.append(f"<td class=num>{_e(_text(value))}</td>")
@@ -101,6 +109,15 @@ def leaderboard_table(rows: Sequence[dict[str, Any]], table_id: str) -> str:
         body.append(f"<tr>{''.join(cells)}</tr>")
     return (f'<div class="wide"><table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
             "</table></div>")
+
+
+def leaderboard_tables(rows: Sequence[dict[str, Any]], table_id: str) -> str:
+    """The leaderboard as the page shows it: ``PAGE_COLUMNS`` (``table_id``), then every column
+    (``table_id-all``) in a ``<details>`` collapsed by default."""
+    return (leaderboard_table(rows, table_id, PAGE_COLUMNS)
+            + f'<details id="{table_id}-details"><summary>all {len(TABLE_COLUMNS)} columns (node, p10-p90, '
+            "optimizer, communication, busbw, target steps, ...)</summary>"
+            + leaderboard_table(rows, f"{table_id}-all") + "</details>")
 
 
 def _run_verdict(run: PreflightRun) -> str:
@@ -216,7 +233,7 @@ def campaign_section(data: CampaignData, figures: dict[str, str], prefix: str) -
     for name, title in _parts(data, figures):
         out.append(_heading(f"{prefix}-{name}", title))
         if name == "leaderboard":
-            out.append(leaderboard_table(data.leaderboard, f"{prefix}-leaderboard"))
+            out.append(leaderboard_tables(data.leaderboard, f"{prefix}-leaderboard"))
             if data.leaderboard_omitted:
                 out.append(f'<p class="note" id="{prefix}-leaderboard-more">{data.leaderboard_omitted:,} more cells '
                            f"are not listed (the table holds the first {TABLE_ROWS} ranks of each model and target, "

@@ -19,7 +19,9 @@ from typing import Any
 
 import matplotlib
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
 from benchctl.payload.collective_math import format_bytes
@@ -46,6 +48,9 @@ FIGURE_PHASE = {"step_time": "profile", "split": "profile", "busbw": "collective
 """The payload phase a figure's data comes from (the others are about spend: every campaign has them)."""
 SMALL_SPREAD = 0.3
 """A value axis starts at zero unless every value lies within this fraction of the largest."""
+OUTLIER = 1.5
+"""A value axis ends at this × the 90th percentile of its values when the largest lies beyond that
+(``robust_high``): one outlier does not squeeze every other bar into the axis' first tenth."""
 
 
 def shown(data: CampaignData) -> tuple[str, ...]:
@@ -138,11 +143,45 @@ def _value_axis(ax: Axes, low: float, high: float, unit: str, room: float = 0.4)
     return f"; axis broken: starts at {start:,.4g} {unit}, not 0, so that small differences show"
 
 
+def robust_high(values: list[float], keep: float = 0.0) -> float:
+    """The largest value an axis shows whole: the largest of ``values``, or ``OUTLIER`` × their 90th
+    percentile when the largest lies beyond that, never below ``keep`` (what must show whole). With
+    few values the 90th percentile is near the largest itself, so only a value far from most of
+    many is cut."""
+    top = max(values)
+    bound = max(OUTLIER * percentile(values, 90), keep)
+    return top if top <= bound else bound
+
+
+def _fit_labels(fig: Figure, ax: Axes, labels: list[Text], margin: float = 0.01) -> None:
+    """Extend the x axis to the right until every left-aligned ``label`` (placed at a data x) ends
+    inside the axes: text keeps its size in pixels, so the span one label needs is known at once."""
+    if not labels:
+        return
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    width = ax.get_window_extent(renderer).width
+    start, end = ax.get_xlim()
+    need = end
+    for label in labels:
+        share = label.get_window_extent(renderer).width / width
+        if share < 1 - margin:
+            need = max(need, start + (label.get_position()[0] - start) / (1 - margin - share))
+    ax.set_xlim(start, need)
+
+
+def _off_axis(ax: Axes, row: int, colour: str) -> None:
+    """The marker at the right end of the axis for a value beyond it (``robust_high``)."""
+    ax.plot([1.0], [row], marker=">", markersize=8, color=colour, markeredgecolor="#333333",
+            transform=ax.get_yaxis_transform(), clip_on=False, zorder=4)
+
+
 def step_time(data: CampaignData) -> Figure:
     """Timed step times per cell (dots), median (bar) and p10–p90 (whisker), each labelled with its
     median and ``+x % vs best`` (the fastest median); baseline: the fastest cell's median, and a
     published reference when the campaign's model has one. The axis starts near the smallest value
-    when the differences are small (``_value_axis``)."""
+    when the differences are small (``_value_axis``) and ends before an outlier step
+    (``robust_high``; every bar and whisker shows whole): such steps are a marker at its right end,
+    their count and the slowest written in their cell's label."""
     fig, ax = _cell_figure(len(data.cells))
     medians = [median(c.step_times_ms) for c in data.cells if c.step_times_ms]
     medians += [c.step_summary_ms[1] for c in data.cells if not c.step_times_ms and c.step_summary_ms]
@@ -150,31 +189,45 @@ def step_time(data: CampaignData) -> Figure:
         _empty(ax, "no timed profile steps yet")
         return fig
     best = min(medians)
-    low, high = best, 0.0
+    summaries: dict[int, tuple[float, float, float]] = {}
     for i, cell in enumerate(data.cells):
-        times = cell.step_times_ms
-        if times:
-            p10, p50, p90 = (percentile(times, q) for q in (10, 50, 90))
+        if cell.step_times_ms:
+            summaries[i] = (percentile(cell.step_times_ms, 10), percentile(cell.step_times_ms, 50),
+                            percentile(cell.step_times_ms, 90))
         elif cell.step_summary_ms:  # imported: no samples, only the summary
-            p10, p50, p90 = cell.step_summary_ms
-        else:
+            summaries[i] = cell.step_summary_ms
+    whole = [p90 for _, _, p90 in summaries.values()] + ([data.reference[0]] if data.reference else [])
+    values = [t for c in data.cells for t in c.step_times_ms] + [v for s in summaries.values() for v in s] + whole
+    high = robust_high(values, keep=max(whole))
+    low = min([best, *values])
+    note = _value_axis(ax, low, high, "ms")
+    labels = []
+    for i, cell in enumerate(data.cells):
+        if i not in summaries:
             ax.text(0, i, "  no timed steps", va="center", color="#666666", transform=ax.get_yaxis_transform())
             continue
-        low, high = min(low, p10, *times), max(high, p90, *times)
+        p10, p50, p90 = summaries[i]
+        times = [t for t in cell.step_times_ms if t <= high]
+        beyond = [t for t in cell.step_times_ms if t > high]
         ax.barh(i, p50, height=0.55, color=_colour(i), alpha=0.35)
         ax.plot([p10, p90], [i, i], color=_colour(i), linewidth=2)
         jitter = [(k % 5 - 2) * 0.06 for k in range(len(times))]
         if times:
             ax.scatter(times, [i + j for j in jitter], s=12, color=_colour(i), zorder=3)
-        ax.text(max([p90, *times]), i, f"  {p50:,.1f} ms, {_vs_best(p50, best)}", va="center", fontsize=9)
+        off = (f"; {len(beyond)} step{'s' if len(beyond) > 1 else ''} off the axis, the slowest "
+               f"{max(beyond):,.0f} ms ▸" if beyond else "")
+        labels.append(ax.text(max([p90, *times]), i, f"  {p50:,.1f} ms, {_vs_best(p50, best)}{off}", va="center",
+                              fontsize=9))
+        if beyond:
+            _off_axis(ax, i, _colour(i))
     ax.axvline(best, color="#333333", linestyle="--", linewidth=1,
                label=f"baseline: fastest cell's median {best:,.1f} ms")
     if data.reference is not None:
         ax.axvline(data.reference[0], color="#D55E00", linestyle=":", linewidth=1.5, label=data.reference[1])
-        low, high = min(low, data.reference[0]), max(high, data.reference[0])
     _cell_axis(ax, [c.key for c in data.cells])
-    note = _value_axis(ax, low, high, "ms")
-    ax.set_xlabel(f"step time (ms): dots = timed steps, bar = median, whisker = p10–p90{note}")
+    _fit_labels(fig, ax, labels)
+    clipped = "; ▸ = steps beyond the axis' end" if any(t > high for c in data.cells for t in c.step_times_ms) else ""
+    ax.set_xlabel(f"step time (ms): dots = timed steps, bar = median, whisker = p10–p90{note}{clipped}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, _below(fig)), ncol=2)
     return fig
 
@@ -259,24 +312,39 @@ def busbw(data: CampaignData) -> Figure:
 
 def cost(data: CampaignData) -> Figure:
     """Cost-to-train per cell, with its price and ``+x % vs cheapest``; cells without a result say so.
-    The axis starts near the cheapest when the differences are small (``_value_axis``)."""
+    The axis starts near the cheapest when the differences are small (``_value_axis``) and ends
+    before an outlier (``robust_high``): its bar runs to the axis' end, marked, its label inside."""
     fig, ax = _cell_figure(len(data.cells))
     costs = [c.cost_usd for c in data.cells if c.cost_usd is not None]
     if not costs:
         _empty(ax, "no cell has a result yet")
         return fig
     cheapest = min(costs)
-    note = _value_axis(ax, cheapest, max(costs), "USD", room=0.6)
+    high = robust_high(costs)
+    note = _value_axis(ax, cheapest, high, "USD", room=0.6)
+    labels, beyond = [], []
     for i, cell in enumerate(data.cells):
         if cell.cost_usd is None:
             ax.text(0, i, f"  no result ({cell.state})", va="center", color="#666666",
                     transform=ax.get_yaxis_transform())
             continue
+        text = (f"${cell.cost_usd:,.2f} at ${cell.hourly_usd or 0:,.2f}/h, "
+                f"{_vs_best(cell.cost_usd, cheapest, 'cheapest')}")
+        if cell.cost_usd > high:
+            beyond.append((i, text))
+            continue
         ax.barh(i, cell.cost_usd, height=0.6, color=_colour(i))
-        ax.text(cell.cost_usd, i, f" ${cell.cost_usd:,.2f} at ${cell.hourly_usd or 0:,.2f}/h, "
-                f"{_vs_best(cell.cost_usd, cheapest, 'cheapest')}", va="center", fontsize=9)
+        labels.append(ax.text(cell.cost_usd, i, f" {text}", va="center", fontsize=9))
     _cell_axis(ax, [c.key for c in data.cells])
-    ax.set_xlabel(f"cost to train {data.model} (USD){note}")
+    _fit_labels(fig, ax, labels)
+    for i, text in beyond:  # drawn to the axis' final end
+        ax.barh(i, ax.get_xlim()[1], height=0.6, color=_colour(i))
+        ax.text(0.985, i, f"{text}, off the axis ", va="center", ha="right", fontsize=9,
+                transform=ax.get_yaxis_transform(), bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none",
+                                                          "pad": 1.5})
+        _off_axis(ax, i, _colour(i))
+    clipped = "; ▸ = beyond the axis' end" if beyond else ""
+    ax.set_xlabel(f"cost to train {data.model} (USD){note}{clipped}")
     return fig
 
 
