@@ -20,7 +20,7 @@ Each behaviour below cites where the real API shows it (see also tests/fakes/REA
   vast-ai/docs api-reference/openapi.yaml @c6246226: PUT asks 4.5 s, DELETE instances/{id} 3.0 s,
   GET instances/{id} 2.0 s, GET v1/instances 1.0 s). The search interval (6 s: 10 a minute) is
   issue 16's; the openapi's bundles 429 names no threshold. A refused call does not move the
-  interval. ``rate_scale`` shrinks every interval for fast tests.
+  interval. ``rate_scale`` shrinks every interval for fast tests; ``clock`` is what they are measured on.
 - The daily search quota: 429 ``{"error": "search_quota_exceeded"}``, reset at midnight UTC and
   never retried by the SDK (vastai 1.9.1 ``vastai/api/client.py`` ``is_search_quota_exceeded``).
 - Renting an offer that is gone: 410 "Offer no longer available", an unknown one 404 "Offer not
@@ -61,6 +61,12 @@ Each behaviour below cites where the real API shows it (see also tests/fakes/REA
   next, null on the last; each page is one call under the endpoint's 1.0 s interval
   (vast-ai/docs @c6246226 ``api-reference/openapi/yaml/show_instances.yaml``; the SDK's
   ``api/instances.py`` ``show_instances`` follows ``next_token`` page after page with no pause).
+- Without a key: the offer search (``POST /api/v0/bundles/``) answers a request with no
+  ``Authorization`` header (its generated spec declares ``security: []``: vast-ai/docs @000751af
+  ``api-reference/openapi/yaml/auto_post_api_v0_bundles_32b4bb.yaml``; dstackai/gpuhunt
+  ``src/gpuhunt/providers/vastai.py`` posts to it with no credentials); everything else, renting
+  included, answers 401 (``auto_put_api_v0_asks_id_6ec785.yaml``: ``BearerAuth``, 401 Unauthorized).
+  A wrong key is refused on every endpoint. Keyless searches are rate-limited as one identity.
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -118,7 +124,9 @@ def storage_per_hour(offer: dict[str, Any], gb: float) -> float:
 
 class FakeVast:
     def __init__(self, api_key: str, ssh_port: int, authorized_keys: Path, workdir: Path, boot_s: float = 0.3,
-                 rate_scale: float = 1.0) -> None:
+                 rate_scale: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        """What the rate limits are measured on (a test gives the client's limiter the same clock)."""
         self.api_key, self.ssh_port, self.authorized_keys, self.workdir = api_key, ssh_port, authorized_keys, workdir
         self.boot_s = boot_s
         self.proxy_port = ssh_port
@@ -148,7 +156,7 @@ class FakeVast:
         """None when a call of ``endpoint`` with ``key`` may run now; else the threshold it broke."""
         interval = self.rate_limits.get(endpoint)
         with self.lock:
-            now = time.monotonic()
+            now = self.clock()
             last = self._last.get((key, endpoint))
             if interval and last is not None and now - last < interval:
                 self.throttled[endpoint] += 1
@@ -317,7 +325,7 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
                 fake.faults.pop(0)
             elif self.answer_fault(fake.faults, fake.key_for(self.headers.get("Authorization", ""), method, path),
                                    b'{"offers": [',
-                                   b'{"success": false, "error": "invalid_user_key"}'):
+                                   b'{"success": false, "error": "invalid_user_key"}', public=endpoint == "search"):
                 return
             threshold = fake.admit(self.headers.get("Authorization", ""), endpoint)
             if threshold is not None:

@@ -13,18 +13,23 @@ from benchctl.provisioners import vastai
 from benchctl.provisioners.base import NoCapacity, NodeState, OfferRequest, ProviderError
 from benchctl.provisioners.vastai import Limiter, VastProvider, VastSettings, instance_state
 from tests.fakes.vastai_fake import RATE_LIMITS, FakeVast, running_fake_vast, ssh_banner
+from tests.fakes.virtual_clock import VirtualClock
 from tests.provisioners.conftest import run_in_bare_session
-
-SCALE = 0.05
-"""The fake enforces Vast's intervals ×0.05; the provider keeps them ×0.075 (a margin for a busy machine)."""
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVast]:
+def clock() -> VirtualClock:
+    return VirtualClock()
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: VirtualClock) -> Iterator[FakeVast]:
+    """Vast's own intervals, measured on a virtual clock that the providers' limiters wait on: no
+    test waits them out, and none depends on how fast this machine answers."""
     server = FakeVast("vast-key", ssh_port=2222, authorized_keys=tmp_path / "authorized_keys",
-                      workdir=tmp_path / "work", boot_s=0.0, rate_scale=SCALE)
-    for endpoint, interval in RATE_LIMITS.items():
-        monkeypatch.setitem(vastai.MIN_INTERVAL_S, endpoint, interval * SCALE * 1.5)
+                      workdir=tmp_path / "work", boot_s=0.0, clock=clock)
+    monkeypatch.setattr(vastai, "_LIMITERS", {})
+    monkeypatch.setattr(vastai, "Limiter", lambda: Limiter(clock=clock, sleep=clock.sleep))
     with running_fake_vast(server) as url:
         monkeypatch.setenv("VAST_URL", url)
         monkeypatch.setenv("VAST_API_KEY", "vast-key")
@@ -211,11 +216,36 @@ def test_direct_ssh_that_never_greets_falls_back_to_the_proxy(fake: FakeVast, tm
     provider.terminate(node)
 
 
-def test_polling_nodes_from_many_threads_stays_within_the_rate_limits(fake: FakeVast, tmp_path: Path) -> None:
+def test_polling_nodes_stays_within_the_rate_limits(fake: FakeVast, tmp_path: Path, clock: VirtualClock) -> None:
+    """Every call waits on the key's one limiter, by Vast's interval for its endpoint: at Vast's own
+    intervals (on the shared virtual clock) the fake refuses none."""
     provider = _provider(tmp_path)
     offers = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
     nodes = [provider.launch(o, f"bc-p{i}", "bc-camp-5") for i, o in enumerate(offers)]
     others = [_provider(tmp_path) for _ in nodes]  # one provider per cell, as each cell may hold its own
+    started = clock()
+    states = [p.status(n) for _ in range(3) for p, n in zip(others, nodes, strict=True)]
+    assert states == [NodeState.RUNNING] * 3 * len(nodes)
+    assert clock() - started >= (3 * len(nodes) - 1) * RATE_LIMITS["show_instance"], "spaced across providers"
+    for node in nodes:
+        provider.terminate(node)
+    assert fake.throttled == {}, f"no call came sooner than Vast allows: {dict(fake.throttled)}"
+    assert fake.calls["show_instance"] >= 3 * len(nodes)
+
+
+def test_providers_polling_from_many_threads_share_one_limiter(fake: FakeVast, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads each with its own provider take their slots from the one limiter of the key: on a
+    clock that stands still, the waits are exactly one interval apart, one slot per call (what
+    reaches the fake when is up to the machine's scheduler, so the fake's limits are off here)."""
+    provider = _provider(tmp_path)
+    offers = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
+    nodes = [provider.launch(o, f"bc-t{i}", "bc-camp-5") for i, o in enumerate(offers)]
+    waits: list[float] = []
+    monkeypatch.setattr(vastai, "_LIMITERS", {})
+    monkeypatch.setattr(vastai, "Limiter", lambda: Limiter(clock=lambda: 0.0, sleep=waits.append))
+    fake.rate_limits = {}
+    others = [_provider(tmp_path) for _ in nodes]
     states: list[NodeState] = []
 
     def poll(p: VastProvider, node: object) -> None:
@@ -228,10 +258,10 @@ def test_polling_nodes_from_many_threads_stays_within_the_rate_limits(fake: Fake
     for t in threads:
         t.join()
     assert states == [NodeState.RUNNING] * 3 * len(nodes)
+    slot = vastai.MIN_INTERVAL_S["show_instance"] * 1.1
+    assert sorted(waits) == pytest.approx([k * slot for k in range(1, 3 * len(nodes))])
     for node in nodes:
         provider.terminate(node)
-    assert fake.throttled == {}, f"no call came sooner than Vast allows: {dict(fake.throttled)}"
-    assert fake.calls["show_instance"] >= 3 * len(nodes)
 
 
 def test_the_limiter_spaces_each_endpoint_across_threads() -> None:
