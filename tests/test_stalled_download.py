@@ -58,7 +58,7 @@ def test_a_stalled_get_ends_at_its_deadline_and_kills_ssh(sshd: SSHServer, tmp_p
     started = time.monotonic()
     with pytest.raises(TransferTimeout, match="did not finish within 2 s"):
         transport.get("job/artifacts", str(tmp_path / "back"), timeout=2)
-    assert time.monotonic() - started < 4, "not the node's 20 s stall"
+    assert time.monotonic() - started < STALL_S / 2, "not the node's 20 s stall (a bound a busy machine keeps)"
     assert _ssh_children() == [], "the ssh client was killed and reaped"
     transport.close()
 
@@ -70,7 +70,7 @@ def test_a_cancelled_deadline_stops_a_get_at_once(sshd: SSHServer, tmp_path: Pat
     started = time.monotonic()
     with pytest.raises(TransferTimeout, match="stopped: the campaign's spend reached budget_usd"):
         transport.get("job/artifacts", str(tmp_path / "back"), timeout=deadline)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < deadline.seconds / 2, "stopped when cancelled, not at the deadline"
     assert _ssh_children() == []
     transport.close()
 

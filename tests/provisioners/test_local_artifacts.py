@@ -102,7 +102,7 @@ def test_a_symlink_loop_is_refused_at_once(node: Path, tmp_path: Path) -> None:
     (node / "job" / "artifacts" / "self").symlink_to("self")
     started = time.monotonic()
     transport = _get(node, tmp_path / "dest")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30, "not followed round the loop (a bound a busy machine keeps)"
     assert sum(1 for _ in (tmp_path / "dest").rglob("*")) == 4, "the honest files, nothing more"
     assert len(transport.refused_members()) == 2
 
@@ -111,7 +111,7 @@ def test_fifos_are_refused_without_being_opened(node: Path, tmp_path: Path) -> N
     os.mkfifo(node / "job" / "artifacts" / "stall")
     started = time.monotonic()
     transport = _get(node, tmp_path / "dest")
-    assert time.monotonic() - started < 2, "a FIFO nobody writes to would block a reader forever"
+    assert time.monotonic() - started < 30, "a FIFO nobody writes to would block a reader forever"
     assert transport.refused_members() == ["artifacts/stall: not a regular file or directory"]
     events = node / "job" / "events.jsonl"
     os.mkfifo(events)

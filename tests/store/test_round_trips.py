@@ -88,7 +88,7 @@ def test_a_read_on_sqlite_does_not_wait_for_a_writer(tmp_path: Path) -> None:
         started = time.monotonic()
         assert q.cell(engine, cell_id).key == "k"
         assert q.spent_usd(engine, campaign_id) == 0.0
-        assert time.monotonic() - started < 5, "a read waited for the write lock (busy timeout: 30 s)"
+        assert time.monotonic() - started < 15, "a read waited for the write lock (busy timeout: 30 s)"
     finally:
         writer.execute("ROLLBACK")
         writer.close()
