@@ -4,6 +4,10 @@ free at that price now; ``plan`` and ``offers`` mark it so, with its source and 
 
 Sources, most live first:
 
+0. A provider's own public listing, where it answers without credentials: Vast.ai's offer search
+   (``provisioners.vastai.public_price``), read at plan time, its age "now", marked "no key to rent
+   with". Bounded (a short timeout, one retry, a listing that failed is not asked again by the process);
+   when it cannot be read the sources below answer.
 1. SkyPilot's catalog as SkyPilot caches it: ``~/.sky/catalogs/v8/<cloud>/vms.csv`` (``$SKY_RUNTIME_DIR``
    instead of ``~``; sky/catalog/common.py and skylet/constants.py ``CATALOG_SCHEMA_VERSION``,
    SkyPilot 0.14.1). The wheel ships no catalog: SkyPilot downloads it from
@@ -47,12 +51,21 @@ class CatalogPrice:
     as_of: str
     """ISO date the figure was read (snapshot) or the cached file was written (SkyPilot)."""
     note: str = ""
+    market_listed: bool = True
+    """False when the list has no price for the request's market (a spot cell priced on-demand)."""
 
 
 def catalog_price(provider: str, request: OfferRequest, *, sky_root: Path | None = None,
                   snapshot: Path = SNAPSHOT) -> CatalogPrice | None:
     """The list price of one node ``request`` describes, from the most live source that has one;
-    None when no source lists it. Reads local files only (never the network)."""
+    None when no source lists it. Only a provider's public listing (source 0) reads the network."""
+    if provider == "vastai":
+        from benchctl.provisioners.vastai import public_price
+
+        live = public_price(request)
+        if live is not None:
+            now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            return CatalogPrice(live, "vastai public listing", now, "no key to rent with")
     cloud = request.extra.get("cloud") if provider == "skypilot" else SKY_CLOUDS.get(provider)
     if cloud:
         cached = _sky_cached(provider, str(cloud).lower(), request, sky_root)
@@ -119,7 +132,7 @@ def _sky_cached(provider: str, cloud: str, request: OfferRequest, root: Path | N
     if not prices:
         return None
     price, note = min(prices)
-    return CatalogPrice(round(price, 4), f"SkyPilot's cached catalog {cloud}/vms.csv", written, note)
+    return CatalogPrice(round(price, 4), f"SkyPilot's cached catalog {cloud}/vms.csv", written, note, not note)
 
 
 def _snapshot(provider: str, request: OfferRequest, path: Path) -> CatalogPrice | None:
@@ -138,5 +151,5 @@ def _snapshot(provider: str, request: OfferRequest, path: Path) -> CatalogPrice 
             continue
         node = entry["node_usd"] if "node_usd" in entry else entry["per_gpu_usd"] * request.count
         price, note = _spot(request.market, float(node), entry.get("spot_node_usd"))
-        return CatalogPrice(round(price, 4), f"snapshot: {entry['source']}", entry["as_of"], note)
+        return CatalogPrice(round(price, 4), f"snapshot: {entry['source']}", entry["as_of"], note, not note)
     return None

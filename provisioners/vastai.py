@@ -7,7 +7,8 @@
   with the disk actually rented (``disk_gb``): on-demand is the ``dph_total`` searched with
   ``allocated_storage = disk_gb`` (the SDK's default prices 5 GB); spot is the bid
   (``min_bid × (1 + bid_margin)``, storage excluded) plus ``storage_cost`` ($/GB per 30-day month)
-  × ``disk_gb``. ``details["pricing"]`` says which.
+  × ``disk_gb``. ``details["pricing"]`` says which. Without a key, ``public_price`` asks the same
+  search anonymously (it is public) for a catalog price, never an offer (``provisioners/catalog.py``).
 - Launch: ``create_instance`` with the bid (``price``; none on-demand), labelled
   ``<campaign tag>--<token>`` (``owned`` lists by that prefix), then the campaign's public key
   with ``attach_ssh``. Purchases go through the provider's launch lock, so two cells of one
@@ -166,6 +167,44 @@ def api_key() -> str | None:
     return None
 
 
+PUBLIC_TIMEOUT_S = 4.0
+"""How long one search of the public listing may take (it is tried twice at most)."""
+PUBLIC_INTERVAL_S = 2.0
+"""Seconds between two searches without a key: the ``x-rateLimit`` threshold of ``POST /api/v0/bundles/``
+(vast-ai/docs @000751af ``api-reference/openapi/yaml/auto_post_api_v0_bundles_32b4bb.yaml``)."""
+_PUBLIC_LIMITER = Limiter(intervals={"search": PUBLIC_INTERVAL_S})
+_PUBLIC_UNREACHABLE: set[str] = set()
+"""Listing URLs that failed in this process: not asked again (``plan`` stays fast offline)."""
+
+
+def public_price(request: OfferRequest, settings: VastSettings | None = None) -> float | None:
+    """The $/hr of the cheapest offer for ``request`` in Vast's public listing now, priced as ``offers``
+    prices it (provisioners/catalog.py shows it as a catalog price: with no key nothing can be rented
+    at it). Vast's offer search answers without a key (the endpoint declares ``security: []``, vast-ai/docs @000751af
+    ``auto_post_api_v0_bundles_32b4bb.yaml``; dstackai/gpuhunt ``src/gpuhunt/providers/vastai.py`` posts to
+    it with no credentials), and the SDK sends no ``Authorization`` header when its key is None (vastai
+    ``api/client.py`` ``_build_headers``). None when a key is configured (offers are asked instead),
+    when nothing matches, or when the listing cannot be read: one try and one retry of
+    ``PUBLIC_TIMEOUT_S`` each, and a listing that failed is not asked again by this process."""
+    url = os.environ.get("VAST_URL") or "https://console.vast.ai"
+    if api_key() or url in _PUBLIC_UNREACHABLE:
+        return None
+    from vastai import VastAI
+
+    sdk = VastAI(api_key="", server_url=url, retry=2)
+    sdk.client.api_key, sdk.client.timeout = None, PUBLIC_TIMEOUT_S
+    s = settings or VastSettings()
+    try:
+        _PUBLIC_LIMITER.wait("search")
+        found = _offers(sdk.search_offers(**_search(request, s)) or [], request, s)
+    except Exception as exc:
+        if classify(exc) is None and not isinstance(exc, (KeyError, TypeError, ValueError)):
+            raise
+        _PUBLIC_UNREACHABLE.add(url)
+        return None
+    return found[0].hourly_usd if found else None
+
+
 def _status_of(exc: BaseException) -> int | None:
     response = getattr(exc, "response", None)
     return getattr(response, "status_code", None)
@@ -264,29 +303,8 @@ class VastProvider(Provider):
         return call_api(once, classify, _wording(what), max_s=90, sleep=self.sleep)
 
     def offers(self, request: OfferRequest) -> list[Offer]:
-        s = self.settings
-        query: dict[str, Any] = {"gpu_name": {"eq": GPU_NAMES.get(request.gpu, request.gpu)},
-                                 "num_gpus": {"eq": request.count}, "reliability": {"gte": s.min_reliability},
-                                 "cuda_max_good": {"gte": s.min_cuda}}
-        if request.min_vcpus:
-            query["cpu_cores_effective"] = {"gte": request.min_vcpus}
-        if request.exclude_hosts:
-            bad = [int(h) for h in request.exclude_hosts if h.isdigit()]
-            if bad:
-                query["machine_id"] = {"notin": bad}
-        if s.datacenter_only:
-            query["hosting_type"] = {"eq": 1}
-        spot = request.market == "spot"
-        found = self._call("search offers", "search", self.sdk.search_offers, query=query,
-                           type="bid" if spot else "on-demand", order="dph_total", storage=s.disk_gb) or []
-        offers = []
-        for o in found:
-            bid, price, pricing = _price(o, spot, s)
-            offers.append(Offer(provider=self.name, offer_id=str(o["id"]), gpu=request.gpu, count=int(o["num_gpus"]),
-                                vcpus=int(o.get("cpu_cores_effective") or 0), region=str(o.get("geolocation") or ""),
-                                hourly_usd=price, market=request.market, host=str(o["machine_id"]),
-                                details={"bid": bid, "pricing": pricing, "image": request.image or DEFAULT_IMAGE}))
-        return sorted(offers, key=lambda o: o.hourly_usd)
+        found = self._call("search offers", "search", self.sdk.search_offers, **_search(request, self.settings))
+        return _offers(found or [], request, self.settings)
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         _, public = campaign_key(self.root / "keys", campaign_tag)
@@ -430,6 +448,35 @@ class VastProvider(Provider):
             nodes.append(Node(provider=self.name, node_id=str(row["id"]), token=label.rsplit("--", 1)[1],
                               campaign_tag=campaign_tag, offer=offer, details={"instance_id": row["id"]}))
         return nodes
+
+
+def _search(request: OfferRequest, s: VastSettings) -> dict[str, Any]:
+    """The SDK's ``search_offers`` arguments for ``request`` (see the module doc)."""
+    query: dict[str, Any] = {"gpu_name": {"eq": GPU_NAMES.get(request.gpu, request.gpu)},
+                             "num_gpus": {"eq": request.count}, "reliability": {"gte": s.min_reliability},
+                             "cuda_max_good": {"gte": s.min_cuda}}
+    if request.min_vcpus:
+        query["cpu_cores_effective"] = {"gte": request.min_vcpus}
+    if request.exclude_hosts:
+        bad = [int(h) for h in request.exclude_hosts if h.isdigit()]
+        if bad:
+            query["machine_id"] = {"notin": bad}
+    if s.datacenter_only:
+        query["hosting_type"] = {"eq": 1}
+    return {"query": query, "type": "bid" if request.market == "spot" else "on-demand", "order": "dph_total",
+            "storage": s.disk_gb}
+
+
+def _offers(found: list[dict[str, Any]], request: OfferRequest, s: VastSettings) -> list[Offer]:
+    """The search's answer as offers priced as billed, cheapest first."""
+    offers = []
+    for o in found:
+        bid, price, pricing = _price(o, request.market == "spot", s)
+        offers.append(Offer(provider="vastai", offer_id=str(o["id"]), gpu=request.gpu, count=int(o["num_gpus"]),
+                            vcpus=int(o.get("cpu_cores_effective") or 0), region=str(o.get("geolocation") or ""),
+                            hourly_usd=price, market=request.market, host=str(o["machine_id"]),
+                            details={"bid": bid, "pricing": pricing, "image": request.image or DEFAULT_IMAGE}))
+    return sorted(offers, key=lambda o: o.hourly_usd)
 
 
 def _price(offer: dict[str, Any], spot: bool, s: VastSettings) -> tuple[float | None, float, str]:

@@ -46,6 +46,13 @@ def _private_local_machine_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("BENCHCTL_LOCAL_LOCK", str(tmp_path / "local-machine.lock"))
 
 
+@pytest.fixture(autouse=True)
+def _no_public_listing_online(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Vast's public listing (priced without a key: ``provisioners.vastai.public_price``) is asked at
+    VAST_URL: a closed loopback port unless a test serves a fake there, so no test reaches the network."""
+    monkeypatch.setenv("VAST_URL", "http://127.0.0.1:9")
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "home"

@@ -58,7 +58,7 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
                 for market in [m.lower() for m in markets] or ["on-demand", "spot"]:
                     listed = catalog_price(name, OfferRequest(gpu=gpu, count=count, market=market,
                                                               extra={"cloud": cloud} if cloud else {}))
-                    if listed is not None and not listed.note:  # a list without this market's price: none
+                    if listed is not None and listed.market_listed:  # a list without this market's price: none
                         rows.append({"provider": name, "gpu": gpu, "count": count, "market": market, "region": None,
                                      "vcpus": None, "hourly_usd": listed.hourly_usd, "price_source": "catalog",
                                      "price_origin": listed.source, "price_as_of": listed.as_of, "host": None})

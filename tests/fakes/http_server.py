@@ -27,9 +27,11 @@ class FakeHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.connection.shutdown(2)
 
-    def answer_fault(self, faults: list[str], api_key: str, malformed: bytes, unauthorized: bytes) -> bool:
+    def answer_fault(self, faults: list[str], api_key: str, malformed: bytes, unauthorized: bytes,
+                     public: bool = False) -> bool:
         """Serve the next injected fault (``drop``, ``slow``: 3 s late, ``malformed``, ``429``, ``500``,
-        ``401``) or refuse a wrong key; True when that answered the request."""
+        ``401``) or refuse a wrong key; True when that answered the request. ``public``: the endpoint
+        also answers a request that carries no key at all (a wrong key is still refused)."""
         fault = faults.pop(0) if faults else None
         if fault == "drop":
             self.drop()
@@ -42,7 +44,8 @@ class FakeHandler(BaseHTTPRequestHandler):
         if fault in ("429", "500"):
             self.send_body(int(fault), b"<html>busy</html>", "text/html")
             return True
-        if fault == "401" or self.headers.get("Authorization") != f"Bearer {api_key}":
+        anonymous = public and self.headers.get("Authorization") is None
+        if fault == "401" or (not anonymous and self.headers.get("Authorization") != f"Bearer {api_key}"):
             self.send_body(401, unauthorized)
             return True
         return False
