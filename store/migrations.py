@@ -169,6 +169,14 @@ def _v8_result_host_data(op: Operations) -> None:
     op.add_column("result", sa.Column("host_data", sa.String, nullable=True))
 
 
+def _v9_result_timing(op: Operations) -> None:
+    # How steady the timed steps were: the drift between their first and last quarter, and the
+    # unrecorded steps (and seconds) run first until the clocks settled. NULL for older results.
+    op.add_column("result", sa.Column("drift", sa.Float, nullable=True))
+    op.add_column("result", sa.Column("settle_steps", sa.Integer, nullable=True))
+    op.add_column("result", sa.Column("settle_s", sa.Float, nullable=True))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial: campaign, cell, attempt, event", _v1_initial),
     Migration(2, "results and artifacts", _v2_results_and_artifacts),
@@ -178,6 +186,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "result evidence columns, campaign kind", _v6_result_evidence),
     Migration(7, "result precision, compiled, attention", _v7_result_precision),
     Migration(8, "result host_data", _v8_result_host_data),
+    Migration(9, "result drift, settle steps and seconds", _v9_result_timing),
 )
 HEAD = MIGRATIONS[-1].version
 

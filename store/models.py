@@ -119,6 +119,14 @@ class Result(SQLModel, table=True):
     """The attention kernel: ``flash_attn3`` | ``flash_attn`` | ``sdpa`` (None: not recorded)."""
     host_data: str | None = None
     """Where the profile's batches came from: ``synthetic`` | ``tokenize`` (on the host; None: not recorded)."""
+    drift: float | None = None
+    """The timed steps' last-quarter median ÷ first-quarter median − 1 (``payload.stats.drift``; +0.03:
+    the steps ended 3 % slower than they began); None with fewer than 4 timed steps or before schema v9."""
+    settle_steps: int | None = None
+    """Unrecorded steps run after the warm-up until the clocks settled, summed over the attempts that
+    timed the steps (``payload.stats.settled``; 0: none, as on CPU); None where not recorded."""
+    settle_s: float | None = None
+    """The seconds those settle steps took (None where not recorded)."""
 
 
 class Artifact(SQLModel, table=True):

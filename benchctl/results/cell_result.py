@@ -7,7 +7,10 @@ counts, and the price is the attempts' billed prices weighted by the samples eac
 attempt's price is that of everything it rented: for a cell of ``nodes`` > 1, the node's × nodes.
 The result also says how those steps computed (``precision``, ``compiled``, ``attention``,
 ``host_data``, as the samples recorded them; several values, e.g. from nodes with different images,
-are joined with ``+``).
+are joined with ``+``), and how steady they were: ``drift`` (``payload.stats.drift`` of the step
+times in timed-index order: last-quarter ÷ first-quarter median − 1; None under 4 steps) and
+``settle_steps``/``settle_s`` (the unrecorded steps each attempt ran until its clocks settled, as
+its samples say, summed over the attempts whose steps were timed).
 
 A campaign without the profile phase that runs ``command`` is priced from the command's own
 metrics: each sample of the last attempt that finished the command phase (``command_attempt``)
@@ -27,7 +30,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from benchctl.campaign.spec import CampaignSpec
-from benchctl.payload.stats import median, percentile
+from benchctl.payload.stats import drift, median, percentile
 from benchctl.results.cell_evidence import allreduce_busbw, cell_flags, node_facts
 from benchctl.results.cost import cost_to_train
 from benchctl.results.evidence_check import command_attempt, phases_done, refusal
@@ -77,6 +80,19 @@ def _how_computed(samples: list[dict[str, Any]]) -> dict[str, Any]:
     compiled = [bool(s["compiled"]) for s in samples if s.get("compiled") is not None]
     how["compiled"] = all(compiled) if compiled else None
     return how
+
+
+def _steadiness(samples: list[TimedSample], timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """drift of the step times (in index order), settle steps and seconds summed over the attempts
+    that timed them (each attempt's first sample that says; None where none did)."""
+    settle: dict[int, tuple[int, float]] = {}
+    for sample, data in zip(samples, timed, strict=True):
+        if sample.attempt_id not in settle and isinstance(data.get("settle_steps"), int):
+            settle[sample.attempt_id] = (data["settle_steps"], float(data.get("settle_s") or 0.0))
+    moved = drift([s.step_time_s for s in samples])
+    return {"drift": moved["drift"] if moved else None,
+            "settle_steps": sum(n for n, _ in settle.values()) if settle else None,
+            "settle_s": round(sum(t for _, t in settle.values()), 3) if settle else None}
 
 
 def command_steps(engine: Engine, cell_id: int, attempt_id: int) -> list[dict[str, Any]]:
@@ -143,7 +159,7 @@ def compute_result(engine: Engine, cell_id: int, spec: CampaignSpec) -> Result |
         optimizer_ms=split.optimizer_s * 1000 if split else None,
         optimizer_share=split.optimizer_share if split else None, comm_share=split.comm_share if split else None,
         busbw_gbps=busbw[0] if busbw else None, busbw_bytes=busbw[1] if busbw else None,
-        flags_json=json.dumps(cell_flags(engine, cell_id)), **_how_computed(timed))
+        flags_json=json.dumps(cell_flags(engine, cell_id)), **_how_computed(timed), **_steadiness(samples, timed))
     why = out_of_bounds(result)
     return NoResult(why) if why else result
 

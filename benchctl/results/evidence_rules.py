@@ -157,3 +157,7 @@ class Measured(BaseModel):
     compiled: bool | None = None
     attention: str | None = Field(default=None, pattern=_HOW, max_length=64)
     host_data: str | None = Field(default=None, pattern=_HOW, max_length=64)
+    drift: float | None = Field(default=None, gt=-1, le=MAX_NUMBER)
+    """Last-quarter ÷ first-quarter median step time − 1 (a step time is positive: above −1)."""
+    settle_steps: int | None = Field(default=None, ge=0, le=INT_MAX)
+    settle_s: float | None = Field(default=None, ge=0, le=MAX_NUMBER)

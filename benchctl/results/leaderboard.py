@@ -32,14 +32,16 @@ from benchctl.store.models import Campaign, Cell, Result
 
 COLUMNS = ("rank", "campaign", "cell", "provider", "gpu", "count", "nodes", "interconnect", "vcpus", "numa", "market",
            "env", "model", "precision", "compiled", "attention", "host_data", "hourly_usd", "step_time_ms",
-           "step_time_p10_ms", "step_time_p90_ms", "optimizer_ms", "optimizer_share", "comm_share", "busbw_gbps",
-           "busbw_bytes", "target_steps", "train_hours", "cost_to_train_usd", "spot_usd_per_hour",
+           "step_time_p10_ms", "step_time_p90_ms", "timed_steps", "drift", "settle_steps", "settle_s", "optimizer_ms",
+           "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "target_steps", "train_hours",
+           "cost_to_train_usd", "spot_usd_per_hour",
            "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "flags", "status", "no_result")
 """Every row's keys, in order (JSON and CSV)."""
 
 TABLE = (("rank", "rank"), ("model", "model"), ("campaign", "campaign"), ("provider", "provider"), ("cell", "cell"),
          ("configuration", "configuration"), ("node", "node"), ("precision", "precision"), ("market", "market"),
-         ("price", "$/hr"), ("step", "step ms"), ("spread", "p10-p90 ms"), ("optimizer", "optimizer ms"),
+         ("price", "$/hr"), ("step", "step ms"), ("spread", "p10-p90 ms"), ("timed", "timed steps (drift)"),
+         ("optimizer", "optimizer ms"),
          ("comm", "comm"), ("busbw", "busbw GB/s @size"), ("steps", "target steps"), ("hours", "train h"),
          ("cost", "cost-to-train $"), ("both", "spot / on-demand $"), ("flags", "flags"), ("status", "status"))
 """The columns ``table`` and ``md`` can show, (name for ``--columns``, header): the same numbers as
@@ -50,11 +52,12 @@ NARROW_COLUMNS = ("rank", "model", "configuration", "provider", "market", "step 
 """The default table when piped and in md."""
 TERMINAL_PRIORITY = ("rank", "cost-to-train $", "configuration", "provider", "market", "step ms", "flags", "model",
                      "$/hr", "node", "p10-p90 ms", "precision", "target steps", "train h", "comm", "busbw GB/s @size",
-                     "optimizer ms", "spot / on-demand $", "campaign", "status", "cell")
+                     "optimizer ms", "spot / on-demand $", "campaign", "status", "cell", "timed steps (drift)")
 """The default table on a terminal: as many of these as fit its width, most wanted first (``model``
 moves up to the fourth when several models or targets are ranked), shown in TABLE_COLUMNS' order."""
 
-_RESULT_COLUMNS = ("step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "hourly_usd", "target_steps",
+_RESULT_COLUMNS = ("step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "timed_steps", "drift", "settle_steps",
+                   "settle_s", "hourly_usd", "target_steps",
                    "train_hours", "cost_to_train_usd", "model", "interconnect", "vcpus", "numa", "optimizer_ms",
                    "optimizer_share", "comm_share", "busbw_gbps", "busbw_bytes", "precision", "compiled",
                    "attention", "host_data", "flags_json")
@@ -205,12 +208,28 @@ def _row(record: Any, evidence: FlagEvidence | None) -> dict[str, Any]:
     flags_json = values.pop("flags_json")
     row: dict[str, Any] = {name: None for name in COLUMNS}
     row.update(values)
+    row["timed_steps"] = row["timed_steps"] or None  # 0: an imported record that did not say
     config = json.loads(config_json)
+    flags = list(_flags(flags_json)) if flags_json is not None else _evidence_flags(evidence, cell_id)
     row.update(campaign=campaign, cell=key, provider=provider, gpu=gpu, count=count, market=market, status=state,
                env=config.get("env", {}), nodes=config.get("nodes", 1),  # cells stored before nodes existed: 1
-               flags=list(_flags(flags_json)) if flags_json is not None else _evidence_flags(evidence, cell_id))
+               flags=_with_drift(flags, row["drift"]))
     row["no_result"] = reason if reason and reason.startswith(NO_RESULT) else None  # why its evidence was refused
     return row
+
+
+DRIFT_FLAG_ABOVE = 0.02
+"""The ``drift`` flag: the timed steps' last quarter more than 2 % slower (or faster) than their
+first: the median may not be the steady state a long run would see."""
+
+
+def _with_drift(flags: list[str], drift: float | None) -> list[str]:
+    """``flags`` with ``drift +3.1%`` where the row's drift exceeds ``DRIFT_FLAG_ABOVE`` (a flag a
+    re-imported row already carries is recomputed from its ``drift``, never doubled)."""
+    if drift is None:
+        return flags
+    kept = [f for f in flags if not f.startswith("drift ")]
+    return sorted([*kept, f"drift {drift:+.1%}"]) if abs(drift) > DRIFT_FLAG_ABOVE else kept
 
 
 def _evidence_flags(evidence: FlagEvidence | None, cell_id: int) -> list[str]:
@@ -274,6 +293,14 @@ def _how(row: dict[str, Any]) -> str:
     return f"{precision}, {host}" if host and host != "synthetic" else precision
 
 
+def _timed(row: dict[str, Any]) -> str:
+    """``200 (+0.4%)``: the steps the median is of, and their drift where there were 4 or more."""
+    if not row.get("timed_steps"):
+        return "-"
+    drift = row.get("drift")
+    return f"{row['timed_steps']:,}" + ("" if drift is None else f" ({drift:+.1%})")
+
+
 def display_row(row: dict[str, Any], with_steps: bool = False, with_precision: bool = False) -> dict[str, Any]:
     """The row composed for a person (TABLE_COLUMNS): configuration = gpu×count and env; node =
     interconnect, vCPUs and NUMA layout; step time as median, p10-p90 beside it. ``with_steps``:
@@ -298,7 +325,7 @@ def display_row(row: dict[str, Any], with_steps: bool = False, with_precision: b
             "cell": row["cell"], "configuration": ", ".join(c for c in config if c),
             "node": ", ".join(n for n in node if n) or "-", "precision": _how(row),
             "market": row["market"], "$/hr": _num(row["hourly_usd"], 2), "step ms": _num(row["step_time_ms"], 1),
-            "p10-p90 ms": spread, "optimizer ms": _num(row["optimizer_ms"], 1),
+            "p10-p90 ms": spread, "timed steps (drift)": _timed(row), "optimizer ms": _num(row["optimizer_ms"], 1),
             "comm": "-" if row["comm_share"] is None else f"{row['comm_share']:.0%}",
             "busbw GB/s @size": "-" if row["busbw_gbps"] is None else
             f"{_num(row['busbw_gbps'], 1)} @{format_bytes(row['busbw_bytes'] or 0)}",

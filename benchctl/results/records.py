@@ -5,7 +5,7 @@ single record. A record needs ``provider, gpu, count, market, hourly_usd, step_t
 ``target: {model, target_param_data_ratio, total_batch_size[, vocab_size]}`` or ``target_steps``.
 It may carry the leaderboard's evidence columns (interconnect, vcpus, numa, optimizer_ms,
 optimizer_share, comm_share, busbw_gbps, busbw_bytes, flags, env, model, precision, compiled,
-attention, host_data) and its cell key
+attention, host_data, timed_steps, drift, settle_steps, settle_s) and its cell key
 (``cell``) and campaign (``campaign``: where the record goes unless ``import --campaign`` says).
 What the leaderboard derives (rank, train hours, costs, status) is accepted and recomputed:
 train_hours = step_time × target_steps / 3600, cost = train_hours × hourly_usd.
@@ -252,6 +252,7 @@ def _priced(record: Record) -> CellResult:
               "optimizer_share": record.optimizer_share, "comm_share": record.comm_share,
               "busbw_gbps": record.busbw_gbps, "busbw_bytes": record.busbw_bytes,
               "flags_json": json.dumps(sorted(record.flags)), "precision": record.precision,
-              "compiled": record.compiled, "attention": record.attention, "host_data": record.host_data}
+              "compiled": record.compiled, "attention": record.attention, "host_data": record.host_data,
+              "drift": record.drift, "settle_steps": record.settle_steps, "settle_s": record.settle_s}
     return CellResult(key=record.key(), provider=record.provider, gpu=record.gpu, count=record.count,
                       market=record.market, config=config, result=result, campaign=record.campaign)
