@@ -39,6 +39,21 @@ world size 1 in brackets, every one above the measurement):
   (3.4 GiB at d12 to 13–15 GiB at d26): ``compiled_slack``. At world size 8 the estimate is an
   extrapolation (the optimizer state sharded as ``payload.optim`` shards it; NCCL's buffers for 8
   ranks were not in the measurement).
+
+fp8 (``precision: fp8``, ``payload.fp8``) is judged as bf16: no term for its smaller saved
+activations. Upstream published a figure (karpathy/nanochat, dev/LOG.md, the 2026-02-02 entry on
+fp8 training with torchao, commit a67eba3): at d26 on 8 H100s, tensorwise fp8 used about 9 GB less
+than bf16, which its author put down to activations saved in fp8. That is published, not measured
+here, and it does not carry over to this estimate: the entry gives neither the device batch nor how
+memory was read (GB or GiB, allocator or ``nvidia-smi``); it was torchao's Float8Linear, not
+``payload.fp8.Fp8Matmul``, which saves the e4m3 input and weight for the backward and so frees a
+Linear's bf16 input only where no other op saves it too (how much that is depends on the graph
+Inductor builds). The estimate exists to refuse, before anything is rented, a batch that cannot fit:
+an over-estimate costs a smaller batch, an under-estimate an out-of-memory on a billed node. Judged
+as bf16, upstream's own batch (d26 at 16 on 8 ranks: 76.8 GiB against an H100's 79.6) fits already;
+what it refuses that the published saving might let through is d26 at 16 on one H100 (82.4 GiB).
+The profile records ``mem_est_gib`` beside ``max_mem_allocated_gib`` in every sample, so an fp8 run
+on a GPU gives the figure an fp8 term should be fitted to.
 """
 
 from __future__ import annotations

@@ -104,3 +104,25 @@ def test_the_shipped_d26_campaigns_run_upstreams_device_batch_and_fit(name: str)
         fit = cell_fit(campaign, cell)
         assert cell.world_size >= 8 and fit.fits, (cell.key, fit)
         assert fit.mem_est_gib is None or fit.mem_est_gib <= 77.0
+
+
+PUBLISHED_FP8_SAVING_GIB = 9e9 / 1024**3
+"""Upstream's published fp8 saving at d26 (karpathy/nanochat dev/LOG.md, 2026-02-02: about 9 GB),
+read as 9e9 bytes: published there, not measured here."""
+
+
+def test_fp8_is_judged_as_bf16_even_where_the_published_saving_would_let_it_through(tmp_path: Path) -> None:
+    """Issue 28 item 3: the estimate takes no fp8 term (payload.memory_estimate says why): d26 at device
+    batch 16 on one H100 is refused at fp8 as at bf16, although 82.4 GiB less upstream's ≈8.4 GiB would fit."""
+    one_gpu = SKY_CAMPAIGN.replace("device_batch_size: 8,", "device_batch_size: 16,").replace("count: 8", "count: 1")
+    fits = {}
+    for precision in ("bf16", "fp8"):
+        text = one_gpu.replace("sequence_len: 2048}", f"sequence_len: 2048, precision: {precision}}}")
+        campaign = parse_campaign(text, str(tmp_path / f"{precision}.yaml"))
+        assert campaign.spec.payload.profile.precision == precision
+        fits[precision] = cell_fit(campaign, campaign.cells[0])
+    assert fits["fp8"] == fits["bf16"]
+    fit = fits["fp8"]
+    assert fit.mem_est_gib is not None and fit.gpu_mem_gib is not None
+    assert not fit.fits, fit
+    assert fit.mem_est_gib - PUBLISHED_FP8_SAVING_GIB < fit.gpu_mem_gib  # the choice matters here

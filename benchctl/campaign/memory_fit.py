@@ -2,9 +2,10 @@
 
 Per cell: the per-GPU estimate of the profile phase (``payload.memory_estimate``: the target's
 model, the profile's sequence length and device batch, the cell's world size, compiled or not as
-the profile says, eager on an image known to have no compiler: ``benchctl.campaign.images``)
-against one card's memory (``payload.gpu_memory``). A cell on a GPU the table does not know (or
-on ``cpu``), or a campaign without the profile phase, is not judged.
+the profile says, eager on an image known to have no compiler: ``benchctl.campaign.images``;
+fp8 judged as bf16, as the estimate explains) against one card's memory (``payload.gpu_memory``).
+A cell on a GPU the table does not know (or on ``cpu``), or a campaign without the profile phase,
+is not judged.
 ``refuse_unfit`` raises UsageError (exit 2) naming the first cell that cannot fit, its estimate,
 the card's memory and the largest device batch that would fit (with gradient accumulation making
 up the total batch).
