@@ -443,8 +443,9 @@ def test_reference_documents_every_key() -> None:
     from benchctl.provisioners.ssh import SSHNode
 
     settings = [entry.settings for entry in PROVIDERS.values() if entry.settings is not None]
-    keys = set().union(*(_fields(m) for m in (CampaignSpec, Target, WorkloadTarget, Defaults, PayloadSpec, ProfileSpec, CellSpec,
-                                               ProvidersSpec, SSHNode, *settings)))
+    models = (CampaignSpec, Target, WorkloadTarget, Defaults, PayloadSpec, ProfileSpec, CellSpec, ProvidersSpec,
+              SSHNode, *settings)
+    keys = set().union(*(_fields(m) for m in models))
     missing = sorted(k for k in keys if f"`{k}`" not in doc and f".{k}`" not in doc)
     assert missing == []
 

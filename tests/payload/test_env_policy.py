@@ -94,5 +94,5 @@ def test_campaign_env_refuses_every_secret_name(tmp_path: Path) -> None:
                         "defaults: {market: on-demand, max_attempts: 1}\n"
                         f"matrix:\n  - {{provider: local, gpu: cpu, count: 1, env: {{{name}: x}}}}\n")
         # BENCHCTL_* names are refused before the secret rule sees them: benchctl's own (issue 31 item 7)
-        with pytest.raises(SpecError, match="looks like a secret|BENCHCTL_\\* names are benchctl's own"):
+        with pytest.raises(SpecError, match=r"looks like a secret|BENCHCTL_\* names are benchctl's own"):
             load_campaign(path)
