@@ -12,8 +12,8 @@ committed block differs in structure (``shape``) from what the command prints no
 
 ``tests/test_doc_samples.py`` renders the same samples with ``render`` against the stores the suite
 already has (the report tests' campaign, and the tiny two-cell campaign for the quick start's
-leaderboard: the same matrix as local-smoke) and compares ``shape``s: numbers vary run to run, the
-lines, headers and column names may not. About 20 s here (two cores).
+leaderboard: the same matrix as local-smoke) and compares them with ``same_shape``: numbers vary
+run to run, the text, headers, column names and rows may not. About 20 s here (two cores).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 WIDTH = 80
+WIDE = 400
+"""A terminal wide enough for every column a command shows (``same_shape``)."""
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 BEGIN = re.compile(r"^<!-- sample: (?P<name>[\w-]+) -->\n```\n(?P<body>.*?)```\n<!-- /sample -->$", re.M | re.S)
 ANY_MARKER = re.compile(r"^<!-- sample: (?P<name>[^ ]+)", re.M)
@@ -44,7 +46,8 @@ class Sample:
     """``benchctl ARGV`` (``{file}`` = the campaign file) run in the store of ``campaign`` (``rep``,
     ``local-smoke``, or None: it needs no store); ``shown`` is the command line the doc shows above
     the output (``$ …``); ``stderr``: the block shows stderr too, and the exit code; ``head``: only
-    the first lines are shown (what follows depends on the machine, e.g. its CPU model), then ``…``."""
+    the first lines are shown (what follows depends on the machine, e.g. its CPU model), then ``…``;
+    ``in_repo``: it runs in the repository (its arguments name the tests' fixtures), not in ``cwd``."""
 
     name: str
     argv: tuple[str, ...]
@@ -52,6 +55,7 @@ class Sample:
     shown: str
     stderr: bool = False
     head: int | None = None
+    in_repo: bool = False
 
 
 SAMPLES = (
@@ -62,6 +66,8 @@ SAMPLES = (
     Sample("leaderboard", ("leaderboard",), "rep", "benchctl leaderboard"),
     Sample("predict", ("predict", "--model", "nanochat-d26", "--gpu", "H100_SXM", "--count", "8"), None,
            "benchctl predict --model nanochat-d26 --gpu H100_SXM --count 8"),
+    Sample("preflight-replay", ("preflight", "--replay", "tests/fixtures/preflight/h100-sxm-numa-split"), None,
+           "benchctl preflight --replay tests/fixtures/preflight/h100-sxm-numa-split", in_repo=True),
     Sample("campaign-error", ("run", "campaigns/h100.yaml"), None, "benchctl run campaigns/h100.yaml",
            stderr=True),
 )
@@ -78,12 +84,13 @@ matrix:
 """The file behind the ``campaign-error`` sample, written into its working folder."""
 
 
-def on_terminal(argv: tuple[str, ...], home: Path, cwd: Path, *, stderr: bool = False) -> tuple[str, int]:
-    """(what ``benchctl ARGV`` printed on a pseudo-terminal WIDTH columns wide, its exit code):
+def on_terminal(argv: tuple[str, ...], home: Path, cwd: Path, *, stderr: bool = False,
+                width: int = WIDTH) -> tuple[str, int]:
+    """(what ``benchctl ARGV`` printed on a pseudo-terminal ``width`` columns wide, its exit code):
     stdout (and stderr when asked), escape sequences removed, no provider credentials in reach."""
     controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, WIDTH, 0, 0))
-    env = {**os.environ, "BENCHCTL_HOME": str(home), "COLUMNS": str(WIDTH), "LINES": "40",
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    env = {**os.environ, "BENCHCTL_HOME": str(home), "COLUMNS": str(width), "LINES": "40",
            "TERM": "xterm-256color", "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-aws"),
            "AWS_CONFIG_FILE": str(home / "no-aws"), "BENCHCTL_PROGRESS": "plain"}
     for name in ("BENCHCTL_DB", "RUNPOD_API_KEY", "VAST_API_KEY", "AWS_PROFILE", "AWS_ACCESS_KEY_ID",
@@ -107,12 +114,12 @@ def on_terminal(argv: tuple[str, ...], home: Path, cwd: Path, *, stderr: bool = 
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode()).replace("\r\n", "\n"), code
 
 
-def render(sample: Sample, home: Path, file: Path | None, cwd: Path) -> str:
-    """The block of ``sample``: its command line, what it printed at WIDTH columns (and, for a
+def render(sample: Sample, home: Path, file: Path | None, cwd: Path, width: int = WIDTH) -> str:
+    """The block of ``sample``: its command line, what it printed at ``width`` columns (and, for a
     sample with stderr, ``$ echo $?`` and the exit code). ``cwd`` holds ``BAD_CAMPAIGN`` for
     the error sample (``write_bad_campaign``)."""
     argv = tuple(a.format(file=file) for a in sample.argv)
-    text, code = on_terminal(argv, home, cwd, stderr=sample.stderr)
+    text, code = on_terminal(argv, home, REPO if sample.in_repo else cwd, stderr=sample.stderr, width=width)
     lines = [line.rstrip() for line in text.rstrip("\n").splitlines()]
     if sample.head is not None and len(lines) > sample.head:
         lines = [*lines[:sample.head], "…"]
@@ -127,12 +134,51 @@ def write_bad_campaign(folder: Path) -> None:
     (folder / "campaigns" / "h100.yaml").write_text(BAD_CAMPAIGN)
 
 
-def shape(text: str) -> list[str]:
-    """What may not change without regenerating the docs: the words of every line, headers and
-    column names included, with each number (``18.9``, ``17,410``, ``16:19:13``, ``0.0008``) written
-    as ``0``. Whitespace runs and where a long line wraps are not compared: a number one digit
-    longer moves the wrap."""
-    return re.sub(r"\d+(?:[.,:\-]\d+)*", "0", text).split()
+RULE = re.compile(r"^─+$")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What may not change without regenerating the docs, numbers (``18.9``, ``17,410``,
+    ``16:19:13``, ``0.0008``) written as ``0``: ``text``, the words of every line outside a table's
+    header and rows (titles, summaries, footers such as ``(11 more columns …)``), whitespace runs
+    and where a long line wraps ignored (a number one digit longer moves the wrap); ``header``, the
+    words of the column names shown; ``rows``, the first word of each row (``1``, ``local:cpux0:spot``).
+
+    At 80 columns which columns fit depends on the values (a ``drift -6.9%`` flag takes the width
+    that a ``model`` column had), so ``same_shape`` asks of the header only that every column word
+    shown is one the command shows on a wide terminal now."""
+
+    text: tuple[str, ...]
+    header: frozenset[str]
+    rows: tuple[str, ...]
+
+
+def shape(text: str) -> Shape:
+    """The ``Shape`` of a block: a table is the line of ``─`` under its header (one line, or two
+    when the first starts with a space), its rows the lines after it (a row's wrapped lines start
+    with a space) up to a line that starts with ``(``, or the end."""
+    lines = [line for line in re.sub(r"\d+(?:[.,:\-]\d+)*", "0", text).splitlines() if line.strip()]
+    words: list[str] = []
+    header: set[str] = set()
+    rows: list[str] = []
+    rule = next((i for i, line in enumerate(lines) if RULE.match(line)), None)
+    if rule is None:
+        return Shape(tuple(" ".join(lines).split()), frozenset(), ())
+    first = rule - 2 if rule >= 2 and lines[rule - 2].startswith(" ") else rule - 1
+    end = next((i for i in range(rule + 1, len(lines)) if lines[i].startswith("(")), len(lines))
+    for line in lines[first:rule]:
+        header.update(re.findall(r"[^\W_\d]+", line))
+    rows = [line.split()[0] for line in lines[rule + 1:end] if not line.startswith(" ")]
+    words = " ".join(lines[:first] + lines[end:]).split()
+    return Shape(tuple(words), frozenset(header), tuple(rows))
+
+
+def same_shape(committed: str, now: str, wide: str) -> bool:
+    """``committed`` and ``now`` (both at 80 columns) have the same text and rows, and every column
+    word either shows is one of the columns ``wide`` (the same command on a wide terminal) shows."""
+    old, new, every = shape(committed), shape(now), shape(wide)
+    return (old.text, old.rows) == (new.text, new.rows) and old.header | new.header <= every.header
 
 
 def committed(docs: tuple[Path, ...] = DOCS) -> dict[str, tuple[Path, str]]:
@@ -188,8 +234,13 @@ def main() -> int:
             run_campaign(homes[name], file)
         write_bad_campaign(root)
         os.environ["BENCHCTL_LOCAL_LOCK"] = str(root / "local.lock")
-        rendered = {s.name: render(s, homes.get(s.campaign or "", root / "empty-home"), files.get(s.campaign or ""),
-                                   root) for s in SAMPLES}
+        wide: dict[str, str] = {}
+        rendered = {}
+        for sample in SAMPLES:
+            where = (homes.get(sample.campaign or "", root / "empty-home"), files.get(sample.campaign or ""), root)
+            rendered[sample.name] = render(sample, *where)
+            if args.check:
+                wide[sample.name] = render(sample, *where, width=WIDE)
     blocks = committed()
     missing = sorted(set(rendered) - set(blocks))
     unknown = sorted(set(blocks) - set(rendered))
@@ -197,7 +248,7 @@ def main() -> int:
         print(f"samples without a block: {missing}; blocks without a sample: {unknown}", file=sys.stderr)
         return 1
     if args.check:
-        stale = [n for n, body in rendered.items() if shape(body) != shape(blocks[n][1])]
+        stale = [n for n, body in rendered.items() if not same_shape(blocks[n][1], body, wide[n])]
         for name in stale:
             print(f"{blocks[name][0].relative_to(REPO)}: sample {name} is out of date", file=sys.stderr)
         return 1 if stale else 0
