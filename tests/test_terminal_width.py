@@ -26,7 +26,8 @@ from tests.local_campaign import REPORT_CAMPAIGN
 
 COMMANDS = (("plan", "{file}"), ("leaderboard",), ("status",), ("logs", "local:cpux2:on-demand"),
             ("logs", "local:cpux2:spot"), ("check", "local", "ssh", "runpod", "aws"),
-            ("comm-volume", "--model", "nanochat-d26", "--world-size", "8"))
+            ("comm-volume", "--model", "nanochat-d26", "--world-size", "8"),
+            ("predict", "--model", "nanochat-d26", "--gpu", "H100_SXM", "--count", "8"))
 
 
 @pytest.fixture(scope="module")

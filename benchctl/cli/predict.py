@@ -33,7 +33,7 @@ def predict_command(state: CliState, model: str | None, params: int | None, flop
     from benchctl.errors import UsageError
     from benchctl.payload.gpu_models import canonical, unknown_model
     from benchctl.predict.service import predict_for
-    from benchctl.report.render import render
+    from benchctl.report.render import render, terminal_lines
 
     name = canonical(gpu)
     if name is None or name == "cpu":
@@ -50,13 +50,13 @@ def predict_command(state: CliState, model: str | None, params: int | None, flop
     if fmt == "json":
         click.echo(render([], [], "json", payload=report))
         return
-    click.echo(f"{report['model']} on {nodes} × {count} {name} ({precision}): step "
+    click.echo(terminal_lines(f"{report['model']} on {nodes} × {count} {name} ({precision}): step "
                f"{report['step_time_ms']:.1f} ms (range {report['step_time_ms_low']:.1f}–"
                f"{report['step_time_ms_high']:.1f}) = compute {report['compute_ms']:.1f} + optimizer updates "
                f"{report['optimizer_update_ms']:.1f} + exposed communication {report['comm_ms']:.1f} "
-               f"(of {report['comm_total_ms']:.1f} ms of collectives)")
+               f"(of {report['comm_total_ms']:.1f} ms of collectives)", indent="  "))
     rows = [{"input": key, "value": f"{v['value']:.4g}", "range": f"{v['low']:.4g}–{v['high']:.4g}",
              "kind": v["kind"], "source": v["source"]} for key, v in report["sources"].items()]
     click.echo(render(rows, ["input", "value", "range", "kind", "source"], "table", title="inputs"))
     for note in report["notes"]:
-        click.echo(f"note: {note}")
+        click.echo(terminal_lines(f"note: {note}", indent="  "))
