@@ -49,6 +49,8 @@ matrix:
 
 SHOW_STATEMENTS = bool(os.environ.get("BENCH_SHOW_STATEMENTS"))
 """Print the statements a controller sent, most frequent first (to stderr)."""
+PROFILE_DIR = os.environ.get("BENCH_PROFILE_DIR")
+"""Where each controller writes a cProfile of its ``run_campaign`` (``controller-<pid>.prof``), when set."""
 
 
 def counting_store(url: str) -> tuple[Any, Any, collections.Counter[str]]:
@@ -73,6 +75,24 @@ def counting_store(url: str) -> tuple[Any, Any, collections.Counter[str]]:
         seen["attempt rows loaded"] += 1
 
     return engine, counter, seen
+
+
+def _profile_threads() -> list[Any]:
+    """Profile this thread and every thread started from now on, in CPU time (cProfile sees one thread only)."""
+    import cProfile
+    import threading
+
+    profiles = [cProfile.Profile(time.thread_time)]
+    run = threading.Thread.run
+
+    def profiled(self: threading.Thread) -> None:
+        profile = cProfile.Profile(time.thread_time)
+        profiles.append(profile)
+        profile.runcall(run, self)
+
+    threading.Thread.run = profiled  # type: ignore[method-assign]
+    profiles[0].enable()
+    return profiles
 
 
 def controller(url: str, campaign_path: str, concurrency: int, poll_s: float, status_s: float) -> None:
@@ -101,9 +121,15 @@ def controller(url: str, campaign_path: str, concurrency: int, poll_s: float, st
                      log=lambda _line: None)
     counter.reset()
     seen.clear()
+    profiles = _profile_threads() if PROFILE_DIR else []
     cpu, wall = time.process_time(), time.perf_counter()
     summary = run_campaign(ctx, concurrency)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if profiles:
+        import pstats
+
+        profiles[0].disable()
+        pstats.Stats(*profiles).dump_stats(str(Path(PROFILE_DIR or ".") / f"controller-{os.getpid()}.prof"))
     leases.close()
     if SHOW_STATEMENTS:
         for text, n in seen.most_common(30):
@@ -133,7 +159,8 @@ def _fresh(db: str, work: Path) -> tuple[str, Any]:
 
 
 def _check(url: str, cells: int) -> tuple[int, int]:
-    """(cells that ran twice, cells not done); raises when the campaign is not all there."""
+    """(cells that ran twice, cells not done); raises when the campaign is not all there. The
+    attempts of a cell that ran twice are printed to stderr."""
     from benchctl.store import queries as q
     from benchctl.store.database import open_store
 
@@ -142,12 +169,15 @@ def _check(url: str, cells: int) -> tuple[int, int]:
         (row,) = q.campaigns(engine, "cost")
         rows = q.cells(engine, row.id or 0)
         assert len(rows) == cells, (len(rows), cells)
-        by_cell: dict[int, int] = {}
+        by_cell: dict[int, list[Any]] = {}
         for attempt in q.campaign_attempts(engine, row.id or 0):
             if attempt.node_json is not None:
-                by_cell[attempt.cell_id] = by_cell.get(attempt.cell_id, 0) + 1
-        twice = sum(1 for count in by_cell.values() if count > 1)
-        return twice, sum(1 for c in rows if c.state != "done")
+                by_cell.setdefault(attempt.cell_id, []).append(attempt)
+        twice = [attempts for attempts in by_cell.values() if len(attempts) > 1]
+        for attempts in twice:
+            print("ran twice: " + "; ".join(f"attempt {a.number}: {a.outcome} {a.detail or ''}" for a in attempts),
+                  file=sys.stderr)
+        return len(twice), sum(1 for c in rows if c.state != "done")
     finally:
         engine.dispose()
 

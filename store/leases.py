@@ -43,6 +43,16 @@ def renew(engine: Engine, cell_id: int, owner: str, ttl_s: float) -> bool:
                             .values(lease_expires_at=time.time() + ttl_s)).rowcount == 1
 
 
+def set_state(engine: Engine, cell_id: int, owner: str, ttl_s: float, state: str, reason: str | None) -> bool:
+    """Set the state of a cell ``owner`` still holds and renew its lease, in one UPDATE (one round
+    trip on PostgreSQL); False, nothing written, when it was taken over or revoked."""
+    now = time.time()
+    with autocommit(engine).begin() as conn:
+        return conn.execute(sa.update(_cell).where(_cell.c.id == cell_id).where(_cell.c.lease_owner == owner)
+                            .values(state=state, reason=reason, updated_at=now,
+                                    lease_expires_at=now + ttl_s)).rowcount == 1
+
+
 def release(engine: Engine, cell_id: int, owner: str) -> None:
     """Give the lease up (only if ``owner`` holds it)."""
     with autocommit(engine).begin() as conn:  # one UPDATE: one round trip on PostgreSQL

@@ -246,37 +246,43 @@ def attempts(engine: Engine, cell_id: int) -> list[Attempt]:
 
 def record_events(engine: Engine, attempt_id: int, events: Iterable[dict[str, Any]], read_from: int,
                   new_offset: int, dropped: Mapping[str, int] | None = None) -> int | None:
+    """``append_events``: the number of events stored, None when another reader got there first."""
+    appended = append_events(engine, attempt_id, events, read_from, new_offset, dropped)
+    return None if appended is None else appended[0]
+
+
+def append_events(engine: Engine, attempt_id: int, events: Iterable[dict[str, Any]], read_from: int,
+                  new_offset: int, dropped: Mapping[str, int] | None = None) -> tuple[int, int] | None:
     """Store complete events read from an attempt's events.jsonl at byte ``read_from`` and advance
     its offset to ``new_offset``, atomically, only if the stored offset is still ``read_from``
     (another reader got there first otherwise: nothing is stored twice). Lines are numbered from
-    the attempt's stored line count. One short write transaction with one bulk INSERT (the caller
-    bounds the batch). ``dropped`` (what → how many lines the caller left out of this batch) is
-    added to the attempt's one summary event (kind ``dropped``: "N more <what> dropped"), made at
-    the next line the first time. A busy database is retried (``retry_busy``). Returns the number
-    stored, None when another reader got there first."""
+    the attempt's stored line count. One short write transaction of two statements (the offset and
+    line count moved by one conditional UPDATE … RETURNING, one bulk INSERT; the caller bounds the
+    batch). ``dropped`` (what → how many lines the caller left out of this batch) is added to the
+    attempt's one summary event (kind ``dropped``: "N more <what> dropped"), made at the next line
+    the first time. A busy database is retried (``retry_busy``). Returns (events stored, the
+    attempt's line count after them), None when another reader got there first."""
     rows = [{"t": float(event.get("t", 0.0)), "kind": str(event.get("kind", "")), "phase": event.get("phase"),
              "data_json": json.dumps({k: v for k, v in event.items() if k not in ("t", "kind", "phase")},
                                      sort_keys=True)} for event in events]
     counts = {what: n for what, n in (dropped or {}).items() if n}
 
-    def write() -> int | None:
+    def write() -> tuple[int, int] | None:
         with engine.begin() as conn:
             taken = conn.execute(sa.update(Attempt).where(col(Attempt.id) == attempt_id)
                                  .where(col(Attempt.events_offset) == read_from)
-                                 .values(events_offset=new_offset))
-            if taken.rowcount != 1:  # another reader stored these lines
+                                 .values(events_offset=new_offset, events_lines=col(Attempt.events_lines) + len(rows))
+                                 .returning(col(Attempt.events_lines), col(Attempt.cell_id))).first()
+            if taken is None:  # another reader stored these lines
                 return None
-            first = conn.execute(sa.select(col(Attempt.events_lines), col(Attempt.cell_id))
-                                 .where(col(Attempt.id) == attempt_id)).one()
-            line = first.events_lines
+            line = taken.events_lines
             if rows:
-                conn.execute(sa.insert(Event), [{**row, "attempt_id": attempt_id, "cell_id": first.cell_id,
-                                                 "line": line + i} for i, row in enumerate(rows)])
-                line += len(rows)
-            if counts:
-                line += _add_dropped(conn, attempt_id, first.cell_id, line, counts)
-            conn.execute(sa.update(Attempt).where(col(Attempt.id) == attempt_id).values(events_lines=line))
-            return len(rows)
+                conn.execute(sa.insert(Event), [{**row, "attempt_id": attempt_id, "cell_id": taken.cell_id,
+                                                 "line": line - len(rows) + i} for i, row in enumerate(rows)])
+            if counts and _add_dropped(conn, attempt_id, taken.cell_id, line, counts):
+                line += 1
+                conn.execute(sa.update(Attempt).where(col(Attempt.id) == attempt_id).values(events_lines=line))
+            return len(rows), line
 
     return retry_busy(write)
 

@@ -135,7 +135,7 @@ def test_the_last_read_of_a_flood_is_bounded_and_says_so(tmp_path: Path, small_c
 
 def test_a_store_that_refuses_the_events_ends_the_attempt_and_the_cell_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = q.record_events
+    real = q.append_events
     calls = {"n": 0}
 
     def locked(engine: Any, attempt_id: int, *args: Any, **kwargs: Any) -> Any:
@@ -144,7 +144,7 @@ def test_a_store_that_refuses_the_events_ends_the_attempt_and_the_cell_goes_on(
             raise OperationalError("INSERT INTO event ...", {}, Exception("database is locked"))
         return real(engine, attempt_id, *args, **kwargs)
 
-    monkeypatch.setattr(q, "record_events", locked)
+    monkeypatch.setattr(q, "append_events", locked)
     provider = MemoryProvider([offer()])
     run = memory_run(tmp_path, provider)
     assert run_campaign(run.ctx, concurrency=1).states == {KEY: "done"}

@@ -54,7 +54,7 @@ from benchctl.engine.bad_hosts import bad_member_host, bad_node_rank, naming, wo
 from benchctl.engine.budget import collect_timeout_s
 from benchctl.engine.cell_states import CellState
 from benchctl.engine.cluster import billed_hourly, cluster_ended_at, cluster_state, terminate_all
-from benchctl.engine.event_sync import EventStoreError, drain_events, sync_events
+from benchctl.engine.event_sync import EventCursor, EventStoreError, drain_events, sync_events
 from benchctl.engine.run_context import Outcome, OutcomeKind, RunContext
 from benchctl.engine.workers import (
     EXIT_CODE,
@@ -107,6 +107,8 @@ class AttemptDriver:
     """Why the attempt must stop now (Ctrl-C, lost lease), or None."""
     collected: list[Announced] | None = field(default=None, init=False)
     """The artifacts that came home, recorded by ``end`` once the node is terminated."""
+    events: EventCursor = field(default_factory=EventCursor, init=False)
+    """Where this driver's reads of its attempt's events stand (no read of the attempt's row per poll)."""
 
     def drive(self, attempt: Attempt, node: Node, reattach: bool) -> Outcome:
         outcome = Outcome(OutcomeKind.ERROR, "controller error")
@@ -186,7 +188,7 @@ class AttemptDriver:
         ``event_sync.DRAIN_SYNCS`` reads of a flood, the rest is left to the events.jsonl that comes home). A
         node that cannot be read is logged (its events are lost), never raised."""
         try:
-            if not drain_events(self.ctx.engine, attempt, self.provider.transport(node)):
+            if not drain_events(self.ctx.engine, attempt, self.provider.transport(node), self.events):
                 self.ctx.log(f"{self.key}: attempt {attempt.number}: stopped reading its events after "
                              f"{event_sync.DRAIN_SYNCS} reads at its end; the rest stays in its events.jsonl "
                              "(collected with its artifacts)")
@@ -227,7 +229,7 @@ class AttemptDriver:
                     return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
                 return Outcome(OutcomeKind.PREEMPTED,
                                f"the provider reports {which} {state.value} before it was ready")
-            if self.ctx.budget.exceeded():
+            if self.ctx.budget.exceeded(self.ctx.status_interval_s):
                 return Outcome(OutcomeKind.BUDGET, "the campaign's spend reached budget_usd")
             self.ctx.stop.wait(self.ctx.poll_interval_s)
         nodes = f"all {len(node.members())} nodes were" if node.peers else "the node was"
@@ -308,7 +310,7 @@ class AttemptDriver:
         past_preflight = False  # node 0 started a later phase; running once every worker passed its own too
         in_preflight = True  # until the cell is read in another state: then it never returns to preflight
         while True:
-            for event in sync_events(self.ctx.engine, attempt, transport):
+            for event in sync_events(self.ctx.engine, attempt, transport, self.events):
                 past_preflight |= event.get("kind") == "phase_start" and event.get("phase") != "preflight"
                 if compile_caches.announced(event):  # now: a preempted node's cache still serves the next
                     self._bring_cache_home(attempt, node, transport, event)
@@ -319,7 +321,7 @@ class AttemptDriver:
                     in_preflight = False
             exit_code = transport.read_from(f"{attempt.remote_dir}/exit_code", 0, limit=EXIT_CODE_BYTES).strip()
             if exit_code:
-                sync_events(self.ctx.engine, attempt, transport)
+                sync_events(self.ctx.engine, attempt, transport, self.events)
                 if not EXIT_CODE.fullmatch(exit_code):
                     return self._gone_or(node, Outcome(
                         OutcomeKind.ERROR, f"the node's exit_code file holds {exit_code[:20]!r}, not an exit status"))
@@ -335,7 +337,7 @@ class AttemptDriver:
                     if not self.ctx.leases.verify(self.cell_id):  # `benchctl down` (or a takeover) ended it
                         return Outcome(OutcomeKind.ABANDONED, "this controller lost the cell's lease")
                     return Outcome(OutcomeKind.PREEMPTED, f"the provider reports {which} {state.value}")
-                if self.ctx.budget.exceeded():
+                if self.ctx.budget.exceeded(self.ctx.status_interval_s):
                     return Outcome(OutcomeKind.BUDGET, "the campaign's spend reached budget_usd while this attempt ran")
             if time.monotonic() - last_beat >= beat_every:
                 last_beat = time.monotonic()

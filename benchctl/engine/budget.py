@@ -63,6 +63,8 @@ class Budget:
     budget_usd: float
     attempt_worst_case_s: float
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _spent: tuple[float, float] | None = field(default=None, init=False)
+    """(monotonic time, spend) of the last ``exceeded`` read, shared by this controller's cells."""
 
     def worst_case_usd(self, hourly_usd: float, nodes: int = 1) -> float:
         """An attempt's worst case at ``hourly_usd`` per node, on ``nodes`` nodes."""
@@ -77,10 +79,17 @@ class Budget:
             total += max(now - (launched_at or now), self.attempt_worst_case_s) * (hourly or 0.0) / 3600.0
         return total, len(spend.open)
 
-    def exceeded(self) -> bool:
+    def exceeded(self, max_age_s: float = 0.0) -> bool:
         """The campaign's spend (closed attempts' cost + open ones' so far) reached the budget: one
-        aggregate query, as cheap at 10,000 attempts as at 10."""
-        return q.spent_usd(self.engine, self.campaign_id) >= self.budget_usd
+        aggregate query, as cheap at 10,000 attempts as at 10. ``max_age_s``: a spend read that
+        recently (by any cell of this controller) answers instead, so that N cells watching the
+        budget every ``s`` seconds read it about once per ``max_age_s``, not N times per ``s``.
+        Admission (``admit``) always reads the store."""
+        now = time.monotonic()
+        last = self._spent
+        if last is None or now - last[0] >= max_age_s:
+            last = self._spent = (now, q.spent_usd(self.engine, self.campaign_id))
+        return last[1] >= self.budget_usd
 
     @contextmanager
     def watch(self, on_exceeded: Callable[[], None], every_s: float) -> Iterator[None]:

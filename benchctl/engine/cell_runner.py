@@ -80,20 +80,26 @@ class CellRunner:
         self.key = row.key
         self.spec = CellSpec.model_validate_json(row.config_json)
         self.provider: Provider = ctx.providers.get(self.spec.provider)
+        self._state = CellState(row.state)
         self.driver = AttemptDriver(ctx, cell_id, self.key, self.spec, self.provider, self.transition, self.halted)
 
     # -- state -------------------------------------------------------------------------------
     def state(self) -> CellState:
-        return CellState(q.cell(self.ctx.engine, self.cell_id).state)
+        """The cell's state: read with the cell, then as this runner set it. While this controller
+        holds the cell's lease no one else writes it (``benchctl down`` revokes the lease first),
+        and every write here is conditional on the lease (``Leases.set_state``)."""
+        return self._state
 
     def transition(self, new: CellState, reason: str | None = None) -> None:
-        if not self.ctx.leases.verify(self.cell_id):
+        if self.ctx.leases.lost(self.cell_id):
             return  # the cell is someone else's now (taken over, or `benchctl down`)
         current = self.state()
         if current is new and new is not CellState.PROVISIONING:
             return
         check_transition(current, new)
-        q.set_cell_state(self.ctx.engine, self.cell_id, new.value, reason)
+        if not self.ctx.leases.set_state(self.cell_id, new.value, reason):
+            return  # taken over, or `benchctl down`, since the lease was last renewed
+        self._state = new
         self.ctx.log(f"{self.key}: {new.value}" + (f" ({reason})" if reason else ""))
 
     def halted(self) -> Outcome | None:
@@ -106,6 +112,8 @@ class CellRunner:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> CellState:
+        """Run the cell to a final state (for this run); the caller holds its lease."""
+        self._state = CellState(q.cell(self.ctx.engine, self.cell_id).state)  # as it is now the lease is ours
         if self.state() is CellState.DONE:
             return CellState.DONE
         bad_hosts: set[str] = set()  # hosts this run found bad; the store has the campaign's (see _request)

@@ -152,29 +152,55 @@ class _Batch:
     dropped: Counter[str] = field(default_factory=Counter)
 
 
-def sync_events(engine: Engine, attempt: Attempt, transport: Transport) -> list[dict[str, Any]]:
+@dataclass
+class EventCursor:
+    """Where one reader of an attempt's events stands (its stored offset and line count), so that a
+    sync need not read the attempt's row first: the row is read when the cursor is new, and again
+    after another reader stored lines first (``append_events``' conditional offset refuses the
+    batch then). Hold one per attempt, within one store."""
+
+    attempt_id: int | None = None
+    offset: int = 0
+    lines: int = 0
+
+    def at(self, engine: Engine, attempt_id: int) -> EventCursor:
+        """This cursor, read from the store when it is not yet ``attempt_id``'s."""
+        if self.attempt_id != attempt_id:
+            row = q.attempt_row(engine, attempt_id)
+            self.attempt_id, self.offset, self.lines = attempt_id, row.events_offset, row.events_lines
+        return self
+
+    def forget(self) -> None:
+        self.attempt_id = None
+
+
+def sync_events(engine: Engine, attempt: Attempt, transport: Transport,
+                cursor: EventCursor | None = None) -> list[dict[str, Any]]:
     """Store the events appended since the attempt's stored offset (at most ``MAX_LINES_PER_SYNC``
     lines, ``BATCH_LINES`` per write transaction); return the phase markers among those stored
     (``phase_start``, ``phase_end``, ``done``) and the ``artifact`` events that announce a compile
-    cache (the driver brings it home at once). Raises ``ProviderError`` when the node cannot be read."""
-    return _sync(engine, attempt, transport)[0]
+    cache (the driver brings it home at once). ``cursor``: where the caller's last sync left off
+    (without one, the attempt's row is read first). Raises ``ProviderError`` when the node cannot be read."""
+    return _sync(engine, attempt, transport, cursor or EventCursor())[0]
 
 
-def drain_events(engine: Engine, attempt: Attempt, transport: Transport) -> bool:
+def drain_events(engine: Engine, attempt: Attempt, transport: Transport, cursor: EventCursor | None = None) -> bool:
     """Sync until nothing is left to read, at most ``DRAIN_SYNCS`` times: the last read of an
     attempt. False when it stopped with lines left."""
-    return any(not _sync(engine, attempt, transport)[1] for _ in range(DRAIN_SYNCS))
+    cursor = cursor or EventCursor()
+    return any(not _sync(engine, attempt, transport, cursor)[1] for _ in range(DRAIN_SYNCS))
 
 
-def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[dict[str, Any]], bool]:
+def _sync(engine: Engine, attempt: Attempt, transport: Transport,
+          cursor: EventCursor) -> tuple[list[dict[str, Any]], bool]:
     """One sync: (its phase markers, whether it stopped at ``MAX_LINES_PER_SYNC`` lines)."""
     assert attempt.id is not None
-    current = q.attempt_row(engine, attempt.id)
+    current = cursor.at(engine, attempt.id)
     try:
-        data = transport.read_from(f"{current.remote_dir}/events.jsonl", current.events_offset, limit=READ_LIMIT)
+        data = transport.read_from(f"{attempt.remote_dir}/events.jsonl", current.offset, limit=READ_LIMIT)
     except OSError as exc:
-        raise ProviderError(f"reading {current.remote_dir}/events.jsonl failed: {exc}") from exc
-    data, base, stored = data[:READ_LIMIT], current.events_offset, current.events_lines
+        raise ProviderError(f"reading {attempt.remote_dir}/events.jsonl failed: {exc}") from exc
+    data, base, stored = data[:READ_LIMIT], current.offset, current.lines
     malformed: int | None = None  # read from the store at the first malformed line
     room: int | None = None  # bytes the attempt may still store: known at the first event
     markers: list[dict[str, Any]] = []
@@ -192,7 +218,7 @@ def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[
         elif event:
             kept = stored + len(batch.events)
             if room is None:
-                room = _room(engine, current, len(data))
+                room = _room(engine, attempt.id, base, len(data))
             if (kept < MAX_EVENTS and len(raw) <= room) or (event["kind"] in MARKERS
                                                             and kept < MAX_EVENTS + MAX_MARKERS):
                 room -= len(raw)
@@ -202,30 +228,38 @@ def _sync(engine: Engine, attempt: Attempt, transport: Transport) -> tuple[list[
                 batch.dropped[OVER_CAP] += 1
         batch.end = end
         if lines % BATCH_LINES == 0:
-            if _record(engine, attempt.id, batch, base + begin, base + end) is None:
+            if not _record(engine, cursor, batch, base + begin, base + end):
                 return markers, False  # another reader took these lines
-            stored, begin, batch = stored + len(batch.events), end, _Batch()
+            stored, begin, batch = cursor.lines, end, _Batch()
     if batch.end > begin:
-        _record(engine, attempt.id, batch, base + begin, base + batch.end)
+        _record(engine, cursor, batch, base + begin, base + batch.end)
     return markers, lines >= MAX_LINES_PER_SYNC
 
 
-def _room(engine: Engine, attempt: Attempt, reading: int) -> int:
-    """Bytes of event lines ``attempt`` may still store. What it stored is at most what it consumed
-    (``events_offset``), so the store is asked only when that and this read (``reading`` bytes) pass
+def _room(engine: Engine, attempt_id: int, offset: int, reading: int) -> int:
+    """Bytes of event lines the attempt may still store. What it stored is at most what it consumed
+    (``offset``), so the store is asked only when that and this read (``reading`` bytes) pass
     ``MAX_EVENT_BYTES``."""
-    if attempt.events_offset + reading <= MAX_EVENT_BYTES:
+    if offset + reading <= MAX_EVENT_BYTES:
         return MAX_EVENT_BYTES
-    assert attempt.id is not None
-    return MAX_EVENT_BYTES - q.stored_event_bytes(engine, attempt.id)
+    return MAX_EVENT_BYTES - q.stored_event_bytes(engine, attempt_id)
 
 
-def _record(engine: Engine, attempt_id: int, batch: _Batch, read_from: int, new_offset: int) -> int | None:
+def _record(engine: Engine, cursor: EventCursor, batch: _Batch, read_from: int, new_offset: int) -> bool:
+    """Store ``batch`` and move ``cursor`` past it; False (the cursor to be read again) when
+    another reader stored these lines first."""
+    assert cursor.attempt_id is not None
     try:
-        return q.record_events(engine, attempt_id, batch.events, read_from, new_offset, batch.dropped)
+        appended = q.append_events(engine, cursor.attempt_id, batch.events, read_from, new_offset, batch.dropped)
     except SQLAlchemyError as exc:
+        cursor.forget()  # whether it was stored is unknown
         why = getattr(exc, "orig", None) or exc  # the driver's error, without the statement and its rows
         raise EventStoreError(f"storing the node's events failed: {type(why).__name__}: {why}") from exc
+    if appended is None:
+        cursor.forget()
+        return False
+    cursor.offset, cursor.lines = new_offset, appended[1]
+    return True
 
 
 def _event(raw: bytes) -> dict[str, Any] | None:

@@ -136,6 +136,17 @@ class Leases:
             self._lost.add(cell_id)
         return False
 
+    def set_state(self, cell_id: int, state: str, reason: str | None = None) -> bool:
+        """Set the cell's state and renew its lease, in one statement; False (and ``lost`` from now
+        on), nothing written, when the lease is no longer ours."""
+        if self.lost(cell_id):
+            return False
+        if store_leases.set_state(self.engine, cell_id, self.owner, self.ttl_s, state, reason):
+            return True
+        with self._lock:
+            self._lost.add(cell_id)
+        return False
+
     def give_back(self, cell_id: int) -> None:
         with self._lock:
             self._held.discard(cell_id)
