@@ -230,10 +230,24 @@ def main() -> None:
     parser.add_argument("--poll-interval", type=float, default=0.01)
     parser.add_argument("--status-interval", type=float, default=0.05)
     args = parser.parse_args()
+    rows = []
     for db in args.db.split(","):
         for cells in (int(n) for n in args.cells.split(",")):
-            print(json.dumps(measure(db, cells, args.controllers, args.concurrency, args.poll_interval,
-                                     args.status_interval)), flush=True)
+            rows.append(measure(db, cells, args.controllers, args.concurrency, args.poll_interval,
+                                args.status_interval))
+            print(json.dumps(rows[-1]), flush=True)
+    print(_table(rows, os.getloadavg()))
+
+
+def _table(rows: list[dict[str, Any]], load: tuple[float, float, float]) -> str:
+    """The figures as the measurement docs show them (a Markdown table), with the load average."""
+    lines = [f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs", "",
+             "| db | cells | CPU ms/cell | statements/cell | round trips/cell | Attempt rows/cell | wall s "
+             "| ran twice | unfinished |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['db']} | {r['cells']:,} | {r['cpu_ms_per_cell']} | {r['statements_per_cell']} | "
+              f"{r['round_trips_per_cell']} | {r['attempt_rows_per_cell']} | {r['wall_s']} | {r['ran_twice']} | "
+              f"{r['unfinished']} |" for r in rows]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

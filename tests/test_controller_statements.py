@@ -4,18 +4,24 @@ No timing: the statements SQLAlchemy sends are counted (a ``before_cursor_execut
 poll's event sync reads no attempt row (the driver's ``EventCursor`` knows where it stands), and a
 stored batch is one conditional UPDATE … RETURNING and one bulk INSERT; a state change is one
 UPDATE conditional on the lease; the budget watch of many cells reads the spend once per interval.
-A cursor another reader overtook stores nothing twice and catches up."""
+A cursor another reader overtook stores nothing twice and catches up. The payload package is copied
+once per process, not per attempt."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from benchctl import payload
+from benchctl.engine import payload_stage
 from benchctl.engine.capacity import CapacityWait
 from benchctl.engine.cell_runner import CellRunner
 from benchctl.engine.cell_states import CellState
@@ -122,3 +128,26 @@ def test_the_budget_watch_of_many_cells_reads_the_spend_once_per_interval(tmp_pa
         run.ctx.budget.exceeded()
         run.ctx.budget.exceeded()
     assert len(sent) == 2, "without max_age_s every call reads the store"
+
+
+def test_the_payload_is_copied_once_per_process_and_linked_into_each_stage(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(payload_stage, "_snapshot", None)
+    copied: list[Path] = []
+    real_copytree = shutil.copytree
+
+    def copytree(src: Any, *args: Any, **kwargs: Any) -> Any:
+        copied.append(Path(src))
+        return real_copytree(src, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copytree", copytree)
+    package = Path(payload.__file__).parent
+    files = sorted(p.relative_to(package) for p in package.rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    for attempt in ("a", "b", "c"):
+        payload_stage.stage_payload(tmp_path / attempt)
+    assert copied.count(package) == 1, "the package is copied once, not once per attempt"
+    for rel in files:
+        a, c = tmp_path / "a" / "payload" / rel, tmp_path / "c" / "payload" / rel
+        assert a.read_bytes() == (package / rel).read_bytes() and os.path.samefile(a, c)
+    assert not list((tmp_path / "b" / "payload").rglob("__pycache__"))

@@ -46,7 +46,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from benchctl import payload
 from benchctl.campaign.spec import CellSpec
 from benchctl.engine import compile_caches, event_sync
 from benchctl.engine.artifact_records import Announced, announced, artifact_rows
@@ -55,6 +54,7 @@ from benchctl.engine.budget import collect_timeout_s
 from benchctl.engine.cell_states import CellState
 from benchctl.engine.cluster import billed_hourly, cluster_ended_at, cluster_state, terminate_all
 from benchctl.engine.event_sync import EventCursor, EventStoreError, drain_events, sync_events
+from benchctl.engine.payload_stage import stage_payload
 from benchctl.engine.run_context import Outcome, OutcomeKind, RunContext
 from benchctl.engine.workers import (
     EXIT_CODE,
@@ -280,8 +280,7 @@ class AttemptDriver:
         jobs = member_jobs(job, self.provider, node, attempt.token)
         transports = [transport, *(worker.transport for worker in peers)]
         with tempfile.TemporaryDirectory(prefix="benchctl-stage-") as stage:
-            shutil.copytree(Path(payload.__file__).parent, Path(stage) / "payload", symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            stage_payload(Path(stage))
             shipping = compile_caches.ship(compile_caches.store_dir(self.ctx.artifacts_dir), job, Path(stage))
             if shipping.compile_caches:
                 jobs = [replace(member_job, compile_caches=shipping.compile_caches) for member_job in jobs]
