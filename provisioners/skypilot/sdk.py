@@ -273,7 +273,8 @@ def _as_client() -> None:
     annotations.is_on_api_server = False
     for handler in logging.getLogger("sky").handlers:  # SkyPilot's own handlers only (others may be attached)
         if isinstance(handler, sky_logging.EnvAwareHandler) and handler.stream is not _SKY_LOG:
-            handler.setStream(_SKY_LOG)
+            with handler.lock or contextlib.nullcontext():  # not setStream: it flushes the old stream, which
+                handler.stream = _SKY_LOG  # may be closed (a stdout captured and since closed)
 
 
 _STDOUT_SWAP = threading.Lock()
