@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="comma-separated: status, leaderboard, report, import")
     parser.add_argument("--tree", type=Path, default=REPO, help="run the commands from this checkout")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a command is killed")
+    parser.add_argument("--work", type=Path, help="keep the store, the records files and the page in this "
+                        "(new) folder, e.g. to profile a command on them afterwards")
     parser.add_argument("--fill-only", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fill_only:
@@ -77,7 +79,8 @@ def main() -> None:
     tree = args.tree.resolve()
     python = str(REPO / ".venv" / "bin" / "python")
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = Path(tmp) if args.work is None else args.work.resolve()
+        work.mkdir(mode=0o700, exist_ok=args.work is None)
         home = work / "home"
         home.mkdir(mode=0o700)
         start = time.perf_counter()  # filled in a child: this process stays small, so its children's peak RSS is theirs
@@ -122,8 +125,22 @@ def main() -> None:
             got = measured([python, "-m", "benchctl", "import", *files, "--campaign", "bench"],
                            {**env, "BENCHCTL_HOME": str(target)}, tree, args.timeout)
             got["records"] = len(rows)
+            results.append((f"import ({len(rows):,} records, {len(files)} files)", got))
             print(json.dumps({"command": "import", **{k: round(v, 3) if isinstance(v, float) else v
                                                       for k, v in got.items()}}), flush=True)
+        print(_table(results, args.cells))
+
+
+def _table(results: list[tuple[str, dict[str, float]]], cells: int) -> str:
+    """The figures as the measurement docs show them (a Markdown table), CPU against ``--help``'s."""
+    help_cpu = dict(results).get("--help", {}).get("cpu_s") or float("nan")
+    load = os.getloadavg()
+    lines = [f"{cells:,} cells; load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on "
+             f"{os.cpu_count()} CPUs", "", "| command | CPU s | × --help | wall s | peak RSS MiB | stdout MiB | exit |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {got['cpu_s']:.3f} | {got['cpu_s'] / help_cpu:.1f} | {got['wall_s']:.2f} | "
+              f"{got['peak_rss_mib']:.0f} | {got['stdout_mib']:.2f} | {got['exit']} |" for name, got in results]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,17 @@ DERIVED = ("rank", "campaign", "train_hours", "cost_to_train_usd", "status", "sp
            "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "no_result")
 
 
+_STORABLE = (float, bool, type(None), BaseModel)
+"""Values ``value_problem`` always passes (a nested model's fields were checked as its own)."""
+
+
+def _plainly_storable(value: Any) -> bool:
+    """A value ``value_problem`` passes, told without its walk (ASCII text holds no lone surrogate)."""
+    kind = type(value)
+    return (isinstance(value, _STORABLE) or (kind is str and value.isascii() and "\0" not in value)
+            or (kind is int and -INT_MAX - 1 <= value <= INT_MAX) or (kind in (dict, list) and not value))
+
+
 class Record(Measured):
     """A result record: the measured figures and their bounds (``Measured``, shared with the results
     benchctl computes from a node's samples), the configuration, the price and the target."""
@@ -76,7 +87,9 @@ class Record(Measured):
     @field_validator("*")
     @classmethod
     def _storable(cls, value: Any) -> Any:
-        problem = None if isinstance(value, BaseModel) else value_problem(value)  # e.g. a lone surrogate in env
+        if _plainly_storable(value):  # every field of every record comes here: most without value_problem's walk
+            return value
+        problem = value_problem(value)  # e.g. a lone surrogate in env
         if problem:
             raise ValueError(problem)
         return value
@@ -180,17 +193,29 @@ def _plain_json(text: str) -> Any:
     except (ValueError, RecursionError):
         return _NOT_PLAIN
     values, stack = 0, [(data, 0)]
-    while stack:
+    while stack:  # containers only: their scalars are checked in place (an export holds ~40 per record)
         value, depth = stack.pop()
         values += 1
-        if values > LIMITS.max_values or depth > LIMITS.max_depth:
+        if depth > LIMITS.max_depth:
             return _NOT_PLAIN
         if isinstance(value, dict):
             values += len(value)  # keys count too: never fewer than load_yaml counts
-            stack.extend((item, depth + 1) for item in value.values())
+            items: Any = value.values()
         elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value)
-        elif not _plain_scalar(value):
+            items = value
+        elif _plain_scalar(value):
+            continue
+        else:
+            return _NOT_PLAIN
+        deep = depth + 1 > LIMITS.max_depth
+        for item in items:
+            if isinstance(item, dict | list):
+                stack.append((item, depth + 1))
+            elif deep or not (isinstance(item, _PLAIN_SCALARS) or _plain_scalar(item)):
+                return _NOT_PLAIN
+            else:
+                values += 1
+        if values > LIMITS.max_values:
             return _NOT_PLAIN
     return data
 
