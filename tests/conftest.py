@@ -53,6 +53,16 @@ def _no_public_listing_online(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VAST_URL", "http://127.0.0.1:9")
 
 
+@pytest.fixture(autouse=True)
+def _no_runpod_key_left_behind() -> Iterator[None]:
+    """The RunPod provider hands its key to the SDK's module global (``runpod.api_key``), which an
+    in-process CLI run of a later test would take for configured credentials: each test starts without."""
+    yield
+    module = sys.modules.get("runpod")
+    if module is not None:
+        module.api_key = None  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "home"
