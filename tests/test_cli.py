@@ -17,7 +17,8 @@ from tests.conftest import FAST_POLLS, REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, cli
 
 LEADERBOARD_KEYS = ["rank", "campaign", "cell", "provider", "gpu", "count", "nodes", "interconnect", "vcpus", "numa",
                     "market", "env", "model", "precision", "compiled", "attention", "host_data", "hourly_usd",
-                    "step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "optimizer_ms", "optimizer_share",
+                    "step_time_ms", "step_time_p10_ms", "step_time_p90_ms", "timed_steps", "drift", "settle_steps",
+                    "settle_s", "optimizer_ms", "optimizer_share",
                     "comm_share", "busbw_gbps", "busbw_bytes", "target_steps", "train_hours", "cost_to_train_usd",
                     "spot_usd_per_hour", "on_demand_usd_per_hour", "cost_spot_usd", "cost_on_demand_usd", "flags",
                     "status", "no_result"]
