@@ -1,5 +1,6 @@
-"""What reading a records file costs per record (issue 31 item 13), without timing: a plain field
-(ASCII text, an integer within 64 bits, a float, an empty list or map) is checked without
+"""What reading a records file costs per record (issue 31 item 13), without timing: a file of plain
+ASCII JSON (an export) needs no storable check per value; in any other file a plain field (ASCII
+text, an integer within 64 bits, a float, an empty list or map) is checked without
 ``value_problem``'s walk, and what needs the walk still gets it; the fast JSON path refuses what
 ``load_yaml`` refuses (nesting, value counts) at the same limits."""
 
@@ -36,7 +37,7 @@ def test_plain_fields_are_checked_without_the_value_walk(tmp_path: Path, monkeyp
     rows = [{**RECORD, "cell": f"c{i}"} for i in range(300)]
     found, skipped = records.read_records(_write(tmp_path, rows))
     assert (len(found), skipped) == (300, 0)
-    assert walks == [], "no field of a plain record needs the walk"
+    assert walks == [], "no field of a plain ASCII export needs the walk"
     found, _ = records.read_records(_write(tmp_path, [{**RECORD, "env": {"NOTE": "café"}, "flags": ["numa_split"]}]))
     assert len(found) == 1 and len(walks) == 2, "a non-empty map and list are walked (and pass)"
 
@@ -51,6 +52,19 @@ def test_what_needs_the_walk_is_still_refused(tmp_path: Path, field: str, value:
     with pytest.raises(SpecError) as refused:
         records.read_records(_write(tmp_path, [{**RECORD, field: value}]))
     assert says in str(refused.value) and field in str(refused.value)
+
+
+def test_yaml_and_escaped_text_are_checked(tmp_path: Path) -> None:
+    path = tmp_path / "rows.yaml"
+    path.write_text('- {provider: lambda, gpu: H100_SXM, count: 8, market: on-demand, hourly_usd: 1.0,\n'
+                    '   step_time_ms: 702.0, target_steps: 10, env: {NOTE: "a\\0b"}}\n')
+    with pytest.raises(SpecError, match="NUL"):
+        records.read_records(path)
+    escaped = tmp_path / "escaped.json"
+    escaped.write_text('[{"provider": "lambda", "gpu": "H100_SXM", "count": 8, "market": "on-demand", '
+                       '"hourly_usd": 1.0, "step_time_ms": 702.0, "target_steps": 10, "env": {"NOTE": "a\\u0000b"}}]')
+    with pytest.raises(SpecError, match="NUL"):
+        records.read_records(escaped)
 
 
 def _nested(depth: int) -> Any:

@@ -84,16 +84,6 @@ class Record(Measured):
     cost_spot_usd: float | None = None
     cost_on_demand_usd: float | None = None
 
-    @field_validator("*")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        if _plainly_storable(value):  # every field of every record comes here: most without value_problem's walk
-            return value
-        problem = value_problem(value)  # e.g. a lone surrogate in env
-        if problem:
-            raise ValueError(problem)
-        return value
-
     @field_validator("campaign")
     @classmethod
     def _campaign_name(cls, name: str | None) -> str | None:
@@ -128,6 +118,23 @@ class Record(Measured):
         return str(CellKey.build(self.provider, f"{self.gpu}x{self.count}", self.market, named, self.env))
 
 
+class _CheckedRecord(Record):
+    """A ``Record`` whose every value is also checked storable (``value_problem``). A file read as
+    plain ASCII JSON without escapes needs no such check: the JSON path already bounded its integers
+    and refused non-finite floats, and its text can hold no lone surrogate and no NUL."""
+
+    @field_validator("*")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        if _plainly_storable(value):  # every field of every record comes here: most without value_problem's walk
+            return value
+        problem = value_problem(value)  # e.g. a lone surrogate in env
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+
 def read_records(path: Path) -> tuple[list[CellResult], int]:
     """The file's records, priced, and how many result-less leaderboard rows were skipped."""
     file = str(path)
@@ -140,6 +147,7 @@ def read_records(path: Path) -> tuple[list[CellResult], int]:
     if len(items) > MAX_RECORDS:
         raise SpecError(file, None, "", f"{len(items):,} records, over the {MAX_RECORDS:,} one file may hold; "
                         "split it into several files")
+    model = Record if isinstance(lines, _LinesOnDemand) and text.isascii() and "\\u" not in text else _CheckedRecord
     found: list[tuple[CellResult, Path_]] = []
     skipped = 0
     for index, raw in enumerate(items):
@@ -151,7 +159,7 @@ def read_records(path: Path) -> tuple[list[CellResult], int]:
             skipped += 1  # a leaderboard row of a cell that has no result
             continue
         try:
-            record = Record.model_validate(raw)
+            record = model.model_validate(raw)
         except ValidationError as exc:
             error = exc.errors()[0]
             sub = (*at, *error["loc"])
