@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -23,17 +24,27 @@ _cell = Cell.__table__  # type: ignore[attr-defined]
 
 def acquire(engine: Engine, cell_id: int, owner: str, ttl_s: float,
             is_dead: Callable[[str], bool] = lambda _owner: False) -> str | None:
-    """Take (or renew) the cell's lease for ``owner``. Returns None when taken, else who holds it."""
+    """Take (or renew) the cell's lease for ``owner``. Returns None when taken, else who holds it.
+    A free lease (no owner, ``owner``'s, or expired) is taken by one conditional UPDATE (one round
+    trip on PostgreSQL); only then is a held one read, and taken over when its holder is known dead
+    (conditional on that holder still holding it)."""
     now = time.time()
-    with engine.begin() as conn:
+    free = sa.or_(_cell.c.lease_owner.is_(None), _cell.c.lease_owner == owner, _cell.c.lease_expires_at < now)
+    with autocommit(engine).begin() as conn:
+        if _take(conn, cell_id, owner, now + ttl_s, free):
+            return None
         holder, expires = conn.execute(sa.select(_cell.c.lease_owner, _cell.c.lease_expires_at)
                                        .where(_cell.c.id == cell_id)).one()
-        free = sa.or_(_cell.c.lease_owner.is_(None), _cell.c.lease_owner == owner, _cell.c.lease_expires_at < now)
-        if holder is not None and holder != owner and (expires or 0) >= now and is_dead(holder):
-            free = sa.or_(free, _cell.c.lease_owner == holder)
-        taken = conn.execute(sa.update(_cell).where(_cell.c.id == cell_id).where(free)
-                             .values(lease_owner=owner, lease_expires_at=now + ttl_s)).rowcount
-    return None if taken == 1 else str(holder)
+        if holder is None or holder == owner or (expires or 0) < now:  # given back (or expired) meanwhile
+            return None if _take(conn, cell_id, owner, now + ttl_s, free) else str(holder or "another controller")
+        if is_dead(holder) and _take(conn, cell_id, owner, now + ttl_s, _cell.c.lease_owner == holder):
+            return None
+    return str(holder)
+
+
+def _take(conn: sa.Connection, cell_id: int, owner: str, expires_at: float, where: Any) -> bool:
+    return conn.execute(sa.update(_cell).where(_cell.c.id == cell_id).where(where)
+                        .values(lease_owner=owner, lease_expires_at=expires_at)).rowcount == 1
 
 
 def renew(engine: Engine, cell_id: int, owner: str, ttl_s: float) -> bool:

@@ -151,3 +151,16 @@ def test_the_payload_is_copied_once_per_process_and_linked_into_each_stage(tmp_p
         a, c = tmp_path / "a" / "payload" / rel, tmp_path / "c" / "payload" / rel
         assert a.read_bytes() == (package / rel).read_bytes() and os.path.samefile(a, c)
     assert not list((tmp_path / "b" / "payload").rglob("__pycache__"))
+
+
+def test_taking_a_free_lease_is_one_update(tmp_path: Path) -> None:
+    run = memory_run(tmp_path, MemoryProvider([offer()]))
+    cell_id = run.cell().id or 0
+    with statements(run.engine) as sent:
+        assert store_leases.acquire(run.engine, cell_id, "ctl-a", 60.0) is None
+    assert len(sent) == 1 and sent[0].startswith("UPDATE cell SET lease_owner"), sent
+    with statements(run.engine) as sent:
+        assert store_leases.acquire(run.engine, cell_id, "ctl-b", 60.0) == "ctl-a", "held: not taken"
+    assert [s.split()[0] for s in sent] == ["UPDATE", "SELECT"], sent
+    assert store_leases.acquire(run.engine, cell_id, "ctl-b", 60.0, is_dead=lambda owner: owner == "ctl-a") is None
+    assert store_leases.acquire(run.engine, cell_id, "ctl-a", 60.0) == "ctl-b", "a dead holder's lease was taken over"
