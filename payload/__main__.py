@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_job(args.job)
         finally:
             end_descendants()
-    from .distributed import run_worker
+    from .worker import run_worker
 
     code = run_worker(args.job, args.phase, args.rank, args.world_size, args.rendezvous, args.timeout_s,
                       local_rank=args.local_rank, init=args.init_method)

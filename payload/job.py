@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 HOST_DATA = ("synthetic", "tokenize")
-"""Where the profile's batches come from (``payload.host_data``): one random batch, or text tokenized on the host."""
+"""Where the profile's batches come from (``payload.workloads.host_data``): one random batch, or text
+tokenized on the host."""
 
 PHASES = ("preflight", "p2p", "collectives", "profile", "command")
 """Phases this payload implements, in the order they run."""
@@ -25,7 +26,7 @@ EXIT_IDLE = 4
 """The dead-man switch stopped the payload: the controller's heartbeat went stale."""
 EXIT_RENDEZVOUS = 5
 """A worker node could not reach node 0's rendezvous port before NCCL started
-(``payload.distributed.probe_rendezvous``): no node is bad, the network between them is."""
+(``payload.comm.ranks.probe_rendezvous``): no node is bad, the network between them is."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class ProfileConfig:
     host_data: str = "synthetic"
     """One of HOST_DATA: ``tokenize`` makes every micro-step's batch by tokenizing text on the host."""
     precision: str | None = None
-    """``fp8`` | ``bf16`` matmuls; None: as the record, fp8 where the GPU has it (``payload.fp8.choose_precision``)."""
+    """``fp8`` | ``bf16`` matmuls; None: as the record, fp8 where the GPU has it
+    (``payload.workloads.fp8.choose_precision``)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class Job:
     instance_type: str | None = None
     """The cloud instance type the node was rented as (AWS), where the provider names one."""
     fabric: str | None = None
-    """The fabric between nodes that was sold, in ``payload.fabric_checks.FabricExpect.parse``'s
+    """The fabric between nodes that was sold, in ``payload.node.fabric_checks.FabricExpect.parse``'s
     words (``ib 8x400``, ``efa 32``, ``none``): the cell's ``fabric``, else the provider's offer's;
     None: nobody said (nothing expected, the fabric checks fail no node)."""
     spot_notice: bool = False
@@ -118,7 +120,7 @@ class Job:
     compile_caches: list[str] = field(default_factory=list)
     """Compile caches the controller shipped (``<key>.bin`` paths relative to this file's directory,
     each with its ``<key>.json`` manifest): the profile loads the one whose key is its own
-    (``payload.compile_cache``)."""
+    (``payload.workloads.compile_cache``)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

@@ -2,18 +2,18 @@
 
 Exit codes: 0 every phase done, 3 preflight says the node is bad, 4 the dead-man switch stopped it
 (``payload.deadman``), 5 a worker node could not reach node 0's rendezvous port (before any phase:
-``payload.distributed.probe_rendezvous``; no node is bad), 1 any other error. The last
+``payload.comm.ranks.probe_rendezvous``; no node is bad), 1 any other error. The last
 event is always ``done`` with the exit code (unless the process is killed).
 
 Across nodes (``job.nodes`` > 1) the controller starts this runner on every node with the same
 job but the node's own ``node_rank``; each runs the same phases in the same order on its
-``count`` local ranks of the one world (``payload.distributed``), writes its own events.jsonl and
+``count`` local ranks of the one world (``payload.comm.ranks``), writes its own events.jsonl and
 exit code; only node 0's events carry samples (global rank 0). A preflight error that names a
 node carries ``bad_node_rank``; one about the fabric between nodes has ``bad_node: true`` alone.
 A peer node that dies makes this one fail (its ranks' collectives error or time out), not hang.
 
 The distributed phases (preflight's all_reduce on GPUs, collectives, profile) run on one set of
-rank processes for the whole attempt (``payload.distributed.Ranks``), started by the first of them
+rank processes for the whole attempt (``payload.comm.ranks.Ranks``), started by the first of them
 and closed before a phase that starts its own processes on the GPUs (command, the profile under
 nsys) and before ``done``; the runner emits ``phase_start``/``phase_end``/``error``/``done`` as
 each phase begins and ends, rank 0 the samples.
@@ -31,17 +31,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .collectives import run_collectives
-from .command import run_command
+from .comm.collectives import run_collectives
+from .comm.efa_env import efa_environment
+from .comm.p2p import run_p2p
+from .comm.ranks import Layout, Ranks, RendezvousUnreachable, hold_rendezvous, launch, probe_rendezvous
 from .deadman import start_deadman
-from .distributed import Layout, Ranks, RendezvousUnreachable, hold_rendezvous, launch, probe_rendezvous
-from .efa_env import efa_environment
 from .events import EventLog
 from .job import EXIT_BAD_NODE, EXIT_ERROR, EXIT_OK, EXIT_RENDEZVOUS, PHASES, Job
-from .p2p import run_p2p
-from .preflight import BadNode, run_preflight
-from .profile import grad_accum_steps, summarize
+from .node.preflight import BadNode, run_preflight
 from .spot_notice import NOTICE_FILE_ENV, SpotWatch, noticed, wait_for_reclaim
+from .workloads.command import run_command
+from .workloads.profile import grad_accum_steps, summarize
 
 PhaseFn = Callable[[Job, Path, EventLog], dict[str, Any]]
 

@@ -92,7 +92,7 @@ class Offer:
     details: dict[str, Any] = field(default_factory=dict)
     fabric: str | None = None
     """The network between nodes the provider sells with this offer, in
-    ``payload.fabric_checks.FabricExpect.parse``'s words (``efa 32``, ``ib 8x400``, ``none``); None:
+    ``payload.node.fabric_checks.FabricExpect.parse``'s words (``efa 32``, ``ib 8x400``, ``none``); None:
     it does not say (a cell's ``fabric`` then says, else nothing is expected of it)."""
 
 

@@ -9,7 +9,7 @@ as the controller starts it on a node, in a folder of its own under ``DIR/work``
 timeout; a stage that fails or hangs is recorded and the next one runs. While a stage runs,
 ``nvidia-smi`` is read every 0.5 s for the device's memory in use (the card's view: CUDA context,
 allocator cache and all), next to torch's ``max_memory_allocated`` that the profile records and
-the estimate ``benchctl plan`` uses (``payload.memory_estimate``).
+the estimate ``benchctl plan`` uses (``payload.workloads.memory_estimate``).
 
 Stages, cheapest first: preflight (+ p2p, a skip on one GPU), the collectives sweep, then the
 profile: nanochat-d12 compiled with and without phase timing (the overhead), nanochat-d20 compiled,
@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from payload.events import read_events  # noqa: E402
 from payload.job import PHASES, CollectivesConfig, Job, ProfileConfig  # noqa: E402
-from payload.memory_estimate import estimate  # noqa: E402
+from payload.workloads.memory_estimate import estimate  # noqa: E402
 
 SEQ = 2048
 MIN_STAGE_S = 30.0
@@ -89,7 +89,7 @@ def cell_gpu(name: str) -> str:
     """The campaign's gpu string for the card (the preflight judges the inventory against it)."""
     if name == "cpu":
         return "cpu"
-    from payload.gpu_models import gpu_model
+    from payload.node.gpu_models import gpu_model
 
     return gpu_model(name) or name
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from benchctl.payload.checks import STATUS_ORDER, verdict
+from benchctl.payload.node.checks import STATUS_ORDER, verdict
 from benchctl.results.check_status import CheckStatus
 
 

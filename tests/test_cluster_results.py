@@ -6,8 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from benchctl.payload.checks import Facts
-from benchctl.payload.fabric_checks import FabricExpect, fabric_checks
+from benchctl.payload.node.checks import Facts
+from benchctl.payload.node.fabric_checks import FabricExpect, fabric_checks
 from benchctl.results.cell_evidence import fabric_label, largest_allreduce, whole_cluster
 from tests.conftest import REPO
 

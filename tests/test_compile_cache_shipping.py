@@ -3,7 +3,7 @@ node runs, so the next attempt of a preempted cell, and the campaign's other cel
 are shipped it (job.json names it); a cell of another key is not; what a node sends that is not the
 cache of the job it was shipped (another job's fields, another size or hash, an odd path) is refused
 and never shipped. The memory provider's nodes write what the payload writes
-(``benchctl.payload.compile_cache``: ``compile-cache/<key>.bin`` and its manifest, an ``artifact``
+(``benchctl.payload.workloads.compile_cache``: ``compile-cache/<key>.bin`` and its manifest, an ``artifact``
 event named ``compile-cache`` after the warm-up)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 
 from benchctl.engine import compile_caches
 from benchctl.engine.scheduler import run_campaign
-from benchctl.payload import compile_cache as cc
 from benchctl.payload.job import Job
+from benchctl.payload.workloads import compile_cache as cc
 from tests import memory_campaign
 from tests.fakes.memory_provider import Events, MemoryProvider, Script, payload_events
 from tests.memory_campaign import KEY, memory_run, offer

@@ -1,5 +1,5 @@
 """One GPU vocabulary end to end (issue 27, item 1): every GPU name a cell can carry is known from
-``plan`` to the node-side checks (``payload.gpu_models``), or refused at ``plan`` with the names to use."""
+``plan`` to the node-side checks (``payload.node.gpu_models``), or refused at ``plan`` with the names to use."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 from benchctl.campaign.spec import parse_campaign
 from benchctl.errors import SpecError
-from benchctl.payload import thresholds
-from benchctl.payload.checks import Expect, Facts, judge
-from benchctl.payload.cluster_checks import judge_cluster
-from benchctl.payload.gpu_models import BF16_PEAK_FLOPS, canonical, known_models
+from benchctl.payload.node import thresholds
+from benchctl.payload.node.checks import Expect, Facts, judge
+from benchctl.payload.node.cluster_checks import judge_cluster
+from benchctl.payload.node.gpu_models import BF16_PEAK_FLOPS, canonical, known_models
 from benchctl.provisioners import vastai
 from benchctl.provisioners.aws.instances import INSTANCES
 from benchctl.provisioners.aws.instances import resolve as resolve_aws

@@ -85,7 +85,7 @@ def test_samples_that_break_the_record_rules_give_no_result_never_a_rank(tmp_pat
 
 
 def test_honest_samples_still_rank(tmp_path: Path) -> None:
-    """A diverged step (``loss: NaN``, as ``payload.profile`` writes it) still took the time it took."""
+    """A diverged step (``loss: NaN``, as ``payload.workloads.profile`` writes it) still took the time it took."""
     run = _run(tmp_path, Script(events=_profile([*GOOD[:-1], _sample(2, 0.5, loss=float("nan"))])))
     (row,) = leaderboard_rows(run.engine, "tiny")
     assert row["rank"] == 1 and row["step_time_ms"] == 500.0 and run.cell().reason is None

@@ -112,7 +112,7 @@ read as 9e9 bytes: published there, not measured here."""
 
 
 def test_fp8_is_judged_as_bf16_even_where_the_published_saving_would_let_it_through(tmp_path: Path) -> None:
-    """Issue 28 item 3: the estimate takes no fp8 term (payload.memory_estimate says why): d26 at device
+    """Issue 28 item 3: the estimate takes no fp8 term (payload.workloads.memory_estimate says why): d26 at device
     batch 16 on one H100 is refused at fp8 as at bf16, although 82.4 GiB less upstream's ≈8.4 GiB would fit."""
     one_gpu = SKY_CAMPAIGN.replace("device_batch_size: 8,", "device_batch_size: 16,").replace("count: 8", "count: 1")
     fits = {}

@@ -1,9 +1,9 @@
 """Does each cell's profile fit its GPU? Checked by ``plan`` and ``run`` before anything is rented.
 
-Per cell: the per-GPU estimate of the profile phase (``payload.memory_estimate``: the target's
+Per cell: the per-GPU estimate of the profile phase (``payload.workloads.memory_estimate``: the target's
 model, the profile's sequence length and device batch, the cell's world size, compiled or not as
 the profile says, eager on an image known to have no compiler: ``benchctl.campaign.images``;
-fp8 judged as bf16, as the estimate explains) against one card's memory (``payload.gpu_memory``).
+fp8 judged as bf16, as the estimate explains) against one card's memory (``payload.node.gpu_memory``).
 A cell on a GPU the table does not know (or on ``cpu``), or a campaign without the profile phase,
 is not judged.
 ``refuse_unfit`` raises UsageError (exit 2) naming the first cell that cannot fit, its estimate,
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from benchctl.campaign.images import runs_eager
 from benchctl.campaign.spec import Campaign, CellSpec
 from benchctl.errors import UsageError
-from benchctl.payload.gpu_memory import card_memory_gib
-from benchctl.payload.memory_estimate import estimate
+from benchctl.payload.node.gpu_memory import card_memory_gib
+from benchctl.payload.workloads.memory_estimate import estimate
 from benchctl.provisioners.aws.instances import INSTANCES as AWS_INSTANCES
 
 

@@ -35,14 +35,14 @@ from pydantic import (
 from benchctl.campaign.cell_key import CellKey
 from benchctl.campaign.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, line_of, load_yaml, read_capped
 from benchctl.errors import SpecError
-from benchctl.payload.collective_math import parse_bytes
+from benchctl.payload.comm.collective_math import parse_bytes
 from benchctl.payload.env_policy import SECRET_NAME as _SECRET_NAME
-from benchctl.payload.fabric_checks import FabricExpect
-from benchctl.payload.gpu_models import canonical as canonical_gpu
-from benchctl.payload.gpu_models import unknown_model
 from benchctl.payload.job import PHASES, CollectivesConfig, CommandConfig, ProfileConfig
-from benchctl.payload.presets import UnknownPreset, model_dims, target_steps
-from benchctl.payload.thresholds import resolve as resolve_thresholds
+from benchctl.payload.node.fabric_checks import FabricExpect
+from benchctl.payload.node.gpu_models import canonical as canonical_gpu
+from benchctl.payload.node.gpu_models import unknown_model
+from benchctl.payload.node.thresholds import resolve as resolve_thresholds
+from benchctl.payload.workloads.presets import UnknownPreset, model_dims, target_steps
 from benchctl.provisioners.aws.instances import INSTANCES as AWS_INSTANCES
 from benchctl.provisioners.aws.instances import UnknownInstance
 from benchctl.provisioners.aws.instances import resolve as resolve_aws_instance
@@ -201,10 +201,11 @@ class ProfileSpec(_Strict):
     nsys: bool = Field(default=False, description="run the ranks under Nsight Systems when nsys is on the PATH")
     compile: bool = Field(default=True, description="torch.compile the model and optimizer updates on GPU")
     host_data: HostData = Field(default="synthetic", description="tokenize: every micro-step's batch is made by "
-                                "tokenizing text on the node's CPUs, as upstream's loader (payload.host_data)")
+                                "tokenizing text on the node's CPUs, as upstream's loader "
+                                "(payload.workloads.host_data)")
     precision: Literal["fp8", "bf16"] | None = Field(
         default=None, description="matmul precision; default as the d26 record: fp8 on GPUs with fp8 tensor cores "
-        "(compute capability 8.9+: H100, H200, L4, L40S), else bf16 (payload.fp8)")
+        "(compute capability 8.9+: H100, H200, L4, L40S), else bf16 (payload.workloads.fp8)")
 
 
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
@@ -240,7 +241,7 @@ class CollectivesSpec(_Strict):
 
 
 class PreflightSpec(_Strict):
-    thresholds: dict[str, float] = Field(default_factory=dict, description="overrides of payload/thresholds.py")
+    thresholds: dict[str, float] = Field(default_factory=dict, description="overrides of payload/node/thresholds.py")
 
     @field_validator("thresholds")
     @classmethod
@@ -397,7 +398,7 @@ class CellSpec(_Strict):
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, value: str | None) -> str | None:
-        """One vocabulary end to end (``payload.gpu_models``): an alias becomes the model's name,
+        """One vocabulary end to end (``payload.node.gpu_models``): an alias becomes the model's name,
         a name no node-side check knows is refused with the names to use."""
         if value is None:
             return None

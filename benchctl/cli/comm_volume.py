@@ -13,11 +13,11 @@ import click
 def comm_volume_command(model: str, world_size: int, vocab_size: int | None, fmt: str) -> None:
     """Bytes and calls per collective in one optimizer step (ZeRO-2 Muon + AdamW)."""
     from benchctl.errors import UsageError
-    from benchctl.payload.presets import UnknownPreset
+    from benchctl.payload.workloads.presets import UnknownPreset
     from benchctl.report.render import render, terminal_lines
 
     try:
-        from benchctl.payload.commvolume import comm_volume
+        from benchctl.payload.workloads.commvolume import comm_volume
     except ModuleNotFoundError as exc:
         raise UsageError(f"comm-volume needs torch on this machine ({exc}): pip install 'benchctl[local]'") from None
     try:

@@ -31,7 +31,7 @@ def predict_command(state: CliState, model: str | None, params: int | None, flop
     """Predicted step time and its parts (compute, optimizer updates, exposed communication), with a
     range, and where every input came from (measured in this store, imported, or a published default)."""
     from benchctl.errors import UsageError
-    from benchctl.payload.gpu_models import canonical, unknown_model
+    from benchctl.payload.node.gpu_models import canonical, unknown_model
     from benchctl.predict.service import predict_for
     from benchctl.report.render import render, terminal_lines
 

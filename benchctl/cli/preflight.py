@@ -2,7 +2,7 @@
 
 A snapshot of one node of a cluster (its ``cluster.json``, the cluster probe's figures) is judged
 as the payload judged it: the node's own checks, then its fabric checks (GPU snapshots) and the
-cross-node checks (``payload.cluster_checks``), with the default thresholds.
+cross-node checks (``payload.node.cluster_checks``), with the default thresholds.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ def _expectation(text: str | None, replay: str | None) -> tuple[str, int]:
     """``gpu=H100_SXM,count=8`` → (gpu, count); without it, what the snapshot shows (or cpu × 1): a
     model outside the table by the name its driver reports (``NVIDIA B300 SXM6 AC``)."""
     from benchctl.errors import UsageError
-    from benchctl.payload.checks import Facts, detected_model
+    from benchctl.payload.node.checks import Facts, detected_model
 
     if text is None:
         if replay is None:
             return "cpu", 1
         facts = Facts(Path(replay))
-        from benchctl.payload.node_facts import parse_query_csv
+        from benchctl.payload.node.node_facts import parse_query_csv
 
         rows = parse_query_csv(facts.text("nvidia-smi-query.csv") or "")
         return (detected_model(facts) or "cpu", len(rows)) if rows else ("cpu", _cluster_count(Path(replay)))
@@ -51,12 +51,12 @@ def _cluster_count(directory: Path) -> int:
 
 
 def _gpu(name: str, text: str) -> str:
-    """The model name ``name`` means (``payload.gpu_models.canonical``: ``h100-sxm`` is ``H100_SXM``,
+    """The model name ``name`` means (``payload.node.gpu_models.canonical``: ``h100-sxm`` is ``H100_SXM``,
     ``H200_SXM`` is ``H200``), or ``name`` itself for a model outside the table (``B300``, ``RTX 4090``:
     judged on what does not depend on the model); UsageError listing the known names for a bare
     family (``H100``) or a misspelt table model (``h100 sxm5``)."""
     from benchctl.errors import UsageError
-    from benchctl.payload.gpu_models import canonical, outside_table, unknown_model
+    from benchctl.payload.node.gpu_models import canonical, outside_table, unknown_model
 
     model = canonical(name) or outside_table(name)
     if model is None:
@@ -80,8 +80,8 @@ def preflight_command(replay: str | None, expect_text: str | None, fabric_text: 
     import tempfile
     import time
 
-    from benchctl.payload.checks import Expect, Facts, judge, verdict
-    from benchctl.payload.thresholds import resolve
+    from benchctl.payload.node.checks import Expect, Facts, judge, verdict
+    from benchctl.payload.node.thresholds import resolve
     from benchctl.report.render import render
     from benchctl.results.check_status import CheckStatus
 
@@ -121,10 +121,10 @@ def _cross_node(directory: Path, gpu: str, count: int, fabric_text: str | None =
     import json
 
     from benchctl.errors import UsageError
-    from benchctl.payload.checks import Facts
-    from benchctl.payload.cluster_checks import judge_cluster
-    from benchctl.payload.fabric_checks import FabricError, FabricExpect, fabric_checks
-    from benchctl.payload.thresholds import resolve
+    from benchctl.payload.node.checks import Facts
+    from benchctl.payload.node.cluster_checks import judge_cluster
+    from benchctl.payload.node.fabric_checks import FabricError, FabricExpect, fabric_checks
+    from benchctl.payload.node.thresholds import resolve
 
     try:
         sold = FabricExpect.parse(fabric_text)
@@ -150,9 +150,9 @@ def _capture_here(directory: Path, gpu: str, count: int, deadline: float) -> Non
     import tempfile
 
     from benchctl.errors import UsageError
-    from benchctl.payload.facts_capture import capture
     from benchctl.payload.job import Job
-    from benchctl.payload.preflight import run_probes
+    from benchctl.payload.node.facts_capture import capture
+    from benchctl.payload.node.preflight import run_probes
 
     try:
         capture(directory, deadline)

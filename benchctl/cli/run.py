@@ -175,7 +175,7 @@ def _check_same_measurement(engine: Engine, row: CampaignRow, campaign: Campaign
 def _workload(campaign: Campaign) -> dict[str, Any]:
     """The ``_WORKLOAD_TARGET`` fields as the payload runs them (an unset vocab_size is the preset's)."""
     from benchctl.campaign.spec import Target
-    from benchctl.payload.presets import model_dims
+    from benchctl.payload.workloads.presets import model_dims
 
     if not isinstance(campaign.spec.target, Target):  # steps or tokens: a command's own workload, priced only
         return {}

@@ -1,7 +1,7 @@
 """Compile caches: brought home from the node that saved one, shipped to later attempts (issue 28 item 8).
 
 A compiled profile's rank 0 saves torch's portable compile cache after its warm-up and announces
-it (``benchctl.payload.compile_cache``). Contract on this side:
+it (``benchctl.payload.workloads.compile_cache``). Contract on this side:
 
 - ``bring_home``, called by the attempt driver as soon as the announcement is read (a preempted
   node's cache still serves the next attempt): the node is untrusted. Its manifest is read bounded
@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from benchctl.engine.artifact_records import sha256_of
-from benchctl.payload.compile_cache import (
+from benchctl.payload.job import Job
+from benchctl.payload.workloads.compile_cache import (
     KEY,
     MAX_BYTES,
     MAX_MANIFEST_BYTES,
@@ -40,7 +41,6 @@ from benchctl.payload.compile_cache import (
     key_of,
     wanted,
 )
-from benchctl.payload.job import Job
 from benchctl.provisioners.base import Transport
 from benchctl.provisioners.transfer_deadline import Deadline
 

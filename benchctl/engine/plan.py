@@ -225,7 +225,7 @@ def predicted_cost(campaign: Campaign, cell: CellSpec, hourly_usd: float | None)
     tokens per step and sequence length, bf16, the cell's GPU and count) and ``predicted_cost_usd``
     (that step × the target's steps at ``hourly_usd``); None where the cell names no GPU model or
     count (an instance type) or has no price."""
-    from benchctl.payload.gpu_models import BF16_PEAK_FLOPS
+    from benchctl.payload.node.gpu_models import BF16_PEAK_FLOPS
     from benchctl.predict.service import predict_for
 
     none: dict[str, Any] = {"predicted_step_ms": None, "predicted_cost_usd": None, "predicted_rank": None}

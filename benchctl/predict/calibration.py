@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from benchctl.payload.gpu_models import BF16_PEAK_FLOPS
+from benchctl.payload.node.gpu_models import BF16_PEAK_FLOPS
 from benchctl.payload.stats import median
 from benchctl.predict.model import Figure, Inputs, breakdown
 from benchctl.predict.workload import Workload, nanochat

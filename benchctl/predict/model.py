@@ -2,8 +2,8 @@
 
 compute = FLOPs per rank per step ÷ (bf16 peak × MFU), the linear layers' FLOPs ÷ the fp8 speed-up
 when the step runs fp8 and no fp8 measurement gave the MFU. Communication: each collective takes
-``latency + bytes × busbw factor ÷ busbw`` (nccl-tests' definitions, ``payload.collective_math``).
-Overlap is the optimizer's own (``payload.optim``): phase 1 issues every reduction at once after the
+``latency + bytes × busbw factor ÷ busbw`` (nccl-tests' definitions, ``payload.comm.collective_math``).
+Overlap is the optimizer's own (``payload.workloads.optim``): phase 1 issues every reduction at once after the
 backward (nothing left to hide them behind); phase 2 takes the groups in order, each waiting for
 its reduction, updating its shard and issuing its all-gather, which queues behind every reduction on
 the one NCCL stream; phase 3 waits for the last gather. The timeline of those two streams gives
@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchctl.payload.collective_math import bus_factor
-from benchctl.payload.param_groups import Collective
+from benchctl.payload.comm.collective_math import bus_factor
+from benchctl.payload.workloads.param_groups import Collective
 from benchctl.predict.workload import Workload
 
 BACKWARD_SHARE = 2 / 3
@@ -145,7 +145,7 @@ def breakdown(workload: Workload, inputs: Inputs, end: str = "mid") -> Breakdown
 
 
 def _optimizer_timeline(workload: Workload, updates: list[float], took: Any, compute: float) -> Breakdown:
-    """``payload.optim``'s phases on two streams: the compute stream runs the updates, the one NCCL
+    """``payload.workloads.optim``'s phases on two streams: the compute stream runs the updates, the one NCCL
     stream runs the collectives in the order they were issued."""
     items = []  # (reduction, update ms, gather or None), in the optimizer's order
     for group, update in zip(workload.groups, updates, strict=True):

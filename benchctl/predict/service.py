@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from benchctl.errors import UsageError
-from benchctl.payload.presets import UnknownPreset
+from benchctl.payload.workloads.presets import UnknownPreset
 from benchctl.predict.calibration import Calibration
 from benchctl.predict.model import Prediction, predict
 from benchctl.predict.workload import custom, nanochat

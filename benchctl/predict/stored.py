@@ -12,8 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from benchctl.payload.gpu_models import BF16_PEAK_FLOPS
-from benchctl.payload.presets import UnknownPreset
+from benchctl.payload.node.gpu_models import BF16_PEAK_FLOPS
+from benchctl.payload.workloads.presets import UnknownPreset
 from benchctl.predict.calibration import MIN_BUSBW_BYTES, BusbwPoint, ComputePoint
 from benchctl.predict.workload import nanochat
 from benchctl.store.models import Campaign, Cell, Result

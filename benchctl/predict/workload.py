@@ -2,7 +2,7 @@
 
 A ``Workload`` is FLOPs per token (split into the linear layers' part, which fp8 can speed up, and
 attention's), tokens per step, and the optimizer's plan: per group, in the order the optimizer
-issues them, its collectives (``payload.param_groups``: the plan ``payload.optim`` executes) and
+issues them, its collectives (``payload.workloads.param_groups``: the plan ``payload.workloads.optim`` executes) and
 the update work each rank does on what it owns (Newton–Schulz FLOPs for a Muon stack, elements for
 AdamW). A nanochat preset gives all of it; a model given only by its parameter count and FLOPs per
 token is taken as trained with data parallelism: one bf16 all-reduce of every gradient per step.
@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from benchctl.payload.param_groups import Collective, param_groups
-from benchctl.payload.presets import ModelDims, model_dims, window_sizes
+from benchctl.payload.workloads.param_groups import Collective, param_groups
+from benchctl.payload.workloads.presets import ModelDims, model_dims, window_sizes
 
 NS_STEPS = 5
-"""Newton–Schulz iterations per Muon update (``payload.optim.newton_schulz``)."""
+"""Newton–Schulz iterations per Muon update (``payload.workloads.optim.newton_schulz``)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def attended_tokens(dims: ModelDims, seq_len: int, attention: str) -> int:
 
 def nanochat(model: str, world_size: int, tokens_per_step: int, seq_len: int = 2048, attention: str = "fa3",
              vocab_size: int | None = None) -> Workload:
-    """The nanochat preset ``model`` (``payload.presets``) at ``world_size`` ranks."""
+    """The nanochat preset ``model`` (``payload.workloads.presets``) at ``world_size`` ranks."""
     dims = model_dims(model, vocab_size)
     params = dims.parameters()
     embedding = sum(math.prod(p.shape) for p in params

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchctl.payload.checks import STATUS_ORDER, verdict
-from benchctl.payload.presets import UPSTREAM_DIFFERENCES
+from benchctl.payload.node.checks import STATUS_ORDER, verdict
+from benchctl.payload.workloads.presets import UPSTREAM_DIFFERENCES
 from benchctl.report.data import BUSBW_CELLS, TABLE_ROWS, CampaignData, PreflightRun, busbw_cells, busbw_ops
 from benchctl.results import step_split
 from benchctl.results.check_status import CheckStatus

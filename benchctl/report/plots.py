@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
-from benchctl.payload.collective_math import format_bytes
+from benchctl.payload.comm.collective_math import format_bytes
 from benchctl.payload.stats import median, percentile
 from benchctl.report.data import BUSBW_CELLS, CampaignData, busbw_cells, busbw_ops, median_step_ms
 

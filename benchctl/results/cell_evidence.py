@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from benchctl.outcomes import OutcomeKind
-from benchctl.payload.fabric_checks import SOCKET_LABEL
+from benchctl.payload.node.fabric_checks import SOCKET_LABEL
 from benchctl.payload.stats import median
 from benchctl.results.check_status import CheckStatus
 from benchctl.store import queries as q
@@ -127,7 +127,7 @@ def whole_cluster(row: dict[str, Any]) -> bool:
 
 
 MEASURED_DTYPE = "float"
-"""The type the payload's collectives sweep (``payload.collectives``: float32), nccl-tests' default."""
+"""The type the payload's collectives sweep (``payload.comm.collectives``: float32), nccl-tests' default."""
 
 
 def measured_dtype(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchctl.payload.presets import target_steps
+from benchctl.payload.workloads.presets import target_steps
 
 
 @dataclass(frozen=True)

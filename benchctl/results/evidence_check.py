@@ -41,8 +41,8 @@ OBSERVED: dict[str, dict[str, tuple[type, ...]]] = {
     "fabric_transport": {"fabric": (str,)},
 }
 """Preflight observations a result reads (``cell_evidence.node_facts``), by check name: where the
-observation is a mapping, each field absent, null or of these types (as ``payload.checks``,
-``payload.fabric_checks`` and ``payload.cluster_checks`` write them)."""
+observation is a mapping, each field absent, null or of these types (as ``payload.node.checks``,
+``payload.node.fabric_checks`` and ``payload.node.cluster_checks`` write them)."""
 _ITEMS: dict[tuple[str, str], tuple[type, ...]] = {("numa", "gpu_numa"): (int, type(None)),
                                                    ("fabric_hca", "rates_gbps"): _NUMBER}
 """The types of the items of the list or mapping fields above."""

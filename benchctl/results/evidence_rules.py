@@ -97,7 +97,7 @@ def step_time_problem(seconds: Any) -> str | None:
 
 
 def timed_sample_problem(data: dict[str, Any], steps: int | None = None) -> str | None:
-    """Why a timed profile sample (``payload.profile``'s, ``warmup`` false) is no step a result may
+    """Why a timed profile sample (``payload.workloads.profile``'s, ``warmup`` false) is no step a result may
     be computed from: its ``timed_index`` is no integer in [0, ``steps``) (any size ≥ 0 when
     ``steps`` is None), its ``step_time_s`` breaks ``step_time_problem``, or a value of it is not
     storable (``value_problem``); None when it is one."""

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from benchctl.campaign.cell_key import CellKey
-from benchctl.payload.collective_math import format_bytes
+from benchctl.payload.comm.collective_math import format_bytes
 from benchctl.payload.stats import median
 from benchctl.results.cell_evidence import flags_from
 from benchctl.results.evidence_rules import NO_RESULT

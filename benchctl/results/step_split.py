@@ -1,6 +1,6 @@
 """How a cell's optimizer step divides: forward/backward, optimizer, communication.
 
-From the timed profile samples (``payload.profile``; seconds per step): forward/backward is
+From the timed profile samples (``payload.workloads.profile``; seconds per step): forward/backward is
 ``fwd_bwd_s``; the optimizer is its three phases, ``opt_phase1_s + opt_phase2_s + opt_phase3_s``;
 communication is phase 1 (launching the gradient reduce-scatters and all-reduces) plus phase 3
 (waiting for the all-gathers). Phase 2 waits for the reductions and updates the owned shards: it

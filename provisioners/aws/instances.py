@@ -21,7 +21,7 @@ from dataclasses import dataclass
 class InstanceKind:
     instance_type: str
     gpu: str
-    """As the project names GPUs (``payload.gpu_models``: ``H100_SXM``, ``H200``), ``cpu`` for a CPU-only type."""
+    """As the project names GPUs (``payload.node.gpu_models``: ``H100_SXM``, ``H200``), ``cpu`` for a CPU-only type."""
     count: int
     """GPUs on the instance (1 for a CPU-only type: one payload process)."""
     vcpus: int
@@ -35,7 +35,7 @@ class InstanceKind:
 
     @property
     def fabric(self) -> str:
-        """What the type sells between nodes, in ``payload.fabric_checks.FabricExpect.parse``'s words:
+        """What the type sells between nodes, in ``payload.node.fabric_checks.FabricExpect.parse``'s words:
         its EFA devices (the fabric preflight expects them all), or ``none``."""
         return f"efa {self.efa_interfaces}" if self.efa_interfaces else "none"
 

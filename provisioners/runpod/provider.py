@@ -66,7 +66,7 @@ from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 GPU_TYPE_IDS = {"H100_SXM": "NVIDIA H100 80GB HBM3", "H100_PCIE": "NVIDIA H100 PCIe", "H100_NVL": "NVIDIA H100 NVL",
                 "A100_SXM": "NVIDIA A100-SXM4-80GB", "A100_PCIE": "NVIDIA A100 80GB PCIe", "H200": "NVIDIA H200",
                 "B200": "NVIDIA B200", "L40S": "NVIDIA L40S"}
-"""benchctl's GPU names (``payload.gpu_models``) → RunPod's GPU type ids (docs.runpod.io/references/gpu-types)."""
+"""benchctl's GPU names (``payload.node.gpu_models``) → RunPod's GPU type ids (docs.runpod.io/references/gpu-types)."""
 SSH_KEY_VARIABLE = "SSH_PUBLIC_KEY"
 """The pod's own key: RunPod fills ``PUBLIC_KEY`` from the account's keys and documents
 ``SSH_PUBLIC_KEY`` to override it per pod (docs.runpod.io/welcome/how-do-i/override-my-public-key)."""

@@ -26,7 +26,7 @@ from typing import Any
 from benchctl.provisioners.base import OfferRequest, ProviderError
 
 ACCELERATORS = {"H100_SXM": "H100", "H200": "H200", "A100_SXM": "A100-80GB", "B200": "B200"}
-"""benchctl GPU names (``payload.gpu_models``, the only ones a cell can carry) → SkyPilot accelerator
+"""benchctl GPU names (``payload.node.gpu_models``, the only ones a cell can carry) → SkyPilot accelerator
 names on clouds whose catalogs give an SXM part the plain name (AWS, GCP, Azure, Lambda...). There,
 PCIe and NVL parts have no name of their own: such cells pin ``instance_type``."""
 PER_CLOUD: dict[str, dict[str, str | None]] = {
@@ -39,7 +39,7 @@ PER_CLOUD: dict[str, dict[str, str | None]] = {
     "vast": {"H200": None},
 }
 FORMS = ("_SXM", "_PCIE", "_NVL")
-"""benchctl names that say a part's form (payload/gpu_models.py); a cloud must tell them apart."""
+"""benchctl names that say a part's form (payload/node/gpu_models.py); a cloud must tell them apart."""
 
 
 def accelerator_name(gpu: str, cloud: str) -> str | None:

@@ -268,7 +268,7 @@ def payload_events(job: dict[str, Any]) -> Events:
     always, as the real one), a collectives sample (with its phase's start), profile samples for the
     timed steps not yet recorded, then ``done``.
     Step times are 10 ms plus 1 ms per timed index. The shapes are the real payload's:
-    ``payload/runner.py`` (phase_start/phase_end/done/error) and ``payload/profile.py`` (samples)."""
+    ``payload/runner.py`` (phase_start/phase_end/done/error) and ``payload/workloads/profile.py`` (samples)."""
     done = set(job.get("done_phases") or [])
     profile = job.get("profile") or {}
     steps, warmup = int(profile.get("steps", 3)), int(profile.get("warmup_steps", 1))
@@ -286,7 +286,7 @@ def payload_events(job: dict[str, Any]) -> Events:
             for index in range(already, steps):
                 events.append({"t": t, "kind": "sample", "phase": "profile", "step": warmup + index - already,
                                "warmup": False, "timed_index": index, "step_time_s": 0.010 + index / 1000})
-        if phase == "collectives":  # payload/collectives.py: a sample per op and size (one here), rank 0's
+        if phase == "collectives":  # payload/comm/collectives.py: a sample per op and size (one here), rank 0's
             events.append({"t": t, "kind": "sample", "phase": "collectives", "op": "all_reduce", "bytes": 8,
                            "count": 2, "dtype": "float", "in_place": False, "time_us": 10.0, "algbw_gbps": 0.0008,
                            "busbw_gbps": 0.0008, "wrong": 0, "ranks": int(job.get("count") or 1)})

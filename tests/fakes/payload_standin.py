@@ -7,8 +7,8 @@ A campaign names it as a provider's ``python`` (``standin_command``). ``python -
 job.json`` then runs the real runner from the shipped payload folder (dead-man switch, spot watch,
 phases, events, exit codes, resume at phase), with ``sys.executable`` pointing back here, so the
 ranks it starts (``-m payload worker …``) run ``worker`` below: it speaks the rank protocol of
-``payload.distributed`` (phases on stdin, ``done_file``, ``result_file``) and, for ``profile``,
-writes samples in the real shape (``payload/profile.py``'s docstring), one every ``STEP_S`` of
+``payload.comm.ranks`` (phases on stdin, ``done_file``, ``result_file``) and, for ``profile``,
+writes samples in the real shape (``payload/workloads/profile.py``'s docstring), one every ``STEP_S`` of
 sleep, from ``job.profile_steps_done`` on, stopping at a step boundary on a spot notice, as the
 real one does; ``preflight_cluster`` (across nodes) answers a healthy probe. Across nodes the ranks
 meet at the job's TCP rendezvous (``--init-method``) in a group of plain sockets (``Peers``), and
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
 
 
 def worker(argv: list[str]) -> int:
-    from payload.distributed import done_file, result_file
+    from payload.comm.ranks import done_file, result_file
     from payload.events import EventLog
     from payload.job import Job
 
@@ -142,7 +142,7 @@ def _receive_one(link: socket.socket) -> None:
 
 
 def _cluster_probe(nodes: int, count: int) -> dict[str, Any]:
-    """``payload.probes.cluster_rank``'s result, every figure 1 GB/s and right (judged only where the
+    """``payload.node.probes.cluster_rank``'s result, every figure 1 GB/s and right (judged only where the
     campaign sets a threshold: on CPU cells, none does)."""
     def figure(ranks: int) -> dict[str, Any]:
         return {"busbw_gbps": 1.0, "algbw_gbps": 1.0, "wrong": 0, "ranks": ranks}
@@ -153,8 +153,8 @@ def _cluster_probe(nodes: int, count: int) -> dict[str, Any]:
 
 
 def _profile(job: Any, world_size: int, events: Any, peers: Peers | None) -> None:
-    from payload.profile import PHASES, grad_accum_steps
     from payload.spot_notice import notice_file
+    from payload.workloads.profile import PHASES, grad_accum_steps
 
     cfg = job.profile
     remaining = max(0, cfg.steps - job.profile_steps_done)

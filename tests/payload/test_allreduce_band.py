@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from benchctl.payload.allreduce_band import Band
-from benchctl.payload.checks import Expect, Facts, judge, verdict
-from benchctl.payload.cluster_checks import bad_node_ranks, judge_cluster
-from benchctl.payload.thresholds import resolve
+from benchctl.payload.node.allreduce_band import Band
+from benchctl.payload.node.checks import Expect, Facts, judge, verdict
+from benchctl.payload.node.cluster_checks import bad_node_ranks, judge_cluster
+from benchctl.payload.node.thresholds import resolve
 from tests.conftest import REPO
 
 HEALTHY = REPO / "tests" / "fixtures" / "preflight" / "h100-sxm-healthy"

@@ -1,4 +1,4 @@
-"""Attention kernels (payload.attention), checked on CPU: which kernel a node gets, in the order
+"""Attention kernels (payload.workloads.attention), checked on CPU: which kernel a node gets, in the order
 FA3 (installed, else upstream's ``kernels`` hub build, Hopper only) → FA2 → compiled flex_attention
 → SDPA, with importability stood in for (nothing is downloaded); flex's sliding-window block mask
 gives SDPA's dense-masked output; Flash-Attention is called with FA's window convention."""
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from benchctl.payload import attention
-from benchctl.payload.attention import Kernel, attend, block_mask, choose
-from benchctl.payload.model import build_model
-from benchctl.payload.presets import model_dims
+from benchctl.payload.workloads import attention
+from benchctl.payload.workloads.attention import Kernel, attend, block_mask, choose
+from benchctl.payload.workloads.model import build_model
+from benchctl.payload.workloads.presets import model_dims
 
 CUDA = torch.device("cuda", 0)
 
@@ -155,7 +155,7 @@ def test_flash_attention_gets_fa_window_convention() -> None:
 
 def test_build_model_makes_flex_masks_for_each_short_window_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(attention, "choose", lambda device, compiled: Kernel("flex") if compiled else Kernel())
-    monkeypatch.setattr("benchctl.payload.model.choose", attention.choose)
+    monkeypatch.setattr("benchctl.payload.workloads.model.choose", attention.choose)
     model = build_model(model_dims("nanochat-d4", 64), 256, "cpu", compiled=True)
     assert model.attention == "flex" and list(model.kernel.masks) == [(128, 256, "cpu")]
     assert build_model(model_dims("nanochat-d4", 64), 256, "cpu").attention == "sdpa"

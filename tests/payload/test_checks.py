@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.payload import node_facts as nf
-from benchctl.payload.checks import Expect, Facts, judge, verdict
-from benchctl.payload.thresholds import resolve
+from benchctl.payload.node import node_facts as nf
+from benchctl.payload.node.checks import Expect, Facts, judge, verdict
+from benchctl.payload.node.thresholds import resolve
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "preflight"
@@ -155,11 +155,12 @@ def test_each_preflight_rank_gets_its_own_nccl_log(tmp_path: Path, monkeypatch: 
     import os
     import time
 
-    from benchctl.payload import distributed, preflight
+    from benchctl.payload.comm import ranks
     from benchctl.payload.job import Job
+    from benchctl.payload.node import preflight
 
     seen: dict[str, str | None] = {}
-    monkeypatch.setattr(distributed, "launch", lambda *a, **k: seen.update(
+    monkeypatch.setattr(ranks, "launch", lambda *a, **k: seen.update(
         {k: os.environ.get(k) for k in ("NCCL_DEBUG", "NCCL_DEBUG_FILE")}))
     job = Job(campaign="t", cell="c", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"])
     preflight._allreduce(job, tmp_path / "job.json", tmp_path, time.monotonic() + 60, {})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.payload.collective_math import bandwidths, bus_factor, format_bytes, parse_bytes, sweep
+from benchctl.payload.comm.collective_math import bandwidths, bus_factor, format_bytes, parse_bytes, sweep
 from tests.conftest import REPO
 
 

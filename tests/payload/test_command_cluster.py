@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from benchctl.payload.command import cluster_env
 from benchctl.payload.job import Job
+from benchctl.payload.workloads.command import cluster_env
 from tests.payload.test_multi_node_runner import _job, events, finish, free_port, start
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch.multiprocessing as mp
 
-from benchctl.payload.commvolume import comm_volume
+from benchctl.payload.workloads.commvolume import comm_volume
 from tests.conftest import run_cli
 
 
@@ -53,9 +53,9 @@ def _count_one_step(rank: int, world: int, rendezvous: str, out_dir: str) -> Non
     import torch
     import torch.distributed as dist
 
-    from benchctl.payload.model import build_model
-    from benchctl.payload.optim import ZeroMuonAdamW
-    from benchctl.payload.presets import model_dims
+    from benchctl.payload.workloads.model import build_model
+    from benchctl.payload.workloads.optim import ZeroMuonAdamW
+    from benchctl.payload.workloads.presets import model_dims
 
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     counted: list[tuple[str, str, int]] = []

@@ -22,10 +22,11 @@ import torch
 import torch.distributed as dist
 from torch.compiler._cache import CacheArtifactManager
 
-from benchctl.payload import compile_cache as cc
-from benchctl.payload import profile, toolchain
 from benchctl.payload.events import EventLog
 from benchctl.payload.job import Job, ProfileConfig
+from benchctl.payload.node import toolchain
+from benchctl.payload.workloads import compile_cache as cc
+from benchctl.payload.workloads import profile
 
 CFG = ProfileConfig(model="nanochat-d2", vocab_size=64, device_batch_size=1, sequence_len=16, total_batch_size=16,
                     warmup_steps=1, steps=2)

@@ -11,10 +11,10 @@ import os
 import pytest
 import torch
 
-from benchctl.payload import toolchain
-from benchctl.payload.attention import Kernel, block_mask
-from benchctl.payload.model import build_model
-from benchctl.payload.presets import model_dims
+from benchctl.payload.node import toolchain
+from benchctl.payload.workloads.attention import Kernel, block_mask
+from benchctl.payload.workloads.model import build_model
+from benchctl.payload.workloads.presets import model_dims
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@
 NCCL maps only CUDA tensors: a tensor left on the CPU fails with "No backend type associated with
 device type cpu" (the collectives phase died so at its first size). Here a world-size-1 gloo group
 runs in this process with its collectives made as strict as NCCL's: every tensor must be on the
-group's device (``payload.distributed.group_device``), and a tensor built without naming its
+group's device (``payload.comm.group.group_device``), and a tensor built without naming its
 device lands on ``meta`` (under NCCL it would land on the CPU), so it is refused the same way.
 """
 
@@ -20,10 +20,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from benchctl.payload import probes
-from benchctl.payload.collectives import collectives_rank
-from benchctl.payload.distributed import group_device, group_options, launch, run_worker
+from benchctl.payload.comm.collectives import collectives_rank
+from benchctl.payload.comm.group import group_device, group_options
+from benchctl.payload.comm.ranks import launch
 from benchctl.payload.job import CollectivesConfig, Job
+from benchctl.payload.node import probes
+from benchctl.payload.worker import run_worker
 
 COLLECTIVES = tuple(name for name in ("all_reduce", "all_gather_into_tensor", "all_gather_single",
                                       "reduce_scatter_tensor", "reduce_scatter_single", "broadcast",

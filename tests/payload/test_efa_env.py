@@ -1,5 +1,5 @@
 """On an EFA node the payload's ranks get the EFA environment the Deep Learning AMI sets up only for
-login shells (payload/efa_env.py): FI_PROVIDER=efa and aws-ofi-nccl / libfabric on LD_LIBRARY_PATH,
+login shells (payload/comm/efa_env.py): FI_PROVIDER=efa and aws-ofi-nccl / libfabric on LD_LIBRARY_PATH,
 even when the payload is started by a non-login SSH command with a bare environment."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.payload.efa_env import efa_environment
+from benchctl.payload.comm.efa_env import efa_environment
 from tests.conftest import REPO
 
 ON_NODE = {"/opt/amazon/ofi-nccl/lib", "/opt/amazon/efa/lib"}

@@ -11,8 +11,8 @@ import pytest
 
 from benchctl.campaign.spec import load_campaign
 from benchctl.errors import SpecError
-from benchctl.payload import facts_capture
 from benchctl.payload.env_policy import node_environment, redact_value, redacted, secret_name
+from benchctl.payload.node import facts_capture
 
 SECRETS = ["AWS_SECRET_ACCESS_KEY", "VAST_API_KEY", "HF_TOKEN", "PGPASSWORD", "MYSQL_PASSWD", "GOOGLE_CREDENTIALS",
            "GIT_AUTH", "AUTH_HEADER", "OAUTH_CLIENT", "DATABASE_URL", "MY_DATABASE_URL", "BENCHCTL_DB", "SENTRY_DSN",

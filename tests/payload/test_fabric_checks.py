@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.payload import facts_capture
-from benchctl.payload.checks import Facts, verdict
-from benchctl.payload.fabric_checks import FabricExpect, compute_ports, fabric_checks, hca_filter
-from benchctl.payload.fabric_readers import parse_ibstat
+from benchctl.payload.node import facts_capture
+from benchctl.payload.node.checks import Facts, verdict
+from benchctl.payload.node.fabric_checks import FabricExpect, compute_ports, fabric_checks, hca_filter
+from benchctl.payload.node.fabric_readers import parse_ibstat
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "fabric"
@@ -275,10 +275,10 @@ def test_capture_keeps_what_the_tools_print_and_skips_missing_ones(tmp_path: Pat
 
 
 def test_preflight_judges_the_fabric_only_for_a_gpu_job_across_nodes(tmp_path: Path) -> None:
-    """``payload.preflight`` adds this node's fabric checks to its own (a fabric failure is this node's)
+    """``payload.node.preflight`` adds this node's fabric checks to its own (a fabric failure is this node's)
     for a GPU job of several nodes; one node, or CPU "nodes" without a fabric, get none."""
     from benchctl.payload.job import Job
-    from benchctl.payload.preflight import _fabric
+    from benchctl.payload.node.preflight import _fabric
 
     facts = snapshot(tmp_path, log="nccl-socket-fallback-azure-nd96asr-v4-2node.log")
     job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="H100_SXM", count=8, phases=["preflight"], nodes=2,
@@ -296,9 +296,9 @@ def test_preflight_judges_the_fabric_only_for_a_gpu_job_across_nodes(tmp_path: P
 def test_sockets_where_no_rdma_was_sold_label_the_result_and_fail_no_node(tmp_path: Path, sold: str | None) -> None:
     """An 8× H100 SXM cluster whose offer sells no RDMA (or says nothing): NCCL over sockets (the published
     Azure log without its IB devices) is "socket fabric, not comparable", a warning, not a bad node."""
-    from benchctl.payload.fabric_checks import SOCKET_LABEL
     from benchctl.payload.job import Job
-    from benchctl.payload.preflight import _fabric
+    from benchctl.payload.node.fabric_checks import SOCKET_LABEL
+    from benchctl.payload.node.preflight import _fabric
 
     facts = snapshot(tmp_path, ibstat="ibstat-h100-roce-2-down.txt",
                      log="nccl-socket-fallback-azure-nd96asr-v4-2node.log")
@@ -314,7 +314,7 @@ def test_sockets_where_no_rdma_was_sold_label_the_result_and_fail_no_node(tmp_pa
 def test_preflight_expects_the_efa_devices_the_offer_sold(tmp_path: Path) -> None:
     """p4de lists 4 EFA devices (the published fi_info): right for an offer of 4, 4 of 32 for a p5's."""
     from benchctl.payload.job import Job
-    from benchctl.payload.preflight import _fabric
+    from benchctl.payload.node.preflight import _fabric
 
     facts = snapshot(tmp_path, fi_info="fi_info-efa-p4de-4-devices.txt")
     job = Job(campaign="c", cell="k", attempt=1, token="t", gpu="A100_SXM", count=8, phases=["preflight"], nodes=2,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchctl.payload import fabric_readers as fr
+from benchctl.payload.node import fabric_readers as fr
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "fabric"

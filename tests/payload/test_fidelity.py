@@ -13,12 +13,12 @@ import torch
 import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
-from benchctl.payload import model as model_module
-from benchctl.payload import optim, profile
-from benchctl.payload.attention import Kernel
 from benchctl.payload.job import Job, ProfileConfig
-from benchctl.payload.model import attend, build_model
-from benchctl.payload.presets import model_dims, window_sizes
+from benchctl.payload.workloads import model as model_module
+from benchctl.payload.workloads import optim, profile
+from benchctl.payload.workloads.attention import Kernel
+from benchctl.payload.workloads.model import attend, build_model
+from benchctl.payload.workloads.presets import model_dims, window_sizes
 
 TINY = ProfileConfig(model="nanochat-d2", vocab_size=64, device_batch_size=1, sequence_len=16, total_batch_size=16,
                      warmup_steps=2, steps=2)

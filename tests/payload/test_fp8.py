@@ -1,4 +1,4 @@
-"""fp8 matmuls (payload.fp8), checked on CPU: the arithmetic against an emulation of tensorwise
+"""fp8 matmuls (payload.workloads.fp8), checked on CPU: the arithmetic against an emulation of tensorwise
 scaling (cast to float8 and back, multiply in f32), the layouts against torch's own rules for
 cuBLAS (run on ``meta`` tensors, ``torch._meta_registrations._check_scaled_mm_sizes`` enforces what
 the CUDA kernel demands: first operand row-major, second column-major, dims divisible by 16, f32
@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from benchctl.payload import fp8
-from benchctl.payload.model import build_model
-from benchctl.payload.presets import model_dims
+from benchctl.payload.workloads import fp8
+from benchctl.payload.workloads.model import build_model
+from benchctl.payload.workloads.presets import model_dims
 
 
 def _emulated(a: torch.Tensor, a_dtype: torch.dtype, b: torch.Tensor, b_dtype: torch.dtype) -> torch.Tensor:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.payload.checks import Expect, Facts, judge
-from benchctl.payload.gpu_models import bf16_peak, gpu_model
-from benchctl.payload.thresholds import resolve
+from benchctl.payload.node.checks import Expect, Facts, judge
+from benchctl.payload.node.gpu_models import bf16_peak, gpu_model
+from benchctl.payload.node.thresholds import resolve
 from tests.conftest import REPO
 
 NAMES = list(csv.DictReader((REPO / "tests" / "fixtures" / "gpu_names" / "names.csv").open()))

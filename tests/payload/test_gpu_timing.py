@@ -24,11 +24,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from benchctl.payload import collectives, p2p, preflight, probes
 from benchctl.payload.child import run_in_child
+from benchctl.payload.comm import collectives, group, p2p
 from benchctl.payload.events import EventLog
 from benchctl.payload.job import CollectivesConfig, Job
-from benchctl.payload.profile import PHASES, PhaseClock
+from benchctl.payload.node import preflight, probes
+from benchctl.payload.workloads.profile import PHASES, PhaseClock
 from tests.payload.child_targets import fail, hang, report_pid
 
 
@@ -97,7 +98,7 @@ def test_a_wrong_result_is_still_caught(gloo_group: None, monkeypatch: pytest.Mo
 def test_cuda_timed_waits_for_every_device_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
     trace: list[Any] = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: trace.append(("sync", device)))
-    probes.cuda_timed(lambda: trace.append("copy"), 3, [2, 1])
+    group.cuda_timed(lambda: trace.append("copy"), 3, [2, 1])
     last = max(i for i, entry in enumerate(trace) if entry == "copy")
     assert trace.count("copy") == 4
     assert sorted(d for _, d in trace[last + 1:]) == [1, 2], "both ends, after the last copy"

@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from benchctl.payload import host_data, profile
-from benchctl.payload.bpe import PRE_SPLIT, ByteBPE
 from benchctl.payload.events import EventLog
 from benchctl.payload.job import Job, ProfileConfig
+from benchctl.payload.workloads import host_data, profile
+from benchctl.payload.workloads.bpe import PRE_SPLIT, ByteBPE
 
 TEXTS = ["", "hello world", "  several   spaces\n\n\ttabs and\r\nlines  ", "naïve café 東京 😀 Ωmega",
          "a\x00b\x7f", "1234567 89", "it's snake_case__x!?", "lone \udc80 surrogate", "x" * 300]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchctl.payload.gpu_memory import card_memory_gib
-from benchctl.payload.memory_estimate import estimate
+from benchctl.payload.node.gpu_memory import card_memory_gib
+from benchctl.payload.workloads.memory_estimate import estimate
 
 H100 = 81_559 / 1024  # nvidia-smi's memory.total of an 80 GB H100, in GiB
 

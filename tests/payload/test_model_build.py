@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
-from benchctl.payload import model as model_module
-from benchctl.payload.model import GPT, build_model
-from benchctl.payload.param_groups import module_params
-from benchctl.payload.presets import model_dims
+from benchctl.payload.workloads import model as model_module
+from benchctl.payload.workloads.model import GPT, build_model
+from benchctl.payload.workloads.param_groups import module_params
+from benchctl.payload.workloads.presets import model_dims
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,8 +64,8 @@ def test_nothing_is_allocated_before_the_model_reaches_its_device(monkeypatch: p
 _RSS_PROBE = """
 import json, resource, sys
 import torch
-from benchctl.payload.model import build_model
-from benchctl.payload.presets import model_dims
+from benchctl.payload.workloads.model import build_model
+from benchctl.payload.workloads.presets import model_dims
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 model = build_model(model_dims("nanochat-d20"), 2048, "meta")
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -86,8 +86,8 @@ def test_building_d20_for_another_device_touches_no_host_memory() -> None:
 _IMPORTS_PROBE = """
 import json, sys
 import torch
-from benchctl.payload.model import build_model
-from benchctl.payload.presets import model_dims
+from benchctl.payload.workloads.model import build_model
+from benchctl.payload.workloads.presets import model_dims
 build_model(model_dims("nanochat-d3", 256), 16, "cpu")
 print(json.dumps(sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules)))
 """

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from benchctl.payload import runner
-from benchctl.payload.cluster_checks import bad_node_ranks, falloff_limit, judge_cluster
-from benchctl.payload.distributed import Layout, init_method
+from benchctl.payload.comm.group import Layout
+from benchctl.payload.comm.ranks import init_method
 from benchctl.payload.events import EventLog
 from benchctl.payload.job import EXIT_BAD_NODE, Job
-from benchctl.payload.preflight import BadNode
-from benchctl.payload.thresholds import resolve
+from benchctl.payload.node.cluster_checks import bad_node_ranks, falloff_limit, judge_cluster
+from benchctl.payload.node.preflight import BadNode
+from benchctl.payload.node.thresholds import resolve
 
 
 def _job(**fields: Any) -> Job:
@@ -136,7 +137,7 @@ def test_wrong_values_fail_and_one_rank_per_node_skips_what_it_cannot_measure() 
 
 
 def test_the_thresholds_are_named_with_their_source() -> None:
-    from benchctl.payload.thresholds import THRESHOLDS
+    from benchctl.payload.node.thresholds import THRESHOLDS
 
     assert THRESHOLDS["intra_node_busbw_min_gbps"][0] == 0  # unset: the nccl_allreduce rule
     assert THRESHOLDS["inter_node_busbw_min_gbps"][0] == 350 and "200" in THRESHOLDS["inter_node_busbw_min_gbps"][1]
@@ -162,7 +163,7 @@ def test_the_error_event_carries_the_named_node(tmp_path: Path, monkeypatch: pyt
 
 
 def test_each_node_starts_its_own_ranks_as_global_ranks_of_one_world(tmp_path: Path) -> None:
-    from benchctl.payload.distributed import launch
+    from benchctl.payload.comm.ranks import launch
 
     job_path = tmp_path / "job.json"
     job_path.write_text(_job(gpu="cpu", count=2, nodes=2, node_rank=1, master_addr="127.0.0.1",

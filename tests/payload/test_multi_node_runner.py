@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from benchctl.payload.collective_math import bus_factor
+from benchctl.payload.comm.collective_math import bus_factor
 from benchctl.payload.job import Job
 from tests.conftest import REPO
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchctl.payload.node_facts import triage_nccl_log
+from benchctl.payload.node.node_facts import triage_nccl_log
 
 FABRIC = Path(__file__).parent.parent / "fixtures" / "fabric"
 

@@ -171,9 +171,9 @@ def test_a_profile_under_nsys_gets_ranks_of_its_own(tmp_path: Path) -> None:
 
 def test_preflight_runs_its_all_reduce_on_the_attempts_ranks_with_its_nccl_log_and_budget(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchctl.payload import preflight
-    from benchctl.payload.distributed import Ranks
+    from benchctl.payload.comm.ranks import Ranks
     from benchctl.payload.job import Job
+    from benchctl.payload.node import preflight
 
     calls: list[tuple[str, float | None, str | None, str | None]] = []
     monkeypatch.setattr(Ranks, "run", lambda self, phase, timeout_s=None: calls.append(

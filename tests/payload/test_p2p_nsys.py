@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from benchctl.payload.comm.p2p import skip_reason
 from benchctl.payload.job import Job
-from benchctl.payload.p2p import skip_reason
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,8 @@ def test_p2p_skip_reasons() -> None:
 
 
 def test_a_1_gpu_cell_skips_p2p_without_starting_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchctl.payload import child, p2p
+    from benchctl.payload import child
+    from benchctl.payload.comm import p2p
     from benchctl.payload.events import EventLog
 
     def no_child(*args: object, **kwargs: object) -> None:

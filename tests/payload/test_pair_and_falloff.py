@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from benchctl.payload.checks import verdict
-from benchctl.payload.cluster_checks import bad_node_ranks, judge_cluster
-from benchctl.payload.thresholds import resolve
+from benchctl.payload.node.checks import verdict
+from benchctl.payload.node.cluster_checks import bad_node_ranks, judge_cluster
+from benchctl.payload.node.thresholds import resolve
 from benchctl.results.nccl_log import read_nccl_log
 from tests.conftest import REPO
 

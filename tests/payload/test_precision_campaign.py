@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 from benchctl.campaign.spec import parse_campaign
 from benchctl.errors import SpecError
-from benchctl.payload import profile
 from benchctl.payload.job import Job, ProfileConfig
+from benchctl.payload.workloads import profile
 
 CAMPAIGN = """\
 name: precise

@@ -12,9 +12,9 @@ import pytest
 from benchctl.engine.event_sync import parse_lines
 from benchctl.payload.events import KINDS, EventLog
 from benchctl.payload.job import ProfileConfig
-from benchctl.payload.presets import NANOCHAT_VOCAB, UnknownPreset, model_dims, target_steps
-from benchctl.payload.profile import grad_accum_steps
 from benchctl.payload.stats import median, percentile
+from benchctl.payload.workloads.presets import NANOCHAT_VOCAB, UnknownPreset, model_dims, target_steps
+from benchctl.payload.workloads.profile import grad_accum_steps
 
 # --- presets ---------------------------------------------------------------------------------
 
@@ -177,7 +177,7 @@ def test_grad_accum_steps_rejects_non_divisible() -> None:
 
 def test_a_strangers_line_in_the_events_file_does_not_crash_the_profile_summary(tmp_path: Path) -> None:
     """events.jsonl is shared with the command phase: its garbage must not crash the profile's summary."""
-    from benchctl.payload.profile import summarize
+    from benchctl.payload.workloads.profile import summarize
 
     path = tmp_path / "events.jsonl"
     with EventLog(path) as log:

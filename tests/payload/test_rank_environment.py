@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from benchctl.payload import distributed
-from benchctl.payload.distributed import ALLOCATOR_CONF, allocator_env
+from benchctl.payload import worker
+from benchctl.payload.comm import group
+from benchctl.payload.comm.ranks import ALLOCATOR_CONF, allocator_env
 from benchctl.payload.job import Job
 
 
@@ -48,15 +49,15 @@ def test_the_collectives_subgroups_are_destroyed_before_the_profile(tmp_path: Pa
         real_destroy(group)
 
     def collectives(job: Job, rank: int, world: int, events: Any) -> None:
-        distributed.subgroups(job)
+        group.subgroups(job)
 
     def profile(job: Job, rank: int, world: int, events: Any) -> None:
-        seen_at_profile.append("subgroups" in distributed._worker)
+        seen_at_profile.append("subgroups" in group._worker)
         seen_at_profile.append(len(destroyed) == 2 and all(g is not None for g in destroyed))
 
     monkeypatch.setattr(dist, "destroy_process_group", spy)
-    monkeypatch.setattr(distributed, "_rank_functions", lambda: {"collectives": collectives, "profile": profile})
+    monkeypatch.setattr(worker, "_rank_functions", lambda: {"collectives": collectives, "profile": profile})
     monkeypatch.setattr(sys, "stdin", io.StringIO("collectives\nprofile\n"))
-    assert distributed.run_worker(str(tmp_path / "job.json"), None, 0, 1, str(tmp_path / "rdv")) == 0
+    assert worker.run_worker(str(tmp_path / "job.json"), None, 0, 1, str(tmp_path / "rdv")) == 0
     assert seen_at_profile == [False, True]
     assert destroyed[-1] is None  # and the default group at the end, as before

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchctl.payload import __main__ as payload_main
-from benchctl.payload.distributed import done_file
+from benchctl.payload.comm.ranks import done_file
 
 
 class Exited(Exception):

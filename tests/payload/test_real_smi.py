@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.payload import node_facts as nf
-from benchctl.payload.checks import Expect, Facts, check_numa, check_topology
+from benchctl.payload.node import node_facts as nf
+from benchctl.payload.node.checks import Expect, Facts, check_numa, check_topology
 
 REAL = Path(__file__).parent.parent / "fixtures" / "preflight" / "real"
 
@@ -87,7 +87,7 @@ def test_pcie_model_with_bridged_pairs_passes_and_sxm_still_wants_a_mesh(tmp_pat
     ("NCCL_NVLS_ENABLE=0", "warn"), ("NCCL_P2P_DISABLE=0", "pass"), ("NCCL_P2P_DISABLE=1", "fail"),
 ])
 def test_nccl_settings_that_cripple_a_node(tmp_path: Path, env: str, status: str) -> None:
-    from benchctl.payload.checks import check_nccl_env
+    from benchctl.payload.node.checks import check_nccl_env
 
     (tmp_path / "env.txt").write_text(f"PATH=/usr/bin\nNCCL_SOCKET_IFNAME=eth0\n{env}\n")
     check = check_nccl_env(Facts(tmp_path), Expect("H100_SXM", 8), {})
@@ -97,7 +97,7 @@ def test_nccl_settings_that_cripple_a_node(tmp_path: Path, env: str, status: str
 
 
 def test_hints_cite_published_sources_not_a_file_users_do_not_have() -> None:
-    from benchctl.payload import checks, thresholds
+    from benchctl.payload.node import checks, thresholds
 
     for module in (checks, thresholds):
         assert "REFERENCE.md" not in Path(str(module.__file__)).read_text(), module.__name__

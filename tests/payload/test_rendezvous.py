@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from benchctl.payload import distributed
-from benchctl.payload.distributed import RendezvousUnreachable, hold_rendezvous, probe_rendezvous, release_rendezvous
+from benchctl.payload.comm import ranks
+from benchctl.payload.comm.ranks import RendezvousUnreachable, hold_rendezvous, probe_rendezvous, release_rendezvous
 from benchctl.payload.job import EXIT_RENDEZVOUS, Job
 from tests.conftest import REPO
 
@@ -51,7 +51,7 @@ def test_node_0_answers_on_its_port_until_its_ranks_take_it() -> None:
         release_rendezvous()
     with socket.create_server(("127.0.0.1", port)):  # released: the ranks' store can bind it
         pass
-    assert not distributed._held
+    assert not ranks._held
 
 
 def test_no_worker_goes_on_while_the_holder_still_has_the_port() -> None:
@@ -83,7 +83,7 @@ def test_no_worker_goes_on_while_the_holder_still_has_the_port() -> None:
             pass
     finally:
         release_rendezvous(wait_s=0.0)
-    assert not distributed._held
+    assert not ranks._held
 
 
 def test_a_worker_that_cannot_reach_node_0_exits_with_its_own_code_before_any_phase(tmp_path: Path) -> None:
@@ -106,8 +106,8 @@ def test_a_worker_that_cannot_reach_node_0_exits_with_its_own_code_before_any_ph
 def test_the_cluster_probe_has_its_own_budget_not_what_preflight_left(tmp_path: Path) -> None:
     """A slow first NCCL init between nodes: the probe gets ``cluster_probe_budget_s`` from its start,
     however little of the node-local ``budget_s`` is left."""
-    from benchctl.payload.preflight import _cluster
-    from benchctl.payload.thresholds import resolve
+    from benchctl.payload.node.preflight import _cluster
+    from benchctl.payload.node.thresholds import resolve
 
     given: list[float | None] = []
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchctl.payload.events import EventLog
-from benchctl.payload.profile import SETTLE_MAX_S, SETTLE_MIN_S, summarize
 from benchctl.payload.stats import drift, median, settled
+from benchctl.payload.workloads.profile import SETTLE_MAX_S, SETTLE_MIN_S, summarize
 
 D26_B8_MS = [305.2, 305.5, 314.4, 326.1, 322.6, 314.2, 319.5, 328.2, 317.3, 317.6, 326.8]
 D26_B16_MS = [514.9, 517.7, 538.0, 529.3, 543.8, 530.9, 542.4, 532.8, 541.4, 536.2, 537.4]

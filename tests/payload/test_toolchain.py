@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from benchctl.payload import profile, toolchain
-from benchctl.payload.checks import Expect, Facts, judge, verdict
 from benchctl.payload.job import Job, ProfileConfig
-from benchctl.payload.thresholds import resolve
+from benchctl.payload.node import toolchain
+from benchctl.payload.node.checks import Expect, Facts, judge, verdict
+from benchctl.payload.node.thresholds import resolve
+from benchctl.payload.workloads import profile
 from tests.payload.test_runner import _job, run_payload
 
 TINY = ProfileConfig(model="nanochat-d2", vocab_size=64, device_batch_size=1, sequence_len=16, total_batch_size=16,
@@ -102,11 +103,11 @@ def test_compile_is_wanted_only_where_the_profile_compiles() -> None:
                                    "count": 8, "phases": ["preflight", "profile"], "profile": TINY}
         return Job(**{**base, **kw})  # type: ignore[arg-type]
 
-    assert profile.compile_wanted(job())
-    assert not profile.compile_wanted(job(gpu="cpu"))
-    assert not profile.compile_wanted(job(profile=ProfileConfig(**{**TINY.__dict__, "compile": False})))
-    assert not profile.compile_wanted(job(phases=["preflight", "collectives"]))
-    assert not profile.compile_wanted(job(done_phases=["profile"]))
+    assert toolchain.compile_wanted(job())
+    assert not toolchain.compile_wanted(job(gpu="cpu"))
+    assert not toolchain.compile_wanted(job(profile=ProfileConfig(**{**TINY.__dict__, "compile": False})))
+    assert not toolchain.compile_wanted(job(phases=["preflight", "collectives"]))
+    assert not toolchain.compile_wanted(job(done_phases=["profile"]))
 
 
 @pytest.mark.slow

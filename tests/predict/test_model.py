@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchctl.payload.param_groups import Collective
+from benchctl.payload.workloads.param_groups import Collective
 from benchctl.predict.calibration import Calibration, ComputePoint, default_points, defaults
 from benchctl.predict.model import Figure, Inputs, breakdown, collective_ms, predict
 from benchctl.predict.workload import OptimizerGroup, Workload, custom, nanochat, newton_schulz_flops
@@ -77,8 +77,8 @@ def test_newton_schulz_flops() -> None:
 
 def test_flops_per_token_match_the_payload_model() -> None:
     torch = pytest.importorskip("torch")
-    from benchctl.payload.model import build_model
-    from benchctl.payload.presets import model_dims
+    from benchctl.payload.workloads.model import build_model
+    from benchctl.payload.workloads.presets import model_dims
 
     model = build_model(model_dims("nanochat-d2"), 256, torch.device("meta"))
     assert nanochat("nanochat-d2", 1, 1, seq_len=256).flops_per_token == pytest.approx(model.flops_per_token(256))

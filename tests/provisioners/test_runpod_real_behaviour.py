@@ -67,7 +67,7 @@ def _campaign(tmp_path: Path, gpu: str, market: str) -> Path:
 
 
 def test_plan_refuses_an_unknown_runpod_gpu_with_exit_2(fake: FakeRunPod, tmp_path: Path) -> None:
-    # 'H100-SXM' is now read as benchctl's H100_SXM (payload.gpu_models.canonical); a name no node check
+    # 'H100-SXM' is now read as benchctl's H100_SXM (payload.node.gpu_models.canonical); a name no node check
     # knows is refused when the campaign is read, with the names to use, before any provider is asked
     result = cli_here("plan", str(_campaign(tmp_path, "H100SXM", "on-demand")), home=tmp_path / "home")
     assert result.returncode == 2, result.stderr

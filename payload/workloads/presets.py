@@ -62,7 +62,7 @@ class ModelDims:
         return layer % 2 == (self.depth - 1) % 2
 
     def parameters(self) -> list[ParamSpec]:
-        """Every parameter of ``payload.model.GPT``, in its ``named_parameters()`` order (its own first)."""
+        """Every parameter of ``payload.workloads.model.GPT``, in its ``named_parameters()`` order (its own first)."""
         kv = self.n_kv_head * self.head_dim
         shapes: list[tuple[str, tuple[int, ...]]] = [("resid_lambdas", (self.depth,)), ("x0_lambdas", (self.depth,)),
                                                      ("wte.weight", (self.vocab_size, self.dim))]

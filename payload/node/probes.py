@@ -4,7 +4,7 @@ device-to-device copy GB/s per GPU, and an NCCL all_reduce across all GPUs with 
 ``nccl-debug.<host>.<pid>.log`` per rank) so the checks judge them like any other fact. The
 per-GPU probes run in a child process that exits (``measure``, ``payload.child``), so their CUDA
 contexts and cached memory are gone before the next phase. Across nodes the all_reduce is
-``cluster_rank``: each node's, each rail's and the whole cluster's (``payload.cluster_checks``).
+``cluster_rank``: each node's, each rail's and the whole cluster's (``payload.node.cluster_checks``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .events import EventLog
-from .job import Job
+from ..comm.collective_math import bandwidths
+from ..comm.group import Layout, cuda_timed, gather_by_slot, group_device, subgroups, synchronize
+from ..events import EventLog
+from ..job import Job
 
 GEMM_N = 8192
 HBM_BYTES = 1024**3
@@ -38,22 +40,6 @@ def cuda_init(count: int, injected: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # the message is the finding
         return {"error": f"{type(exc).__name__}: {exc}", "ok_devices": ok}
     return {"ok_devices": ok}
-
-
-def cuda_timed(fn: Any, iters: int, devices: Sequence[int]) -> float:
-    """Seconds per call of ``fn`` on the GPU: one warm-up call, then ``iters`` calls between
-    synchronizes of every device in ``devices``. Name every device ``fn`` touches: a cross-device
-    copy runs on the source device's stream, so synchronizing only the current device times the
-    enqueue, not the copy."""
-    from .distributed import synchronize
-
-    fn()
-    synchronize(devices)
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    synchronize(devices)
-    return (time.perf_counter() - start) / iters
 
 
 def gemm_tflops(count: int) -> list[float]:
@@ -105,9 +91,6 @@ def allreduce_rank(job: Job, rank: int, world_size: int, events: EventLog | None
     import torch
     import torch.distributed as dist
 
-    from .collective_math import bandwidths
-    from .distributed import group_device, synchronize
-
     device = group_device()
     buf = torch.empty(ALLREDUCE_BYTES // 4, device=device)
     buf.fill_(float(rank + 1))
@@ -146,8 +129,6 @@ def cluster_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     (``intra_node`` is empty with one rank per node)."""
     import torch
 
-    from .distributed import Layout, gather_by_slot, group_device, subgroups
-
     layout = Layout.of(job)
     on_gpu = job.gpu.lower() != "cpu"
     size = CLUSTER_BYTES_GPU if on_gpu else CLUSTER_BYTES_CPU
@@ -176,8 +157,6 @@ def _timed_allreduce(buf: Any, group: Any, warmup: int, iters: int) -> tuple[flo
     import torch
     import torch.distributed as dist
 
-    from .distributed import synchronize
-
     size = dist.get_world_size(group)
     buf.fill_(float(dist.get_rank(group) + 1))
     dist.all_reduce(buf, group=group)
@@ -197,7 +176,6 @@ def _timed_allreduce(buf: Any, group: Any, warmup: int, iters: int) -> tuple[flo
 
 def _figures(size: int, timing: Sequence[float], ranks: int) -> dict[str, Any]:
     """busbw and algbw of an all_reduce of ``size`` bytes over ``ranks`` from (seconds, wrong)."""
-    from .collective_math import bandwidths
 
     seconds, wrong = timing
     algbw, busbw = bandwidths("all_reduce", size, seconds, ranks)

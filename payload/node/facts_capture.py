@@ -2,7 +2,7 @@
 
 Each command's stdout goes to its file when the command exists and succeeds; otherwise the file
 is absent and its check will say so. ``FABRIC_COMMANDS`` (the RDMA/EFA tools and loaded kernel
-modules, read by ``payload.fabric_checks``) are part of every snapshot.
+modules, read by ``payload.node.fabric_checks``) are part of every snapshot.
 ``env.txt`` (mode 0600) has the values of secret names and the user-info of URLs redacted (``env_policy.redacted``).
 ``BENCHCTL_FAULTS`` (JSON, set by the local provider's fault injection) replaces what the
 captured files say: ``{"shm_mb": 64}``, ``{"numa": "split"}``.
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .env_policy import redacted
+from ..env_policy import redacted
 
 QUERY = ("index,name,uuid,pci.bus_id,driver_version,memory.total,power.limit,"
          "ecc.errors.uncorrected.volatile.total,clocks.max.sm")
@@ -36,7 +36,7 @@ COMMANDS: dict[str, list[str]] = {
     "cgroup-cpu.max": ["cat", "/sys/fs/cgroup/cpu.max"],
 }
 FABRIC_COMMANDS: dict[str, list[str]] = {
-    # read by payload.fabric_readers; a node without these tools (no RDMA stack, no EFA) just lacks the file
+    # read by payload.node.fabric_readers; a node without these tools (no RDMA stack, no EFA) just lacks the file
     "ibstat.txt": ["ibstat"],
     "ibv_devinfo.txt": ["ibv_devinfo", "-v"],
     "ibdev2netdev.txt": ["ibdev2netdev"],

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .events import EventLog
-from .job import Job
+from ..events import EventLog
+from ..job import Job
 
 RESERVED = ("t", "kind", "phase")
 

@@ -1,7 +1,7 @@
 """Causal sliding-window attention on the fastest kernel the node has.
 
 Every layer attends causally; a short-window layer lets token i see tokens i-window … i (as
-Flash-Attention's ``window_size=(window, 0)``; upstream's pattern is ``payload.presets.window_sizes``).
+Flash-Attention's ``window_size=(window, 0)``; upstream's pattern is ``payload.workloads.presets.window_sizes``).
 The kernel (``choose``), first that works on the device:
 
 1. ``flash_attn3``: Flash-Attention 3 on a Hopper GPU (compute capability 9.x, the only one its

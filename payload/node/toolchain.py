@@ -27,7 +27,10 @@ import shutil
 import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..job import Job
 
 FILE = "toolchain.json"
 
@@ -76,3 +79,9 @@ def write(directory: Path, env: Mapping[str, str], compile_wanted: bool) -> None
 
 FIX = ("use an image with gcc and the Python headers (a -devel image; the providers' default images have "
        "them), or set profile.compile: false to measure eager on purpose")
+
+
+def compile_wanted(job: Job) -> bool:
+    """The job's profile would ``torch.compile`` (on GPU, ``compile`` on, the profile still to run)."""
+    return (job.profile is not None and job.profile.compile and job.gpu.lower() != "cpu"
+            and "profile" in job.pending_phases())

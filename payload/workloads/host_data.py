@@ -3,7 +3,7 @@
 ``synthetic``: one batch of random ids drawn at start and fed every micro-step (no host work).
 ``tokenize``: as upstream nanochat's loader, every micro-step's batch is tokenized on the host:
 documents (pseudo-text drawn from the seed, different on each rank) are encoded by a byte-level
-BPE (``payload.bpe``, its merges learned at start from the same pseudo-language), each prefixed
+BPE (``payload.workloads.bpe``, its merges learned at start from the same pseudo-language), each prefixed
 with BOS and packed into rows of ``sequence_len + 1`` ids that start at a document: a document is
 placed whole while it fits, and the one that does not fit is cropped to fill the row (its rest is
 dropped, as upstream crops). The ids, modulo the model's vocabulary, go to the device (through
@@ -20,14 +20,14 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from ..job import HOST_DATA, ProfileConfig
 from .bpe import ByteBPE
-from .job import HOST_DATA, ProfileConfig
 
 if TYPE_CHECKING:
     import torch
 
 TOKENIZER_MERGES = 256
-"""Merges of the host tokenizer: about a microsecond per token on one core (``payload.bpe``)."""
+"""Merges of the host tokenizer: about a microsecond per token on one core (``payload.workloads.bpe``)."""
 LEXICON_WORDS = 4000
 DOCUMENTS = 256
 """Documents in each rank's pool; the loader cycles through them (tokenizing them again each time)."""

@@ -1,7 +1,7 @@
 """Communication volume of one optimizer step, predicted from the model's parameters (pure: no torch).
 
 The parameters (``ModelDims.parameters()``, checked against the real model by
-``tests/payload/test_model_build.py``) are grouped by ``payload.param_groups``, the plan the
+``tests/payload/test_model_build.py``) are grouped by ``payload.workloads.param_groups``, the plan the
 optimizer executes. Bytes per call are the whole array a collective works on (nccl-tests' size:
 the input of a reduce-scatter, the output of an all-gather, the buffer of an all-reduce), in the
 parameter's own dtype: wte and the value embeddings bf16; lm_head, the Muon stacks and the

@@ -16,13 +16,14 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "allreduce_min_fraction": (0.8, "acceptance practice: more than 20% below the expected busbw (as nccl-tests "
                                     "doc/PERFORMANCE.md defines it) means something is wrong: a node's own "
                                     "all_reduce fails below this fraction of its healthy ring figure and warns "
-                                    "between (payload.allreduce_band, single-node and intra-node checks alike)"),
-    # across nodes (nodes > 1; payload.cluster_checks): published pre-launch acceptance of an H100 cluster, nccl-tests
-    # all_reduce at 8 GB. The pair and the falloff are judged by default on 8× H100_SXM / H200 nodes only, elsewhere
-    # (CPU included) when set; each node's own figure by the nccl_allreduce rule wherever it has a figure
+                                    "between (payload.node.allreduce_band, single-node and intra-node checks "
+                                    "alike)"),
+    # across nodes (nodes > 1; payload.node.cluster_checks): published pre-launch acceptance of an H100 cluster,
+    # nccl-tests all_reduce at 8 GB. The pair and the falloff are judged by default on 8× H100_SXM / H200 nodes only,
+    # elsewhere (CPU included) when set; each node's own figure by the nccl_allreduce rule wherever it has a figure
     "intra_node_busbw_min_gbps": (0, "unset: each node's own all_reduce busbw is judged by the nccl_allreduce "
-                                     "rule (payload.allreduce_band); set: a node below this many GB/s is named and "
-                                     "replaced instead, on any configuration (CPU included)"),
+                                     "rule (payload.node.allreduce_band); set: a node below this many GB/s is "
+                                     "named and replaced instead, on any configuration (CPU included)"),
     "inter_node_busbw_min_gbps": (350, "node-pair all_reduce busbw (2 nodes × 8 H100, 8× NDR-400 InfiniBand + "
                                        "GPUDirect RDMA: 350–380 GB/s at 8 GB; below 200 something to debug); "
                                        "judged on 2-node clusters: warn below it, fail below allreduce_min_fraction "
@@ -31,7 +32,8 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "cluster_falloff_max_fraction": (0.25, "the full-cluster all_reduce busbw at most 25% below the nodes' intra-node "
                                            "figure (published H100 + 8× NDR-400: 2 / 4 / 8 / 16 nodes 350–380 / "
                                            "320–360 / 280–320 / 240–280 GB/s; unless set, widened to those "
-                                           "figures' own falloff on 4+ nodes: payload.cluster_checks.falloff_limit)"),
+                                           "figures' own falloff on 4+ nodes: "
+                                           "payload.node.cluster_checks.falloff_limit)"),
 }
 CLUSTER_REFERENCE = {("H100_SXM", 8), ("H200", 8)}
 """The (GPU model, GPUs per node) the cross-node thresholds' published figures were measured on."""

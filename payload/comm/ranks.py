@@ -23,17 +23,12 @@ runner stops a phase at its budget. ``subgroups`` gives each rank its node's gro
 prober until all worker nodes have reached it; then it frees the port and only then do any ranks
 start, so no rank's store client ever reaches the holder instead of the store.
 
-Device discipline: NCCL maps only CUDA tensors (a CPU tensor fails with "No backend type
-associated with device type cpu"), so every tensor handed to a collective is created on
-``group_device()`` (this rank's GPU on NCCL, the CPU on gloo), and ``barrier()`` names the GPU.
-The group is bound to its GPU (``device_id``) and its collectives time out with the phase's budget
-(``group_options``).
+What a rank does once started is ``payload.worker``'s; what it uses of its group, ``group``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import subprocess
@@ -41,58 +36,16 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .events import EventLog
-from .job import Job
-
-if TYPE_CHECKING:
-    import torch
-
-DEFAULT_TIMEOUT_S = 600.0
-"""Collective timeout of a phase launched without a budget (torch's own NCCL default, made explicit)."""
+from ..job import Job
+from .group import DEFAULT_TIMEOUT_S, Layout, uses_gpu
 
 
 class RanksFailed(RuntimeError):
     """A rank exited non-zero; the message holds the tail of its log."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where ranks sit in a cluster of ``nodes`` nodes with ``count`` ranks each (pure).
-
-    Global rank ``g`` runs on node ``g // count`` as local rank (GPU) ``g % count``."""
-
-    nodes: int
-    count: int
-    node_rank: int = 0
-
-    @classmethod
-    def of(cls, job: Job) -> Layout:
-        if job.nodes < 1 or job.count < 1 or not 0 <= job.node_rank < job.nodes:
-            raise ValueError(f"job.json: node_rank {job.node_rank} of {job.nodes} nodes × {job.count} ranks "
-                             "is not a cluster")
-        return cls(job.nodes, job.count, job.node_rank)
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.count
-
-    def global_rank(self, local_rank: int) -> int:
-        """This node's ``local_rank`` as a global rank."""
-        return self.node_rank * self.count + local_rank
-
-    def node_groups(self) -> list[list[int]]:
-        """The global ranks of each node, node 0 first."""
-        return [list(range(n * self.count, (n + 1) * self.count)) for n in range(self.nodes)]
-
-    def rail_groups(self) -> list[list[int]]:
-        """One rank per node per rail: the global ranks of local rank ``r`` on every node, rail 0 first."""
-        return [[n * self.count + r for n in range(self.nodes)] for r in range(self.count)]
 
 
 def init_method(job: Job, rendezvous: Path | str, incarnation: int = 0) -> str:
@@ -104,10 +57,6 @@ def init_method(job: Job, rendezvous: Path | str, incarnation: int = 0) -> str:
         raise ValueError(f"job.json: {job.nodes} nodes need master_addr and master_port (node 0's rendezvous)")
     host = f"[{job.master_addr}]" if ":" in job.master_addr else job.master_addr
     return f"tcp://{host}:{job.master_port + incarnation}"
-
-
-def uses_gpu(job: Job) -> bool:
-    return job.gpu.lower() != "cpu"
 
 
 def omp_threads(job: Job, world_size: int, cpus: int) -> str:
@@ -129,106 +78,6 @@ def allocator_env(job: Job, env: dict[str, str]) -> dict[str, str]:
     if not uses_gpu(job) or "PYTORCH_ALLOC_CONF" in env or "PYTORCH_CUDA_ALLOC_CONF" in env:
         return {}
     return {"PYTORCH_ALLOC_CONF": ALLOCATOR_CONF}
-
-
-def backend_for(job: Job) -> str:
-    return "nccl" if uses_gpu(job) else "gloo"
-
-
-def comm_device(backend: str, local_rank: int) -> torch.device:
-    """The device a collective's tensors must live on: ``cuda:<local_rank>`` for NCCL, the CPU for gloo."""
-    import torch
-
-    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-
-
-def group_device() -> torch.device:
-    """``comm_device`` of the initialised default group, for this rank."""
-    import torch
-    import torch.distributed as dist
-
-    backend = str(dist.get_backend())
-    return comm_device(backend, torch.cuda.current_device() if backend == "nccl" else 0)
-
-
-def group_options(backend: str, local_rank: int, timeout_s: float) -> dict[str, Any]:
-    """Keyword arguments of ``init_process_group`` besides backend, rank and rendezvous: the
-    collective timeout and, on NCCL, the rank's GPU (eager communicator init, barriers on the
-    right device)."""
-    import torch
-
-    options: dict[str, Any] = {"timeout": timedelta(seconds=max(1.0, timeout_s))}
-    if backend == "nccl":
-        options["device_id"] = torch.device("cuda", local_rank)
-    return options
-
-
-def synchronize(devices: Iterable[torch.device | int]) -> None:
-    """Wait until the work queued on every CUDA device in ``devices`` is done (CPU: nothing to wait for)."""
-    import torch
-
-    for device in devices:
-        if isinstance(device, int) or device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-
-def barrier(group: Any = None) -> None:
-    """``dist.barrier`` of ``group`` (the whole world by default) on the group's device (NCCL:
-    this rank's GPU, named explicitly)."""
-    import torch.distributed as dist
-
-    device = group_device()
-    if device.type == "cuda":
-        dist.barrier(group=group, device_ids=[device.index])
-    else:
-        dist.barrier(group=group)
-
-
-def gather_by_slot(values: Sequence[float], slot: int, leader: bool, slots: int) -> list[list[float]]:
-    """Every group's ``values`` on every rank of the world: each group's ``leader`` puts its own
-    in row ``slot`` of a zeroed table (``slots`` rows), summed over the world (one all_reduce on the
-    group's device)."""
-    import torch
-    import torch.distributed as dist
-
-    table = torch.zeros(slots, len(values), dtype=torch.float64, device=group_device())
-    if leader:
-        table[slot] = torch.tensor(list(values), dtype=torch.float64, device=table.device)
-    dist.all_reduce(table)
-    rows: list[list[float]] = table.tolist()
-    return rows
-
-
-_worker: dict[str, Any] = {}
-"""This worker process's job, collective timeout and cached subgroups (set by ``run_worker``)."""
-
-
-def subgroups(job: Job) -> tuple[Any, Any]:
-    """(this rank's node group, this rank's rail group), made once per process with the rank's
-    collective timeout. Every rank must call it at the same point (``new_group`` is collective)."""
-    import torch.distributed as dist
-
-    if "subgroups" not in _worker:
-        layout = Layout.of(job)
-        timeout = timedelta(seconds=max(1.0, float(_worker.get("timeout_s", DEFAULT_TIMEOUT_S))))
-        node, _ = dist.new_subgroups_by_enumeration(layout.node_groups(), timeout=timeout)
-        rail, _ = dist.new_subgroups_by_enumeration(layout.rail_groups(), timeout=timeout)
-        _worker["subgroups"] = (node, rail)
-    groups: tuple[Any, Any] = _worker["subgroups"]
-    return groups
-
-
-def release_subgroups() -> int:
-    """Destroy this rank's node and rail groups (``subgroups``), so their communicators (NCCL's
-    buffers on the GPU) hold no memory in the phases after; every rank calls it at the same point.
-    Returns how many groups were destroyed (0 when none were made)."""
-    import torch.distributed as dist
-
-    groups = _worker.pop("subgroups", ())
-    mine = [group for group in dict.fromkeys(groups) if isinstance(group, dist.ProcessGroup)]
-    for group in mine:
-        dist.destroy_process_group(group)
-    return len(mine)
 
 
 RENDEZVOUS_PROBE_S = 10.0
@@ -467,7 +316,7 @@ def _start(job_path: Path, world_size: int, label: str, worker_args: list[str],
     meet = init_method(job, rendezvous, _incarnation)
     _incarnation += 1
     env = {**os.environ, **job.env}
-    package_root = str(Path(__file__).parent.parent)
+    package_root = str(Path(__file__).parents[2])  # the folder holding payload/
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = omp_threads(job, world_size, os.cpu_count() or 1)
@@ -522,90 +371,3 @@ def _stop(procs: Procs, rendezvous: Path, grace_s: float) -> None:
 def _failure_message(phase: str, rank: int, proc: subprocess.Popen[bytes], log: Path) -> str:
     tail = log.read_text(errors="replace").strip().splitlines()[-8:]
     return f"{phase} rank {rank} exited with code {proc.returncode}: " + " | ".join(tail)
-
-
-PARENT_POLL_S = 0.5
-
-
-def follow_parent(poll_s: float = PARENT_POLL_S) -> threading.Thread:
-    """End this process (exit code 1) soon after the process that started it is gone. Across
-    nodes a rank orphaned by its runner's death would go on with the other nodes' ranks (until
-    its stdin ends with the phase); ended, its peers' collectives fail at once instead."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        print(f"pid {os.getpid()}: the runner (pid {parent}) is gone; leaving", flush=True)
-        os._exit(1)
-
-    thread = threading.Thread(target=watch, name="follow-parent", daemon=True)
-    thread.start()
-    return thread
-
-
-RankFunction = Callable[[Job, int, int, EventLog | None], "dict[str, Any] | None"]
-"""A distributed phase on one rank: (job, global rank, world size, events on global rank 0 else
-None) → None, or a JSON-able dict the runner gets back (``Ranks.run``)."""
-
-
-def _rank_functions() -> dict[str, RankFunction]:
-    from .collectives import collectives_rank
-    from .facts_capture import torch_facts_rank
-    from .probes import allreduce_rank, cluster_rank
-    from .profile import profile_rank
-
-    return {"profile": profile_rank, "collectives": collectives_rank, "preflight_allreduce": allreduce_rank,
-            "preflight_cluster": cluster_rank, "preflight_torch": torch_facts_rank}
-
-
-def run_worker(job_path: str, phase: str | None, rank: int, world_size: int, rendezvous: str,
-               timeout_s: float = DEFAULT_TIMEOUT_S, local_rank: int | None = None,
-               init: str | None = None) -> int:
-    """Entry point of one rank (``rank`` global, ``local_rank`` its GPU, the rank itself by
-    default): join the group at ``init`` (an ``init_method``; the FileStore at ``rendezvous`` by
-    default; collectives time out after ``timeout_s``), run ``phase`` or, without one, each phase
-    named on a line of stdin until its end, writing what the phase returned to ``result_file``
-    and appending each finished phase's name to ``done_file``; leave the group. An exception ends
-    the process (the runner reads its log's tail)."""
-    import torch
-    import torch.distributed as dist
-
-    rank_functions = _rank_functions()
-    job = Job.load(job_path)
-    logs = Path(job_path).parent / "artifacts" / "logs"
-    if job.nodes > 1:
-        follow_parent()
-    backend = backend_for(job)
-    local_rank = rank if local_rank is None else local_rank
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)  # the GPU index on this node, never the global rank
-    _worker.update(timeout_s=timeout_s)
-    dist.init_process_group(backend, init_method=init or f"file://{rendezvous}", rank=rank, world_size=world_size,
-                            **group_options(backend, local_rank, timeout_s))
-    print(f"rank {rank} pid {os.getpid()}: joined the {backend} group of {world_size}", flush=True)
-    events = EventLog(Path(job_path).parent / "events.jsonl") if rank == 0 else None
-    try:
-        names: Iterable[str] = [phase] if phase else (line.strip() for line in sys.stdin)
-        for name in names:
-            if not name:
-                continue
-            print(f"rank {rank} pid {os.getpid()}: phase {name}", flush=True)
-            if name == "profile" and release_subgroups():
-                print(f"rank {rank} pid {os.getpid()}: destroyed the collectives' subgroups", flush=True)
-            seen = {key: os.environ.get(key) for key in job.env}
-            (logs / f"{name}-rank{rank}.env.json").write_text(json.dumps(seen))
-            result = rank_functions[name](job, rank, world_size, events)
-            if result is not None:
-                result_file(rendezvous, rank, name).write_text(json.dumps(result))
-            gc.collect()  # the phase's tensors, before the next phase allocates its own
-            if backend == "nccl":
-                torch.cuda.empty_cache()
-            with done_file(rendezvous, rank).open("a") as done:
-                done.write(f"{name}\n")
-    finally:
-        if events is not None:
-            events.close()
-        release_subgroups()
-        dist.destroy_process_group()
-    return 0

@@ -257,7 +257,7 @@ def triage_nccl_log(text: str) -> dict[str, Any]:
     (``via P2P/…``, ``via SHM``, ``via NET/<name>`` as ``net_<name>``, and ``gdrdma`` for those with
     GPUDirect RDMA), the NCCL version, the networks NCCL said it uses and the IB/RoCE ports it listed
     (None when none: NCCL 2.28 prints ``NET/IB : Using [RO]; OOB eth0…`` and then fails to load IB).
-    The network facts are ``payload.fabric_readers.parse_nccl_net``'s."""
+    The network facts are ``payload.node.fabric_readers.parse_nccl_net``'s."""
     net = parse_nccl_net(text)
     found = {name: len(pattern.findall(text)) for name, pattern in LOCAL_TRANSPORTS.items()}
     found |= {f"net_{name.lower()}": count for name, count in net.net_channels.items()}

@@ -1,16 +1,16 @@
 """The cross-node preflight checks (nodes > 1), pure functions of the cluster probe's figures.
 
-The probe (``payload.probes.cluster_rank``, saved as ``facts/cluster.json``) measures an all_reduce
+The probe (``payload.node.probes.cluster_rank``, saved as ``facts/cluster.json``) measures an all_reduce
 on each node's ranks, on each rail and on the whole cluster. Judged against the thresholds of
-``payload.thresholds``. Each node's own figure (``intra_node_busbw``) by the rule the single-node
-``nccl_allreduce`` check applies (``payload.allreduce_band``: pass at the healthy ring figure, warn
+``payload.node.thresholds``. Each node's own figure (``intra_node_busbw``) by the rule the single-node
+``nccl_allreduce`` check applies (``payload.node.allreduce_band``: pass at the healthy ring figure, warn
 below, fail below ``allreduce_min_fraction`` of it), or below ``intra_node_busbw_min_gbps`` when the
 campaign sets it. The node pair (``inter_node_busbw_min_gbps``: pass at the published figure, warn
 down to ``allreduce_min_fraction`` of it, fail below) and the falloff (``cluster_falloff_max_fraction``;
 on 2 nodes reported only, the pair decides) by default only on nodes of the configuration the
 published figures were measured on (``CLUSTER_REFERENCE``: 8× H100 SXM / H200), anywhere else (CPU
 included) only when the campaign sets the threshold. Each check is ``{name, status, observed,
-expected, hint}`` as ``payload.checks``; ``intra_node_busbw`` names the nodes that fail it in
+expected, hint}`` as ``payload.node.checks``; ``intra_node_busbw`` names the nodes that fail it in
 ``observed["bad_node_ranks"]`` (the rails and the cluster span every node: they name none).
 
 The published node-pair figure is nccl-tests' all_reduce over both nodes' 16 GPUs (``mpirun -np
@@ -58,7 +58,7 @@ def judge_cluster(cluster: dict[str, Any], gpu: str, count: int, thresholds: dic
 
 
 def _intra_band(gpu: str, count: int, th: dict[str, float], explicit: Collection[str]) -> Band | None:
-    """The single-node all_reduce rule (``payload.allreduce_band``) for each node's own figure, or
+    """The single-node all_reduce rule (``payload.node.allreduce_band``) for each node's own figure, or
     the campaign's ``intra_node_busbw_min_gbps`` when it set one (a floor, no warn band)."""
     if "intra_node_busbw_min_gbps" in explicit:
         floor = th["intra_node_busbw_min_gbps"]

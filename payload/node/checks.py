@@ -355,7 +355,7 @@ def _per_gpu_check(name: str, key: str, table: dict[str, float], fraction: str, 
         observed = {f"{unit}_per_gpu": [round(v, 1) for v in values]}
         if reference is None:  # measured, but nothing to hold it against: not a pass
             return _result(name, "skip", observed, None,
-                           f"no reference figure for {model} (payload/thresholds.py): measured, not judged")
+                           f"no reference figure for {model} (payload/node/thresholds.py): measured, not judged")
         floor = reference * th[fraction]
         slow = [i for i, v in enumerate(values) if v < floor]
         return _result(name, "warn" if slow else "pass", observed, f">= {floor:.0f} {unit} ({model})",
@@ -389,7 +389,7 @@ def check_nccl_allreduce(facts: Facts, expect: Expect, th: dict[str, float]) -> 
         return _result("nccl_allreduce", "pass", observed, "0 wrong elements", f"transports: {transports}")
     if band is None:
         return _result("nccl_allreduce", "skip", observed, None,
-                       f"no reference busbw for {expect.count}× {model} (payload/thresholds.py): values correct, "
+                       f"no reference busbw for {expect.count}× {model} (payload/node/thresholds.py): values correct, "
                        f"busbw measured, not judged; transports: {transports}")
     busbw = float(probe.get("busbw_gbps") or 0.0)
     causes = (f"transports: {transports}. Check in order: NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, an NVLink lane "
@@ -402,7 +402,7 @@ def check_nccl_allreduce(facts: Facts, expect: Expect, th: dict[str, float]) -> 
 
 
 def check_compile_toolchain(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
-    """Can the profile ``torch.compile`` here (``payload.toolchain``)? An image without a C compiler or
+    """Can the profile ``torch.compile`` here (``payload.node.toolchain``)? An image without a C compiler or
     Python's headers is not a bad host: warn, and the profile runs eager with the reason recorded."""
     text = facts.text(toolchain.FILE)
     if text is None:

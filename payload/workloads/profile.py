@@ -8,14 +8,14 @@ earlier micro-steps). Rank 0 emits one ``sample`` event per step:
 opt_phase3_s, tokens, tokens_per_s, loss, mfu, timed_index, grad_accum, precision, compiled,
 attention, host_data, mem_est_gib, max_mem_allocated_gib}``: ``precision`` is the matmul precision
 (``fp8`` where the GPU has fp8 tensor cores, as the record, unless the campaign says ``precision: bf16``;
-else ``bf16`` autocast, with TF32 for any f32 matmul, as upstream; ``f32`` on CPU; ``payload.fp8.choose_precision``,
-``precision_note`` says why it is not the one asked for), ``compiled`` whether the
-model and the optimizer's update functions ran ``torch.compile``d (on GPU unless ``compile: false``;
-never on CPU, nor on a node without the toolchain Triton needs: ``compile_note`` says why),
-``attention`` the attention kernel (``payload.model``),
-``host_data`` where the batches came from (``payload.host_data``: ``tokenize`` makes each
+else ``bf16`` autocast, with TF32 for any f32 matmul, as upstream; ``f32`` on CPU;
+``payload.workloads.fp8.choose_precision``, ``precision_note`` says why it is not the one asked for),
+``compiled`` whether the model and the optimizer's update functions ran ``torch.compile``d (on GPU unless
+``compile: false``; never on CPU, nor on a node without the toolchain Triton needs: ``compile_note`` says why),
+``attention`` the attention kernel (``payload.workloads.model``),
+``host_data`` where the batches came from (``payload.workloads.host_data``: ``tokenize`` makes each
 micro-step's batch on the host right after the previous backward is launched, inside the step),
-``mem_est_gib`` the per-GPU estimate (``payload.memory_estimate``) and
+``mem_est_gib`` the per-GPU estimate (``payload.workloads.memory_estimate``) and
 ``max_mem_allocated_gib`` ``torch.cuda.max_memory_allocated`` so far (None on CPU); the phase
 summary carries them too, so a result says how it was measured.
 ``timed_index`` numbers the timed (non-warmup) steps across the cell's attempts: a node that
@@ -24,7 +24,7 @@ replaces a preempted one warms up, then measures only the steps not yet recorded
 synchronize on GPU), so it is the slowest rank's step. Inside it, phase boundaries are CUDA events
 on GPU and ``perf_counter`` on CPU, with no extra synchronisation. ``phase_timing: false`` records
 only the step time (to measure what the phase timing costs). MFU (GPU only) is against the GPU's
-bf16 dense peak (``payload.gpu_models``).
+bf16 dense peak (``payload.node.gpu_models``).
 
 Spot notice: when the runner watches for one (``payload.spot_notice``), the ranks agree after each
 step, outside its timing, whether the notice has come (one scalar all_reduce) and all stop there:
@@ -37,7 +37,7 @@ the warm-up until the clocks settle (``SETTLE_MIN_S``; every timed sample says `
 warm-up, as upstream, the garbage collector is run, the surviving objects frozen and collection disabled, so no GC pause
 lands in a timed step (re-enabled when the phase ends).
 
-Compile cache (compiled runs; ``payload.compile_cache``): before the first step each node's local
+Compile cache (compiled runs; ``payload.workloads.compile_cache``): before the first step each node's local
 rank 0 loads the shipped cache whose key is the node's own (the others wait at a barrier); after the
 warm-up rank 0 saves what it compiled, unless it loaded a cache, and announces it (``artifact``,
 name ``compile-cache``). Samples and summary record ``compile_cache`` (``loaded``, ``not loaded`` with
@@ -55,11 +55,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import compile_cache, toolchain
-from .events import EventLog, read_samples
-from .job import Job, ProfileConfig
-from .spot_notice import notice_file
-from .stats import drift, median, percentile, settled
+from ..events import EventLog, read_samples
+from ..job import Job, ProfileConfig
+from ..node import toolchain
+from ..spot_notice import notice_file
+from ..stats import drift, median, percentile, settled
+from . import compile_cache
 
 PHASES = ("fwd_bwd_s", "opt_phase1_s", "opt_phase2_s", "opt_phase3_s")
 SETTLE_MIN_S = 5.0
@@ -75,7 +76,7 @@ its step times are eager, not comparable with compiled ones."""
 
 def compile_choice(cfg: ProfileConfig, on_gpu: bool) -> tuple[bool, str | None]:
     """Whether to ``torch.compile``, and why not when not. A node that cannot build Triton's
-    launchers (``payload.toolchain``: no C compiler, no Python.h) runs eager instead of failing at
+    launchers (``payload.node.toolchain``: no C compiler, no Python.h) runs eager instead of failing at
     the first step, and the note says so (it starts with ``FALLBACK``)."""
     if not cfg.compile:
         return False, "compile: false in the campaign"
@@ -85,12 +86,6 @@ def compile_choice(cfg: ProfileConfig, on_gpu: bool) -> tuple[bool, str | None]:
     if missing:
         return False, f"{FALLBACK}: torch.compile cannot build Triton kernels on this node: {'; '.join(missing)}"
     return True, None
-
-
-def compile_wanted(job: Job) -> bool:
-    """The job's profile would ``torch.compile`` (on GPU, ``compile`` on, the profile still to run)."""
-    return (job.profile is not None and job.profile.compile and job.gpu.lower() != "cpu"
-            and "profile" in job.pending_phases())
 
 
 def grad_accum_steps(cfg: ProfileConfig, world_size: int) -> int:
@@ -147,8 +142,8 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     import torch
     import torch.distributed as dist
 
+    from ..node.gpu_models import bf16_peak
     from .fp8 import choose_precision
-    from .gpu_models import bf16_peak
     from .host_data import batch_source
     from .memory_estimate import estimate
     from .model import build_model
@@ -279,7 +274,7 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
 
 def save_compile_cache(attempt_dir: Path, fields: tuple[dict[str, Any], dict[str, Any]], recorded: dict[str, Any],
                        events: EventLog | None) -> None:
-    """Save what rank 0 compiled (``payload.compile_cache``), announce it, and record the outcome."""
+    """Save what rank 0 compiled (``payload.workloads.compile_cache``), announce it, and record the outcome."""
     path, note = compile_cache.save(attempt_dir, *fields)
     recorded["compile_cache_saved"] = note
     if path is not None and events is not None:

@@ -8,7 +8,7 @@ time per run averaged over the ranks (``time_us``, what nccl-tests reports by de
 by the ranks, NVIDIA/nccl-tests ``src/common.cu`` at a0b82b2) and the slowest rank's
 (``time_slowest_us``), with algbw and busbw of the average (``algbw_gbps``, ``busbw_gbps``, as
 nccl-tests prints them) and the busbw of the slowest rank (``busbw_slowest_gbps``)
-(``payload.collective_math``). Rank 0 emits one ``sample`` event per (op, size, placement) and
+(``payload.comm.collective_math``). Rank 0 emits one ``sample`` event per (op, size, placement) and
 writes ``artifacts/collectives.txt``, a table in nccl-tests' layout (the average's columns).
 
 Across nodes (``job.nodes`` > 1) the sweep runs three times, each sample carrying its ``scope``:
@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..events import EventLog
+from ..job import Job
 from .collective_math import bandwidths, sweep
-from .events import EventLog
-from .job import Job
+from .group import Layout, barrier, gather_by_slot, group_device, subgroups, synchronize
 
 if TYPE_CHECKING:
-    from .distributed import Ranks
+    from .ranks import Ranks
 
 ELEMENT = 4  # float32, nccl-tests' default "float"
 
@@ -112,8 +113,7 @@ class Scope:
 
 def scopes(job: Job, rank: int, world_size: int) -> list[Scope]:
     """The sweeps of this rank: the world alone on one node; across nodes the cluster, each node
-    (with more than one rank per node) and each rail (``payload.distributed.subgroups``)."""
-    from .distributed import Layout, subgroups
+    (with more than one rank per node) and each rail (``payload.comm.group.subgroups``)."""
 
     layout = Layout.of(job)
     if layout.nodes == 1:
@@ -134,8 +134,6 @@ def collectives_rank(job: Job, rank: int, world_size: int, events: EventLog | No
     untimed run, then warm up and time ``iters`` runs of the collective alone (no fill inside the
     timing); rank 0 (``events``) emits the samples of every group and writes the tables."""
     import torch.distributed as dist
-
-    from .distributed import gather_by_slot, group_device
 
     cfg = job.collectives
     if cfg is None:
@@ -183,8 +181,6 @@ def _measure(case: Case, warmup_iters: int, iters: int, device: Any, group: Any)
     rank's; wrong elements over the group) of one case."""
     import torch
     import torch.distributed as dist
-
-    from .distributed import barrier, synchronize
 
     case.prepare()
     case.run()
@@ -240,8 +236,8 @@ def run_collectives(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None
     summarise the largest size of each op: ``{op}_busbw_gbps_at_{bytes}`` of the world (of the
     cluster across nodes), and across nodes ``intra_node: {"node<k>": {...}}`` and ``inter_node:
     {"rail<r>": {...}}`` alike (only node 0, whose events hold the samples, has figures)."""
-    from .distributed import launch
-    from .events import read_samples
+    from ..events import read_samples
+    from .ranks import launch
 
     if ranks is None:
         launch(job_path, "collectives", job.count)

@@ -1,7 +1,7 @@
 """Readers of a node's fabric tools (pure: stdlib only). Each takes a command's output and returns
 plain data; none raises on odd input: what cannot be read is left out.
 
-Files (under ``artifacts/facts/``, written by ``payload.facts_capture``): ``ibstat.txt``,
+Files (under ``artifacts/facts/``, written by ``payload.node.facts_capture``): ``ibstat.txt``,
 ``ibv_devinfo.txt`` (``ibv_devinfo -v``), ``ibdev2netdev.txt``, ``fi_info-efa.txt``
 (``fi_info -p efa -t FI_EP_RDM``), ``proc-modules.txt`` (``/proc/modules``; ``lsmod`` output reads
 the same) and the ranks' ``nccl-debug*.log``.

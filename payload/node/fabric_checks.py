@@ -1,8 +1,8 @@
 """Fabric preflight: is this node's network between nodes what was sold, and will NCCL use it?
-Pure functions of a facts snapshot (``payload.checks.Facts``), the job's env and ``FabricExpect``.
+Pure functions of a facts snapshot (``payload.node.checks.Facts``), the job's env and ``FabricExpect``.
 
 Entry point: ``fabric_checks(facts, job_env, expected) -> list[Check]`` (call it for ``nodes > 1``).
-Checks (``{name, status, observed, expected, hint}`` as in ``payload.checks``):
+Checks (``{name, status, observed, expected, hint}`` as in ``payload.node.checks``):
 ``fabric_hca`` (at least the sold number of compute ports LinkUp at the sold rate; more ports,
 storage HCAs or a spare that is down, are not counted against it) or ``fabric_efa`` (EFA devices),
 ``fabric_gdr`` (GPUDirect RDMA), ``fabric_nic_use`` (NCCL_IB_HCA and NCCL's list cover the sold

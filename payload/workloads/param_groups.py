@@ -1,7 +1,7 @@
 """How the optimizer groups the model's parameters, and which collectives each group needs (pure: no torch).
 
-One definition serves the optimizer (``payload.optim``), the communication-volume model
-(``payload.commvolume``) and the memory estimate (``payload.memory_estimate``), so the prediction is
+One definition serves the optimizer (``payload.workloads.optim``), the communication-volume model
+(``payload.workloads.commvolume``) and the memory estimate (``payload.workloads.memory_estimate``), so the prediction is
 the plan the optimizer executes. Every collective moves a parameter in **its own dtype**
 (``ModelDims.parameters()``: wte and the value embeddings bf16, everything else f32), as upstream.
 

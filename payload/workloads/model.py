@@ -4,15 +4,15 @@ Token embedding → for each layer i: x = resid_lambdas[i]·x + x0_lambdas[i]·x
 a relu² MLP (pre-norm, RMSNorm without weights, no biases). Attention: rotary embedding, QK-norm;
 layers with a value embedding add ``gate · ve`` to the values, gate = 2·sigmoid(ve_gate(x[..., :32])).
 Untied lm_head with a tanh soft cap on the logits. Parameter names are the contract with the
-optimizer and the communication-volume model (``payload.param_groups``); ``ModelDims.parameters()``
+optimizer and the communication-volume model (``payload.workloads.param_groups``); ``ModelDims.parameters()``
 lists them without building the model.
 
 As upstream, the token and value embeddings are stored in bf16 (so are the rotary tables); every
 other parameter is f32 and the compute runs under bf16 autocast on GPU (f32 on CPU, where the
 embeddings' output is cast up); with ``fp8`` the Linears the record converts run their matmuls in fp8
-(``payload.fp8``). Attention is causal with upstream's sliding-window pattern
-(``payload.presets.window_sizes``: short windows on most layers) on the fastest kernel the node has
-(``payload.attention``: FA3, FA2, compiled flex_attention, SDPA); ``GPT.attention`` names it.
+(``payload.workloads.fp8``). Attention is causal with upstream's sliding-window pattern
+(``payload.workloads.presets.window_sizes``: short windows on most layers) on the fastest kernel the node has
+(``payload.workloads.attention``: FA3, FA2, compiled flex_attention, SDPA); ``GPT.attention`` names it.
 ``build_model`` builds the module on the ``meta`` device and
 materialises it directly on the target device (``to_empty`` + ``init_weights``): no host copy of
 the weights, no CPU init.
@@ -35,7 +35,7 @@ def build_model(dims: ModelDims, max_seq_len: int, device: torch.device | str, s
                 compiled: bool = False, fp8: bool = False) -> GPT:
     """The model, built on ``meta`` and materialised on ``device`` (``meta`` itself: nothing is allocated).
     ``compiled``: the caller will ``torch.compile`` it (flex_attention is chosen only then);
-    ``fp8``: the record's Linears run fp8 matmuls (``payload.fp8.convert``)."""
+    ``fp8``: the record's Linears run fp8 matmuls (``payload.workloads.fp8.convert``)."""
     with torch.device("meta"):
         model = GPT(dims, max_seq_len)
     if fp8:
@@ -140,7 +140,7 @@ class GPT(nn.Module):
         self.max_seq_len = max_seq_len
         self.window_sizes = window_sizes(dims.depth, max_seq_len)
         self.kernel = Kernel()
-        """The attention kernel (``payload.attention.choose``); ``build_model`` picks it for the device."""
+        """The attention kernel (``payload.workloads.attention.choose``); ``build_model`` picks it for the device."""
         kv = dims.n_kv_head * dims.head_dim
         self.wte = _embedding(dims.vocab_size, dims.dim)
         self.value_embeds = nn.ModuleDict({str(i): _embedding(dims.vocab_size, kv)

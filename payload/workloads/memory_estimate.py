@@ -9,7 +9,7 @@ one rank needs, as the sum of:
   gradient accumulation (so the next micro-step's activations sit on top of them).
 - ``autocast_copies``: the bf16 copies of the f32 matmul weights (block matrices, lm_head) that
   autocast casts once per forward and keeps for the backward.
-- ``optimizer_state``: what ``payload.optim`` keeps, sharded as it shards it: two AdamW moments in
+- ``optimizer_state``: what ``payload.workloads.optim`` keeps, sharded as it shards it: two AdamW moments in
   the parameter's dtype for this rank's 1/W rows of wte, the value embeddings and lm_head (whole
   for the small scalars), and Muon's f32 momentum for the ceil(K/W) matrices of each group it owns.
 - ``activations``: what autograd saves for the backward under bf16 autocast, per token:
@@ -37,16 +37,16 @@ world size 1 in brackets, every one above the measurement):
   per-token coefficients are ``*_COMPILED`` (a least-squares fit of ``max_memory_allocated`` gave
   34.6 and 3.3, rounded up); what the allocator held beyond that grew with the Muon stacks
   (3.4 GiB at d12 to 13–15 GiB at d26): ``compiled_slack``. At world size 8 the estimate is an
-  extrapolation (the optimizer state sharded as ``payload.optim`` shards it; NCCL's buffers for 8
+  extrapolation (the optimizer state sharded as ``payload.workloads.optim`` shards it; NCCL's buffers for 8
   ranks were not in the measurement).
 
-fp8 (``precision: fp8``, ``payload.fp8``) is judged as bf16: no term for its smaller saved
+fp8 (``precision: fp8``, ``payload.workloads.fp8``) is judged as bf16: no term for its smaller saved
 activations. Upstream published a figure (karpathy/nanochat, dev/LOG.md, the 2026-02-02 entry on
 fp8 training with torchao, commit a67eba3): at d26 on 8 H100s, tensorwise fp8 used about 9 GB less
 than bf16, which its author put down to activations saved in fp8. That is published, not measured
 here, and it does not carry over to this estimate: the entry gives neither the device batch nor how
 memory was read (GB or GiB, allocator or ``nvidia-smi``); it was torchao's Float8Linear, not
-``payload.fp8.Fp8Matmul``, which saves the e4m3 input and weight for the backward and so frees a
+``payload.workloads.fp8.Fp8Matmul``, which saves the e4m3 input and weight for the backward and so frees a
 Linear's bf16 input only where no other op saves it too (how much that is depends on the graph
 Inductor builds). The estimate exists to refuse, before anything is rented, a batch that cannot fit:
 an over-estimate costs a smaller batch, an under-estimate an out-of-memory on a billed node. Judged

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .events import EventLog
-from .job import Job
-from .probes import cuda_timed
+from ..events import EventLog
+from ..job import Job
+from .group import cuda_timed
 
 COPY_BYTES = 256 * 1024**2
 LATENCY_BYTES = 4
@@ -38,7 +38,7 @@ def run_p2p(job: Job, job_path: Path, log: EventLog) -> dict[str, Any]:
     """Runner side: measure every pair in a child process that exits (``payload.child``: the
     buffers and the CUDA contexts on every GPU go with it), then emit the samples and the table. A
     CPU or 1-GPU cell starts no child (on an H200, the child's torch and CUDA start took 5.4 s)."""
-    from .child import run_in_child
+    from ..child import run_in_child
 
     gpus, rows = 0, []
     skip = skip_reason(job, None)

@@ -1,18 +1,18 @@
 """The preflight phase: capture the node's facts, take the live measurements, judge, act.
 
-Within a time budget (``budget_s``, default 90 s): the facts snapshot (``payload.facts_capture``)
-goes to ``artifacts/facts/``; the probes (``payload.probes``) add ``probes.json`` and, on GPUs,
-one ``nccl-debug.<host>.<pid>.log`` per rank; the checks (``payload.checks``) judge the snapshot.
+Within a time budget (``budget_s``, default 90 s): the facts snapshot (``payload.node.facts_capture``)
+goes to ``artifacts/facts/``; the probes (``payload.node.probes``) add ``probes.json`` and, on GPUs,
+one ``nccl-debug.<host>.<pid>.log`` per rank; the checks (``payload.node.checks``) judge the snapshot.
 Each check is emitted as a ``sample`` event; ``artifacts/preflight.json`` holds ``{verdict, checks,
 elapsed_s}``. A probe still running when the budget is spent makes its check ``fail`` ("timed
 out"). Verdict ``fail`` raises BadNode (runner exit code 3).
 
 Across nodes (``job.nodes`` > 1) the all_reduce probe is the cluster probe instead
-(``payload.probes.cluster_rank``, on every node, CPU included, within its own budget,
+(``payload.node.probes.cluster_rank``, on every node, CPU included, within its own budget,
 ``cluster_probe_budget_s``, so a slow first NCCL init between nodes is no failure):
 each node's own all_reduce (``probes.json``'s ``allreduce``, judged by the node-local check as on
 one node), each rail's and the whole cluster's (``facts/cluster.json``), judged by
-``payload.cluster_checks``. Every node gets the same figures, so every node reaches the same
+``payload.node.cluster_checks``. Every node gets the same figures, so every node reaches the same
 cross-node verdict. A node failing its node-local checks raises BadNode naming itself
 (``node_rank``); a node the cross-node checks name (``intra_node_busbw``) is named by every node;
 a fabric failure (node pair, falloff, rails) raises BadNode naming none. A cluster probe that
@@ -30,22 +30,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..events import EventLog
+from ..job import Job
 from . import toolchain
 from .checks import Expect, Facts, judge, verdict
 from .cluster_checks import bad_node_ranks, judge_cluster
-from .events import EventLog
 from .fabric_checks import FabricExpect, fabric_checks
 from .facts_capture import capture, faults, torch_facts, write_torch_json
-from .job import Job
-from .profile import compile_wanted
 from .thresholds import resolve
 
 if TYPE_CHECKING:
-    from .distributed import Ranks
+    from ..comm.ranks import Ranks
 
 NCCL_DEBUG_FILE = "nccl-debug.%h.%p.log"
 """One NCCL log per rank: NCCL expands %h to the host name and %p to the process id (ranks writing
-one file would overwrite each other). ``payload.checks`` reads every ``nccl-debug*.log``."""
+one file would overwrite each other). ``payload.node.checks`` reads every ``nccl-debug*.log``."""
 PROBE_OF_CHECK = {"cuda_init": "cuda_init", "gemm": "gemm_tflops", "hbm": "hbm_gbps", "nccl_allreduce": "allreduce"}
 
 
@@ -67,8 +66,8 @@ def run_probes(job: Job, job_path: Path, facts_dir: Path, deadline: float,
     """Live measurements; returns (probes, names of probes that ran out of time). The per-GPU
     probes run in a child process that exits (``payload.child``), freeing their CUDA contexts
     and cached memory; the all_reduce runs on the attempt's ``ranks`` (on ranks of its own without)."""
+    from ..child import run_in_child
     from . import probes as live
-    from .child import run_in_child
 
     injected = faults()
     probes: dict[str, Any] = {}
@@ -120,7 +119,7 @@ def _nccl_debug(facts_dir: Path) -> Iterator[None]:
 
 def _allreduce(job: Job, job_path: Path, facts_dir: Path, deadline: float, probes: dict[str, Any],
                ranks: Ranks | None = None) -> list[str]:
-    from .distributed import RanksFailed, launch
+    from ..comm.ranks import RanksFailed, launch
 
     try:
         with _nccl_debug(facts_dir):
@@ -144,7 +143,7 @@ def _cluster(job: Job, job_path: Path, facts_dir: Path, probes: dict[str, Any], 
     """The cross-node probe on the attempt's ``ranks`` (on ranks of its own without) within its own
     budget (``cluster_probe_budget_s``): ``probes["cluster"]`` (also ``cluster.json``) the figures
     or ``{"error": ...}``, and on GPUs ``probes["allreduce"]`` this node's own figure."""
-    from .distributed import Ranks, RanksFailed
+    from ..comm.ranks import Ranks, RanksFailed
 
     own = ranks if ranks is not None else Ranks(job_path, job.count)
     budget_s = resolve(job.preflight_thresholds)["cluster_probe_budget_s"]  # its own: a first NCCL init is slow
@@ -179,7 +178,8 @@ def run_preflight(job: Job, job_path: Path, log: EventLog, ranks: Ranks | None =
     workdir = job_path.parent
     facts_dir = workdir / "artifacts" / "facts"
     capture(facts_dir, deadline, torch_json=False)
-    toolchain.write(facts_dir, {**os.environ, **job.env}, compile_wanted(job))  # as the profile's ranks see it
+    # as the profile's ranks see it
+    toolchain.write(facts_dir, {**os.environ, **job.env}, toolchain.compile_wanted(job))
     probes, timed_out = run_probes(job, job_path, facts_dir, deadline, ranks)
     # torch's view from the runner alone when no rank may start (``cuda_init_failed``)
     write_torch_json(facts_dir, _torch_facts(job, facts_dir, deadline,
@@ -211,7 +211,7 @@ def _torch_facts(job: Job, facts_dir: Path, deadline: float, ranks: Ranks | None
     the later phases anyway (the runner never does: one ``import torch`` less per attempt). In the
     runner itself only without ranks, when they fail, or across nodes once the ranks are gone
     (starting a new set would wait for the other nodes)."""
-    from .distributed import RanksFailed
+    from ..comm.ranks import RanksFailed
 
     if ranks is not None and (job.nodes == 1 or ranks.started) and deadline > time.monotonic():
         try:
@@ -225,7 +225,7 @@ def _torch_facts(job: Job, facts_dir: Path, deadline: float, ranks: Ranks | None
 
 
 def _fabric(job: Job, facts_dir: Path) -> list[dict[str, Any]]:
-    """This node's fabric checks (``payload.fabric_checks``: NICs, GPUDirect RDMA, NCCL's NIC use,
+    """This node's fabric checks (``payload.node.fabric_checks``: NICs, GPUDirect RDMA, NCCL's NIC use,
     RoCE GID, PXN, transport) for a GPU job across nodes, judged on the snapshot and the NCCL log of
     the cluster probe's cross-node communicator, against what was sold (``job.fabric``); none on one
     node or on CPU "nodes" (no fabric)."""

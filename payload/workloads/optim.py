@@ -1,4 +1,4 @@
-"""ZeRO-2 Muon + AdamW, in three timed phases (the plan is ``payload.param_groups``), as upstream nanochat.
+"""ZeRO-2 Muon + AdamW, in three timed phases (the plan is ``payload.workloads.param_groups``), as upstream nanochat.
 
 Phase 1 launches every gradient collective asynchronously, each in its parameter's own dtype
 (all-reduce AVG for small AdamW params, reduce-scatter AVG for the rest; Muon groups are stacked
