@@ -59,12 +59,13 @@ def job_fields(job: Any) -> dict[str, Any]:
 
 def node_fields(device: Any, precision: str, attention: str) -> dict[str, Any]:
     """What only the node knows: its GPU, its torch/CUDA/Triton/Python, the precision and attention chosen."""
+    from importlib import metadata
+
     import torch
 
-    try:
-        import triton
-        triton_version = str(triton.__version__)
-    except ImportError:
+    try:  # the installed distribution's version: the payload imports nothing beyond the stdlib and torch
+        triton_version: str | None = metadata.version("triton")
+    except metadata.PackageNotFoundError:
         triton_version = None
     return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton_version,

@@ -48,8 +48,11 @@ def _alive(pid: int) -> bool:
 
 
 def _profile_samples(workdir: Path) -> list[dict[str, Any]]:
-    lines = (workdir / "events.jsonl").read_text().splitlines() if (workdir / "events.jsonl").exists() else []
-    return [e for e in map(json.loads, lines) if e["kind"] == "sample" and e.get("phase") == "profile"]
+    """The profile samples written so far; a last line still being written (no newline yet) is left out."""
+    text = (workdir / "events.jsonl").read_text() if (workdir / "events.jsonl").exists() else ""
+    lines = text.splitlines(keepends=True)
+    complete = [line for line in lines if line.endswith("\n")]
+    return [e for e in map(json.loads, complete) if e["kind"] == "sample" and e.get("phase") == "profile"]
 
 
 def test_every_distributed_phase_runs_in_one_process_per_rank(tmp_path: Path) -> None:
