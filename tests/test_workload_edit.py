@@ -70,7 +70,7 @@ def test_the_ratio_still_reprices_the_same_measurement(home: Path, finished: Pat
 
 def test_an_unset_vocab_size_is_the_presets() -> None:
     from benchctl.campaign.spec import parse_campaign
-    from benchctl.cli.run import _workload
+    from benchctl.engine.same_measurement import workload as _workload
 
     text = TINY_CAMPAIGN.format(name="tiny", matrix=TWO_LOCAL_CELLS, steps=3, max_attempts=2)
     unset = parse_campaign(text.replace("vocab_size: 512, ", ""), "a.yaml")

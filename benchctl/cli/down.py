@@ -20,8 +20,7 @@ def down(state: CliState, name: str | None, all_campaigns: bool, yes: bool, fmt:
 
     --all lists the campaigns and asks before it stops them (the store may be shared); without a
     terminal to ask on it refuses (exit 2) unless --yes is given."""
-    from benchctl.campaign.spec import Campaign
-    from benchctl.cli.run import stored_campaign
+    from benchctl.engine.prepare import stored_campaign
     from benchctl.engine.providers import Providers
     from benchctl.engine.run_context import campaign_tag
     from benchctl.engine.teardown import down_campaign
@@ -42,7 +41,7 @@ def down(state: CliState, name: str | None, all_campaigns: bool, yes: bool, fmt:
     done: list[dict[str, object]] = []
     for row in rows:
         assert row.id is not None
-        campaign = stored_campaign(row, Campaign)
+        campaign = stored_campaign(row)
         providers = Providers(home(), campaign.spec.providers)
         report = down_campaign(engine, row.id, campaign_tag(row.name, row.uid),
                                {c.provider for c in campaign.cells}, providers, progress)

@@ -18,22 +18,17 @@ def plan(state: CliState, file: str, fmt: str) -> None:
     is priced from a public catalog when one lists it (``price_source`` catalog: not an offer; its
     source and date below the table), and one line says which credentials would make prices live.
     A provider not set up whose cells have no catalog price exits 2; one that did not answer, 1."""
-    from benchctl.campaign.memory_fit import refuse_unfit
     from benchctl.campaign.spec import load_campaign
-    from benchctl.engine.plan import COLUMNS, TERMINAL_PRIORITY, plan_campaign
-    from benchctl.engine.providers import Providers
-    from benchctl.home import home
+    from benchctl.engine.plan import COLUMNS, TERMINAL_PRIORITY
+    from benchctl.engine.prepare import RunOptions, prepare_run
     from benchctl.provisioners.catalog import credentials_line
     from benchctl.report.render import render, terminal_lines
     from benchctl.terminal_text import clean
 
     campaign = load_campaign(file)
-    refuse_unfit(campaign)
-    providers = Providers(home(), campaign.spec.providers)
-    try:
-        result = plan_campaign(campaign, providers)
-    finally:
-        providers.close()  # e.g. SkyPilot's local API server, when plan started it
+    prepared = prepare_run(campaign, RunOptions(renting=False))  # the checks run makes, without a store
+    prepared.providers.close()  # e.g. SkyPilot's local API server, when plan started it
+    result = prepared.plan
     if fmt == "json":
         click.echo(render([], [], "json", payload={"campaign": campaign.spec.name, "cells": result.rows,
                                                   "worst_case_usd": result.worst_case_usd,

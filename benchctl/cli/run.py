@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from benchctl.campaign.spec import Campaign
+    from benchctl.engine.plan import Plan
     from benchctl.store.models import Campaign as CampaignRow
 
 _run_options = [
@@ -46,71 +47,34 @@ def _with_run_options(fn: Callable[..., None]) -> Callable[..., None]:
 def run(state: CliState, file: str, concurrency: int, poll_interval: float, status_interval: float, yes: bool,
         confirm_above: float) -> None:
     """Run (or continue) the campaign in FILE; print its leaderboard."""
-    from benchctl.campaign.images import compile_warnings
-    from benchctl.campaign.memory_fit import refuse_unfit
     from benchctl.campaign.spec import load_campaign
-    from benchctl.engine.plan import refuse_multi_node
-    from benchctl.engine.providers import Providers
-    from benchctl.errors import UsageError
-    from benchctl.home import home
-    from benchctl.store import queries as q
+    from benchctl.engine.prepare import RunOptions, prepare_run, register
 
     campaign = load_campaign(file)
-    refuse_unfit(campaign)  # before any provider, database or node
-    for warning in compile_warnings(campaign, campaign.cells):
-        progress(f"warning: {warning}")
-    providers = Providers(home(), campaign.spec.providers)
-    providers.check(cell.provider for cell in campaign.cells)
-    refuse_multi_node(providers, campaign.cells)
-    providers.check_cells(campaign.cells, campaign.spec.defaults.image)
-    engine = state.engine()
-    previous = q.campaigns(engine, campaign.spec.name)
-    if previous and previous[0].kind == "imported":
-        raise UsageError(f"campaign {campaign.spec.name!r} holds imported results; give this campaign another name")
-    if previous:
-        _check_same_measurement(engine, previous[0], campaign)
-    _confirm_spend(engine, campaign, previous[0] if previous else None, providers, yes, confirm_above)
-    before = _results_before(engine, previous[0] if previous else None)
-    row = register_campaign(engine, campaign, file)
-    if previous:
-        _say_edits(engine, previous[0], campaign, before)
+    prepared = prepare_run(campaign, RunOptions(open_store=state.engine, say=progress))
+    _confirm_spend(prepared.plan, campaign.spec.name, yes, confirm_above)
+    row = register(prepared, file, progress)
     _execute(state, campaign, row, concurrency, poll_interval, status_interval)
 
 
 def register_campaign(engine: Engine, campaign: Campaign, file: str) -> CampaignRow:
-    """Store the campaign and its new cells (``run``'s first write); results follow the file's target."""
-    from benchctl.store import queries as q
+    """Store the campaign and its new cells, saying what was added (``engine.prepare.register_campaign``,
+    as tests and scripts set a campaign up without ``run``'s checks)."""
+    from benchctl.engine.prepare import register_campaign as store_campaign
 
-    campaign_id, added = q.upsert_campaign(
-        engine, campaign.spec.name, campaign.model_dump_json(), file, campaign.spec.budget_usd,
-        [q.NewCell(key=c.key, provider=c.provider, gpu=c.gpu or str(c.instance_type), count=c.world_size,
-                   market=c.market, config_json=c.model_dump_json()) for c in campaign.cells])
-    if added:
-        progress(f"campaign {campaign.spec.name}: {len(added)} new cell(s)")
-    _recompute_results(engine, campaign_id, campaign)
-    (row,) = q.campaigns(engine, campaign.spec.name)
-    return row
+    return store_campaign(engine, campaign, file, progress)
 
 
-def _confirm_spend(engine: Engine, campaign: Campaign, previous: CampaignRow | None, providers: Any, yes: bool,
-                   confirm_above: float) -> None:
+def _confirm_spend(result: Plan, name: str, yes: bool, confirm_above: float) -> None:
     """Print the spend of what is left to run (the figures ``plan`` prints); when the most that can
     be spent (the worst case, capped by the budget) is above ``confirm_above``, show the per-cell plan
-    and ask (or refuse without a terminal) unless ``--yes``. A provider that does not answer stops
-    the run: one line per provider, exit 1. Runs before anything is written."""
+    and ask (or refuse without a terminal) unless ``--yes``. Nothing is written before it."""
     import sys
 
-    from benchctl.engine.plan import compact_table, plan_campaign
+    from benchctl.engine.plan import compact_table
     from benchctl.errors import UsageError
-    from benchctl.store import queries as q
 
-    done, spent = set(), 0.0
-    if previous is not None and previous.id is not None:
-        done = {c.key for c in q.cells(engine, previous.id) if c.state == "done"}
-        spent = q.spent_usd(engine, previous.id)
-    result = plan_campaign(campaign, providers, [c for c in campaign.cells if c.key not in done], spent)
-    result.raise_problems()
-    line = f"campaign {campaign.spec.name}: {result.spend_line()}"
+    line = f"campaign {name}: {result.spend_line()}"
     if result.capped_usd <= confirm_above or yes:
         progress(line)
         return
@@ -125,99 +89,13 @@ def _confirm_spend(engine: Engine, campaign: Campaign, previous: CampaignRow | N
         raise UsageError("not run: nothing was launched")
 
 
-def _results_before(engine: Engine, previous: CampaignRow | None) -> dict[str, tuple[int, float]]:
-    from benchctl.cli.result_edits import results_by_key
-
-    return results_by_key(engine, previous.id) if previous is not None and previous.id is not None else {}
-
-
-def _say_edits(engine: Engine, previous: CampaignRow, campaign: Campaign, before: dict[str, tuple[int, float]]) -> None:
-    """Say what an edit of the file did to the stored results (``cli.result_edits``)."""
-    from benchctl.campaign.spec import Campaign as CampaignModel
-    from benchctl.cli.result_edits import price_edits, repriced, results_by_key
-
-    old = stored_campaign(previous, CampaignModel)
-    assert previous.id is not None
-    for line in [*price_edits(old, campaign, set(before)),
-                 *repriced(old, campaign, before, results_by_key(engine, previous.id))]:
-        progress(line)
-
-
-_WORKLOAD_TARGET = ("model", "total_batch_size", "vocab_size")
-"""The target fields that change what a step computes (the model's size, the tokens per step). The
-rest of ``target`` (``target_param_data_ratio``) only multiplies a measured step time."""
-
-
-def _check_same_measurement(engine: Engine, row: CampaignRow, campaign: Campaign) -> None:
-    """Refuse to continue a measured campaign whose workload changed (the payload section, or a
-    target field in ``_WORKLOAD_TARGET``): its stored step times would be priced as another
-    workload's. One line names the first change, old → new, and the way out."""
-    from benchctl.campaign.spec import Campaign as CampaignModel
-    from benchctl.errors import UsageError
-    from benchctl.store import queries as q
-
-    old = stored_campaign(row, CampaignModel)
-    if not any(q.attempts(engine, c.id or 0) for c in q.cells(engine, row.id or 0)):
-        return
-    changes = _changes(_workload(old), _workload(campaign), "target")
-    what = "workload"
-    if not changes:
-        changes, what = _changes(old.spec.payload.model_dump(), campaign.spec.payload.model_dump(), "payload"), \
-            "payload section"
-    if changes:
-        path, before, after = changes[0]
-        raise UsageError(f"campaign {row.name!r} was measured with a different {what}: {path} {before} → {after}; "
-                         "its stored step times would be priced as another workload's. Give the campaign a new "
-                         f"name to measure the new one, or restore {path}: {before} (only "
-                         "target.target_param_data_ratio and prices may change on a measured campaign)")
-
-
-def _workload(campaign: Campaign) -> dict[str, Any]:
-    """The ``_WORKLOAD_TARGET`` fields as the payload runs them (an unset vocab_size is the preset's)."""
-    from benchctl.campaign.spec import Target
-    from benchctl.payload.workloads.presets import model_dims
-
-    if not isinstance(campaign.spec.target, Target):  # steps or tokens: a command's own workload, priced only
-        return {}
-    target = campaign.spec.target.model_dump()
-    return {key: target[key] for key in _WORKLOAD_TARGET} | {
-        "vocab_size": model_dims(campaign.spec.target.model, campaign.spec.target.vocab_size).vocab_size}
-
-
-def _changes(old: Any, new: Any, path: str) -> list[tuple[str, str, str]]:
-    """(dotted path, old, new) of every leaf that differs between two dumped models."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [change for key in (*old, *(k for k in new if k not in old))
-                for change in _changes(old.get(key), new.get(key), f"{path}.{key}")]
-    return [] if old == new else [(path, _shown(old), _shown(new))]
-
-
-def _shown(value: Any) -> str:
-    """``value`` on one short line (a command may span lines)."""
-    text = "(unset)" if value is None else " ".join(str(value).split())
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _recompute_results(engine: Engine, campaign_id: int, campaign: Campaign) -> None:
-    """Results of done cells follow the file's target (the steps a cost is multiplied by)."""
-    from benchctl.results.cell_result import save_cell_result
-    from benchctl.results.evidence_rules import NO_RESULT
-    from benchctl.store import queries as q
-
-    for cell in q.cells(engine, campaign_id):
-        if cell.state == "done" and cell.id is not None:
-            why = save_cell_result(engine, cell.id, campaign.spec)
-            if why != cell.reason and (why or (cell.reason or "").startswith(NO_RESULT)):
-                q.set_cell_state(engine, cell.id, "done", why)
-
-
 @click.command()
 @click.argument("name", required=False)
 @_with_run_options
 @pass_state
 def resume(state: CliState, name: str | None, concurrency: int, poll_interval: float, status_interval: float) -> None:
     """Continue every unfinished cell (of campaign NAME, or of every campaign)."""
-    from benchctl.campaign.spec import Campaign
+    from benchctl.engine.prepare import stored_campaign
     from benchctl.errors import BenchctlError, CampaignNotFound
     from benchctl.store import queries as q
 
@@ -236,27 +114,13 @@ def resume(state: CliState, name: str | None, concurrency: int, poll_interval: f
     failures = []
     for row in unfinished:
         try:
-            _execute(state, stored_campaign(row, Campaign), row, concurrency, poll_interval, status_interval)
+            _execute(state, stored_campaign(row), row, concurrency, poll_interval, status_interval)
         except BenchctlError as exc:  # go on: the other campaigns' nodes need reconciling too
             if exc.exit_code == 130:
                 raise
             failures.append(str(exc))
     if failures:
         raise BenchctlError("\n".join(failures))
-
-
-def stored_campaign(row: CampaignRow, model: Any) -> Campaign:
-    from pydantic import ValidationError
-
-    from benchctl.errors import UsageError
-
-    try:
-        campaign: Campaign = model.model_validate_json(row.spec_json)
-    except ValidationError as exc:
-        raise UsageError(f"the stored definition of campaign {row.name!r} cannot be read by this benchctl "
-                         f"({exc.error_count()} problems): run it again from its file with `benchctl run FILE`"
-                         ) from None
-    return campaign
 
 
 @contextmanager

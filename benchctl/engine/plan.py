@@ -8,8 +8,8 @@ step time and cost-to-train (``predicted_cost``, ranked by ``predicted_rank``); 
 memory estimate per GPU and the card's memory (``benchctl.campaign.memory_fit``). A cell without a price
 (no offer now, its provider unusable or unreachable) has an unknown worst case (None), never 0,
 and so has the matrix then. A cell of ``nodes`` > 1 is priced as its nodes together (each $/hr ×
-nodes) on a provider that can rent them as one unit; on one that cannot, ``refuse_multi_node``
-stops the plan (and ``run``) with one line (exit 2). A provider
+nodes) on a provider that can rent them as one unit (one that cannot was refused before:
+``engine.prepare``, which checks the cells and providers and calls the plan). A provider
 that cannot be used (no SDK, no credentials) is asked nothing: its cells say what it needs
 (``unavailable``). A provider whose offers fail is asked once (``failed``): one line per provider.
 When no provider answered at all there is no plan: ``NoProviderAnswered``.
@@ -24,6 +24,7 @@ place later columns (predicted cost) read the price from.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from benchctl.campaign.memory_fit import cell_fit
 from benchctl.campaign.spec import Campaign, CellSpec, Target
 from benchctl.engine.attempt_limits import attempt_worst_case_s
 from benchctl.engine.providers import Providers, offer_request
-from benchctl.errors import BenchctlError, ProviderUnavailable, UsageError
+from benchctl.errors import BenchctlError, ProviderUnavailable
 from benchctl.provisioners.base import ProviderError
 from benchctl.provisioners.catalog import catalog_price
 
@@ -119,43 +120,15 @@ class Plan:
             raise BenchctlError("\n".join(lines))
 
 
-def _usable(providers: Providers, cells: list[CellSpec], image: str | None) -> dict[str, str]:
-    """Provider → what it needs, for those that cannot be built; the others' cells are checked
-    (a multi-node cell its provider cannot rent, a refused shape or access stops here, before any
-    API is asked: ``refuse_multi_node``, ``Providers.check_cells``)."""
-    unavailable: dict[str, str] = {}
-    for name in sorted({cell.provider for cell in cells}):
-        try:
-            providers.get(name)
-        except ProviderUnavailable as exc:
-            unavailable[name] = str(exc)
-    usable = [c for c in cells if c.provider not in unavailable]
-    refuse_multi_node(providers, usable)
-    providers.check_cells(usable, image, renting=False)  # run asked them all before (cli/run.py)
-    return unavailable
-
-
-def refuse_multi_node(providers: Providers, cells: list[CellSpec]) -> None:
-    """UsageError (one line, exit 2) when a cell asks for ``nodes`` > 1 on a provider that cannot
-    rent them as one unit (``Provider.multi_node_refusal``); ``plan`` and ``run`` both ask."""
-    refused = []
-    for cell in (c for c in cells if c.nodes > 1):
-        why = providers.get(cell.provider).multi_node_refusal
-        if why is not None:
-            refused.append(f"{cell.key}: nodes: {cell.nodes} on {cell.provider} cannot be planned or run: {why}; "
-                           "use nodes: 1")
-    if refused:
-        more = f" (and {len(refused) - 1} more cell(s) like it)" if len(refused) > 1 else ""
-        raise UsageError(refused[0] + more)
-
-
 def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec] | None = None,
-                  spent_usd: float = 0.0) -> Plan:
-    """Plan ``cells`` (default: all the campaign's); ``spent_usd`` counts toward the worst case."""
+                  spent_usd: float = 0.0, unavailable: Mapping[str, str] | None = None) -> Plan:
+    """Plan ``cells`` (default: all the campaign's); ``spent_usd`` counts toward the worst case.
+    ``unavailable``: provider → what it needs, for those the caller's checks found unusable (their
+    cells are not asked; ``engine.prepare.check_providers``, which every other cell passed)."""
     cells = campaign.cells if cells is None else cells
+    unavailable = dict(unavailable or {})
     hours = attempt_worst_case_s(campaign.spec) / 3600.0
     image = campaign.spec.defaults.image
-    unavailable = _usable(providers, cells, image)
     rows, warnings = [], []
     failed: dict[str, str] = {}
     answered: set[str] = set()

@@ -62,24 +62,12 @@ class Providers:
                 raise
             raise ProviderUnavailable(str(exc)) from None
 
-    def check(self, names: Iterable[str]) -> None:
-        """Raise before anything is written when a campaign names a provider that cannot run: one
-        line for every such provider (a missing SDK, missing credentials)."""
-        problems = []
-        for name in sorted(set(names)):
-            try:
-                self.get(name)
-            except ProviderUnavailable as exc:
-                problems.append(str(exc))
-        if problems:
-            raise ProviderUnavailable("\n".join(problems))
-
     def check_cells(self, cells: Iterable[CellSpec], image: str | None = None, renting: bool = True) -> None:
         """Raise before anything is written when a provider refuses a cell's shape (checked offline,
         e.g. SkyPilot's schema: one line per such cell), or, once every shape passed, when its
         credentials cannot serve the cells (one line per provider, e.g. a cloud SkyPilot has not
         enabled). Not ``renting`` (``plan``): a provider with ``access_unverified`` is not asked.
-        Call after ``check``."""
+        Call once each cell's provider is built (``engine.prepare.check_providers``)."""
         problems = []
         by_provider: dict[str, list[OfferRequest]] = {}
         for cell in cells:

@@ -3,7 +3,7 @@
 Two edits may change a finished campaign's numbers without a new measurement: the target ratio
 (re-prices every done cell: its target steps change) and a cell's ``price_usd_per_hour`` (a done
 cell keeps the price its attempts ran at: that is the price its cost was measured with). Workload
-edits are refused elsewhere (``cli.run._check_same_measurement``).
+edits are refused elsewhere (``engine.same_measurement``).
 """
 
 from __future__ import annotations
