@@ -40,8 +40,8 @@ from benchctl.provisioners.catalog import catalog_price
 COLUMNS = ("cell", "provider", "nodes", "market", "offer", "host", "vcpus", "hourly_usd", "price_source",
            "predicted_step_ms", "predicted_cost_usd", "predicted_rank", "expected_usd", "worst_case_usd", "mem_est_gib",
            "gpu_mem_gib", "warning")
-TERMINAL_PRIORITY = ("cell", "hourly_usd", "worst_case_usd", "warning", "predicted_cost_usd", "price_source",
-                     "predicted_step_ms", "predicted_rank", "expected_usd", "offer", "vcpus", "mem_est_gib",
+TERMINAL_PRIORITY = ("cell", "hourly_usd", "predicted_cost_usd", "worst_case_usd", "warning", "predicted_rank",
+                     "price_source", "predicted_step_ms", "expected_usd", "offer", "vcpus", "mem_est_gib",
                      "gpu_mem_gib", "nodes", "host", "provider", "market")
 """Most wanted first: the columns a terminal shows when not all fit (the cell key names provider
 and market)."""
