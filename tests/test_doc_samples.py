@@ -6,14 +6,13 @@ committed block. A change of output format fails here until the docs are regener
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests import terminal
 from tests.conftest import REPO, TINY_CAMPAIGN, TWO_LOCAL_CELLS, run_once
 from tests.local_campaign import REPORT_CAMPAIGN
 
@@ -21,12 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("doc_samples", REPO / "scripts" / "doc_samples.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("doc_samples", module)
-    spec.loader.exec_module(module)
-    return module
+    return terminal.doc_samples()
 
 
 samples = _script()

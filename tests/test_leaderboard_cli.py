@@ -5,21 +5,15 @@ nothing."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import re
-import struct
-import subprocess
-import sys
-import termios
 from pathlib import Path
 
 import pytest
 
 from benchctl.results.leaderboard import NARROW_COLUMNS, TABLE_COLUMNS
-from tests.conftest import REPO, cli_here
+from tests import terminal
+from tests.conftest import cli_here
 
 D26 = "{model: nanochat-d26, target_param_data_ratio: 8.5, total_batch_size: 524288}"
 D2 = "{model: nanochat-d2, target_param_data_ratio: 8.5, total_batch_size: 4096}"
@@ -155,25 +149,9 @@ def test_filters_ignore_case_and_say_when_they_match_nothing(store: Path) -> Non
 
 def in_terminal(home: Path, width: int, *args: str) -> str:
     """``benchctl leaderboard ARGS`` on a pseudo-terminal ``width`` columns wide, escape sequences removed."""
-    controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
-    env = {**os.environ, "BENCHCTL_HOME": str(home), "COLUMNS": str(width), "TERM": "xterm-256color"}
-    env.pop("BENCHCTL_DB", None)
-    process = subprocess.Popen([sys.executable, "-m", "benchctl", "leaderboard", *args], stdin=terminal,
-                               stdout=terminal, stderr=terminal, env=env, cwd=REPO, close_fds=True)
-    os.close(terminal)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the terminal closed: the process is gone
-            break
-        if not chunk:
-            break
-        out += chunk
-    assert process.wait(timeout=60) == 0
-    os.close(controller)
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode()).replace("\r\n", "\n")
+    text, code = terminal.on_terminal(home, width, "leaderboard", *args, stderr=True)
+    assert code == 0, text
+    return text
 
 
 @pytest.mark.parametrize("width", [80, 100])

@@ -6,22 +6,16 @@ output keeps its stable one-line-per-row form; CSV carries no float noise and no
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
-import os
-import pty
 import re
-import struct
-import subprocess
-import sys
-import termios
 from pathlib import Path
 
 import pytest
 
 from benchctl.report.render import render
-from tests.conftest import REPO, run_cli, run_once
+from tests import terminal
+from tests.conftest import run_cli, run_once
 from tests.local_campaign import REPORT_CAMPAIGN
 
 COMMANDS = (("plan", "{file}"), ("leaderboard",), ("status",), ("logs", "local:cpux2:on-demand"),
@@ -40,27 +34,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def on_terminal(home: Path, width: int, *args: str) -> str:
     """``benchctl ARGS`` on a pseudo-terminal ``width`` columns wide (stdout only), escapes removed."""
-    controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
-    env = {**os.environ, "BENCHCTL_HOME": str(home), "COLUMNS": str(width), "TERM": "xterm-256color",
-           "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-aws"), "AWS_CONFIG_FILE": str(home / "no-aws")}
-    for name in ("BENCHCTL_DB", "RUNPOD_API_KEY", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        env.pop(name, None)
-    process = subprocess.Popen([sys.executable, "-m", "benchctl", *args], stdin=terminal, stdout=terminal,
-                               stderr=subprocess.DEVNULL, env=env, cwd=REPO, close_fds=True)
-    os.close(terminal)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the terminal closed: the process is gone
-            break
-        if not chunk:
-            break
-        out += chunk
-    process.wait(timeout=120)
-    os.close(controller)
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode()).replace("\r\n", "\n")
+    return terminal.on_terminal(home, width, *args)[0]
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
