@@ -196,18 +196,22 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
 def predicted_cost(campaign: Campaign, cell: CellSpec, hourly_usd: float | None) -> dict[str, Any]:
     """``predicted_step_ms`` (``benchctl predict``'s model, published defaults: the profile's model,
     tokens per step and sequence length, bf16, the cell's GPU and count) and ``predicted_cost_usd``
-    (that step × the target's steps at ``hourly_usd``); None where the cell names no GPU model or
-    count (an instance type) or has no price."""
+    (that step × the target's steps at ``hourly_usd``); an AWS instance type by the GPUs of its
+    table; None where the cell names no GPU model or count or has no price."""
     from benchctl.payload.node.gpu_models import BF16_PEAK_FLOPS
     from benchctl.predict.service import predict_for
+    from benchctl.provisioners.aws.instances import INSTANCES as AWS_INSTANCES
 
     none: dict[str, Any] = {"predicted_step_ms": None, "predicted_cost_usd": None, "predicted_rank": None}
-    if cell.gpu not in BF16_PEAK_FLOPS or cell.count is None:
+    gpu, count = cell.gpu, cell.count
+    if gpu is None and cell.instance_type in AWS_INSTANCES:  # an instance type: the GPUs its table names
+        gpu, count = AWS_INSTANCES[cell.instance_type].gpu, AWS_INSTANCES[cell.instance_type].count
+    if gpu not in BF16_PEAK_FLOPS or count is None:
         return none
     if not isinstance(campaign.spec.target, Target):  # a command's own workload: no model of it to predict
         return none
     spec, target = campaign.spec, campaign.spec.target
-    step_ms = predict_for(None, cell.gpu, cell.count, cell.nodes, "bf16", model=target.model,
+    step_ms = predict_for(None, gpu, count, cell.nodes, "bf16", model=target.model,
                           tokens_per_step=target.total_batch_size,
                           sequence_len=spec.payload.profile.sequence_len).mid.step_ms
     steps = target.train_steps()

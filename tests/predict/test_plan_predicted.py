@@ -31,3 +31,14 @@ def test_rank_predicted_orders_by_predicted_cost_and_skips_unpriced_rows() -> No
         row["predicted_rank"] = None
     rank_predicted(rows)
     assert [r["predicted_rank"] for r in rows] == [2, None, 1]
+
+
+def test_an_aws_instance_type_cell_is_predicted_from_the_gpus_of_its_type() -> None:
+    """The shipped matrix's `instance_type: p5.48xlarge` cell names no GPU: its table does (8× H100 SXM)."""
+    campaign = load_campaign(str(REPO / "campaigns" / "h100-matrix.yaml"))
+    (p5,) = [c for c in campaign.cells if c.instance_type == "p5.48xlarge"]
+    assert p5.gpu is None
+    sxm = next(c for c in campaign.cells if c.key == "runpod:H100_SXMx8:on-demand")
+    assert predicted_cost(campaign, p5, 55.04)["predicted_step_ms"] == predicted_cost(campaign, sxm, 1.0)[
+        "predicted_step_ms"]
+    assert predicted_cost(campaign, p5, 55.04)["predicted_cost_usd"] is not None
