@@ -12,7 +12,8 @@ Then runs each command as a subprocess (start-up included) and prints its wall t
 - `leaderboard` (table, piped: every row), `leaderboard --format json`, `leaderboard --top 30`
 - `report bench --out DIR` (the page's size too)
 - `import` of the campaign's `leaderboard --format json` export (its rows with a result, 3,500 per
-  file: a records file holds 4 MiB at most) into a fresh store.
+  file: a records file holds 4 MiB at most) into a fresh store, and into one already at the newest
+  schema (what a second import finds: no migrations).
 
 ``--tree DIR`` runs the commands from another checkout of the repository (e.g. an older commit
 unpacked with ``git archive``), to compare before and after on the same machine.
@@ -34,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.synthetic_campaign import fill  # noqa: E402
 
+MIGRATE_CODE = "import sys; from benchctl.store.database import open_store; open_store(sys.argv[1])"
 COLUMNS_CODE = "import json; from benchctl.results.leaderboard import COLUMNS; print(json.dumps(COLUMNS))"
 
 
@@ -120,14 +122,18 @@ def main() -> None:
                 path = work / f"records-{k // per}.json"
                 path.write_text(json.dumps(rows[k:k + per]))
                 files.append(str(path))
-            target = work / "target"
-            target.mkdir(mode=0o700)
-            got = measured([python, "-m", "benchctl", "import", *files, "--campaign", "bench"],
-                           {**env, "BENCHCTL_HOME": str(target)}, tree, args.timeout)
-            got["records"] = len(rows)
-            results.append((f"import ({len(rows):,} records, {len(files)} files)", got))
-            print(json.dumps({"command": "import", **{k: round(v, 3) if isinstance(v, float) else v
-                                                      for k, v in got.items()}}), flush=True)
+            for store in ("fresh", "current"):  # a new store (migrated by the import), one already at the newest schema
+                target = work / f"target-{store}"
+                target.mkdir(mode=0o700)
+                if store == "current":
+                    subprocess.run([python, "-c", MIGRATE_CODE, f"sqlite:///{target / 'benchctl.db'}"], env=env,
+                                   cwd=tree, check=True)
+                got = measured([python, "-m", "benchctl", "import", *files, "--campaign", "bench"],
+                               {**env, "BENCHCTL_HOME": str(target)}, tree, args.timeout)
+                got["records"] = len(rows)
+                results.append((f"import ({len(rows):,} records, {len(files)} files, {store} store)", got))
+                print(json.dumps({"command": f"import ({store} store)", **{
+                    k: round(v, 3) if isinstance(v, float) else v for k, v in got.items()}}), flush=True)
         print(_table(results, args.cells))
 
 

@@ -33,6 +33,13 @@ from pydantic import (
 )
 
 from benchctl.campaign.cell_key import CellKey
+from benchctl.campaign.target import (  # re-exported: benchctl import loads only campaign/target.py
+    MAX_NODES,
+    MAX_TARGET_STEPS,
+    Target,
+    _Strict,
+    check_campaign_name,
+)
 from benchctl.campaign.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, line_of, load_yaml, read_capped
 from benchctl.errors import SpecError
 from benchctl.payload.comm.collective_math import parse_bytes
@@ -42,7 +49,6 @@ from benchctl.payload.node.fabric_checks import FabricExpect
 from benchctl.payload.node.gpu_models import canonical as canonical_gpu
 from benchctl.payload.node.gpu_models import unknown_model
 from benchctl.payload.node.thresholds import resolve as resolve_thresholds
-from benchctl.payload.workloads.presets import UnknownPreset, model_dims, target_steps
 from benchctl.provisioners.aws.instances import INSTANCES as AWS_INSTANCES
 from benchctl.provisioners.aws.instances import UnknownInstance
 from benchctl.provisioners.aws.instances import resolve as resolve_aws_instance
@@ -56,23 +62,10 @@ PRICED_BY_USER = tuple(name for name, entry in PROVIDERS.items() if entry.priced
 """Providers whose price the cell states (nobody bills it). ``ssh`` nodes state theirs in
 ``providers.ssh.nodes``; the others bill their own."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-CAMPAIGN_NAME_MAX = 100
 MAX_CELLS = 10_000
-MAX_TARGET_STEPS = 10**12
-MAX_NODES = 16
 MAX_ARTIFACT_GB = 1000
 """What one attempt may bring home at most (GB): a bound on a number that could only fail once the node
 was rented (``1e300`` overflowed the byte count); far above any profile's traces."""
-
-
-def check_campaign_name(name: str) -> str:
-    """``name`` when it can name a campaign (in the store, in artifact paths, on pages); else ValueError."""
-    if len(name) > CAMPAIGN_NAME_MAX or not _CAMPAIGN_NAME.fullmatch(name):
-        shown = name if len(name) <= 40 else name[:40] + "…"
-        raise ValueError(f"{shown!r} is not a campaign name: use letters, digits, '_', '.' and '-' (starting with a "
-                         f"letter or digit), at most {CAMPAIGN_NAME_MAX} characters")
-    return name
 
 
 def _no_nul(value: str, what: str) -> str:
@@ -110,41 +103,6 @@ def upload_problem(folder: Path, upload: str) -> str | None:
                 return (f"{os.path.join(root, entry)} is not a regular file (a FIFO, socket or device); upload "
                         "directories hold files and folders only: remove it")
     return None
-
-
-class _Strict(BaseModel):
-    """No unknown keys, no coercion between types (``count: "2"`` or ``count: true`` is an error),
-    no infinities or NaN."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-MAX_MODEL_DEPTH = 1000
-
-
-def _check_preset(name: str) -> str:
-    try:
-        depth = model_dims(name).depth
-    except UnknownPreset as exc:
-        raise ValueError(str(exc)) from None
-    if depth > MAX_MODEL_DEPTH:
-        raise ValueError(f"{name!r} is deeper than the deepest preset benchctl sizes (nanochat-d{MAX_MODEL_DEPTH})")
-    return name
-
-
-class Target(_Strict):
-    """What "cost-to-train" means: train ``model`` to ``target_param_data_ratio`` tokens per parameter."""
-
-    model: str
-    target_param_data_ratio: float = Field(gt=0, le=1e6)
-    total_batch_size: int = Field(gt=0, description="tokens per optimizer step")
-    vocab_size: int | None = Field(default=None, gt=0, le=2**31)
-
-    _model = field_validator("model")(_check_preset)
-
-    def train_steps(self) -> int:
-        """Target optimizer steps: floor(ratio × scaling params / tokens per step)."""
-        return target_steps(self.model, self.target_param_data_ratio, self.total_batch_size, self.vocab_size)
 
 
 class WorkloadTarget(_Strict):

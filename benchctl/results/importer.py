@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from benchctl.campaign.spec import check_campaign_name
+from benchctl.campaign.target import check_campaign_name
 from benchctl.errors import SpecError, UsageError
 from benchctl.results.cell_evidence import largest_allreduce
 from benchctl.results.collective_names import Names

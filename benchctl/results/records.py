@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchctl.campaign.cell_key import CellKey
-from benchctl.campaign.spec import MAX_NODES, MAX_TARGET_STEPS, Target, check_campaign_name
+from benchctl.campaign.target import MAX_NODES, MAX_TARGET_STEPS, Target, check_campaign_name
 from benchctl.campaign.yaml_source import INT_MAX, Limits, Path_, format_path, line_of, load_yaml, read_capped
 from benchctl.errors import SpecError
 from benchctl.results.cost import cost_to_train, steps_for
