@@ -241,3 +241,66 @@ def test_import_builds_no_orm_object_per_record(tmp_path: Path) -> None:
             stored = conn.execute(sa.text("select count(*), min(step_time_ms) from result")).one()
         assert tuple(stored) == (n, 650.0)
     assert counts[0] == counts[1], f"(ORM objects, statements) for 3 and 300 records: {counts}"
+
+
+def _ranked_store(tmp_path: Path, models: tuple[str, ...]) -> Path:
+    """The small synthetic campaign (rows without a result too) plus an imported one: several rank
+    groups (``models`` × two targets), costs that tie, and spot/on-demand twins of one configuration."""
+    home = _home(tmp_path, 20)
+    records = [{"provider": "runpod", "gpu": "H100", "count": 8, "market": ("spot", "on-demand")[i % 2],
+                "hourly_usd": 10.0 + i % 7, "step_time_ms": 100.0 + (i // 2) % 5,
+                "target_steps": (1000, 2000)[i % 3 == 0],
+                "model": models[i % len(models)], "cell": f"runpod:H100x8:{('spot', 'on-demand')[i % 2]}:n={i // 2}"}
+               for i in range(90)]
+    (tmp_path / "records.json").write_text(json.dumps(records))
+    done = cli_here("import", str(tmp_path / "records.json"), "--campaign", "imp", home=home)
+    assert done.returncode == 0, done.stderr
+    return home
+
+
+@pytest.mark.parametrize("models", [("nanochat-d2", "nanochat-d12", "nanochat-d4"), ("nanochat-d2", "Nanochat-D2")])
+def test_a_part_ranked_in_sql_is_the_whole_leaderboard_cut(tmp_path: Path, models: tuple[str, ...]) -> None:
+    """``ranked_part`` (what ``--top`` and a terminal's first rows show) gives the rows, ranks, order,
+    count of rows left out and rank groups of the whole leaderboard cut afterwards, and the rows read
+    by id carry both markets' costs as the whole does; models that differ only in case (rank groups
+    that interleave) too."""
+    from benchctl.results.leaderboard import Filters, leaderboard_rows, rank_group, ranked_part
+    from benchctl.store.database import open_store
+
+    engine = open_store(f"sqlite:///{_ranked_store(tmp_path, models) / 'benchctl.db'}")
+    whole = leaderboard_rows(engine)
+    assert any(r["cost_spot_usd"] is not None for r in whole) and any(r["rank"] is None for r in whole)
+    for top in (None, 1, 3, 40):
+        for limit in (None, 1, 7, 50, 500):
+            if top is None and limit is None:
+                continue
+            expected = [r for r in whole if top is None or (r["rank"] is not None and r["rank"] <= top)]
+            part = ranked_part(engine, Filters(), top, limit)
+            assert part.more == (max(0, len(expected) - limit) if limit is not None else 0), (top, limit)
+            assert part.groups == {rank_group(r) for r in expected if r["rank"] is not None}, (top, limit)
+            assert leaderboard_rows(engine, only=part.rows) == expected[:limit], (top, limit)
+
+
+def test_top_is_ranked_in_sql_and_pairs_markets_for_the_rows_shown(large: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``leaderboard --top 3`` of 400 cells: a window RANK in SQL, no ranking of every row in Python,
+    and a configuration key parsed for the rows shown and their twins only, not for every row."""
+    from benchctl.cli.leaderboard import print_leaderboard
+    from benchctl.results import leaderboard
+    from benchctl.store.database import open_store
+
+    engine = open_store(f"sqlite:///{large / 'benchctl.db'}")
+    parsed: list[str] = []
+    real = leaderboard.configuration_key
+
+    def counted(key: str) -> str:
+        parsed.append(key)
+        return real(key)
+
+    monkeypatch.setattr(leaderboard, "configuration_key", counted)
+    monkeypatch.setattr(leaderboard, "ranking", lambda *_: pytest.fail("every row ranked in Python"))
+    with statements() as sent:
+        print_leaderboard(engine, None, "json", top=3)
+    assert len(json.loads(capsys.readouterr().out)) == 3
+    assert any("rank() OVER (PARTITION BY" in s for s in sent), sent
+    assert len(parsed) <= 3 * 4, f"{len(parsed)} cell keys parsed for 3 rows shown"

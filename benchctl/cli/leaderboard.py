@@ -99,7 +99,7 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         filters_text,
         leaderboard_rows,
         rank_group,
-        ranking,
+        ranked_part,
         unmatched_filter,
     )
 
@@ -109,13 +109,11 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
     more = 0
     if top is None and limit is None:  # every row shown: read every row
         rows = leaderboard_rows(engine, filters=filters)
-        order = rows
-    else:  # a part shown: rank every row from a few columns, read the whole rows of that part only
-        order = ranking(engine, filters)
-        if top is not None:
-            order = [r for r in order if r["rank"] is not None and r["rank"] <= top]
-        more = max(0, len(order) - limit) if limit is not None else 0
-        rows = leaderboard_rows(engine, filters=filters, only=order[:limit] if more else order)
+        groups = {rank_group(r) for r in rows if r["rank"] is not None}
+    else:  # a part shown: ranked in SQL as far as it can be, the whole rows of that part only read
+        part = ranked_part(engine, filters, top, limit)
+        more, groups = part.more, part.groups
+        rows = leaderboard_rows(engine, filters=filters, only=part.rows)
     if not rows:
         miss = unmatched_filter(engine, filters)
         if miss:
@@ -128,7 +126,6 @@ def print_leaderboard(engine: Engine, filters: Filters | str | None, fmt: str,
         given = filters_text(filters)
         click.echo(f"no results match {given}" if given else "no results yet: run a campaign with `benchctl run FILE`")
     else:
-        groups = {rank_group(r) for r in order if r["rank"] is not None}
         several = {m for m, _, _ in groups if m is not None and len({g[1] for g in groups if g[0] == m}) > 1}
         mixed = {m for m, _, _ in groups if m is not None and len({g[2] for g in groups if g[0] == m}) > 1}
         title = "cost-to-train, ranked within each model, target and precision"

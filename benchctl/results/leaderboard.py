@@ -85,7 +85,13 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
               .select_from(cell).join(result, result.c.cell_id == cell.c.id))
     with engine.connect() as conn:
         records = conn.execute(query).all()
-        listed = conn.execute(prices).all()
+        shown = {configuration_key(record[2]) for record in records} if only is not None else None  # _query's
+        listed: Sequence[Any]
+        if shown is not None and len(shown) <= MAX_PRICED_CONFIGS:  # the prices of the shown configurations only
+            near = prices.where(sa.or_(*(_may_be_configuration(cell.c.key, c) for c in sorted(shown))))
+            listed = [price for price in conn.execute(near) if configuration_key(price[0]) in shown]
+        else:
+            listed = conn.execute(prices).all()
     unflagged = query.with_only_columns(cell.c.id).where(sa.or_(result.c.cell_id.is_(None),
                                                                 result.c.flags_json.is_(None)))
     evidence = flag_evidence(engine, unflagged) if any(record.flags_json is None for record in records) else None
@@ -112,10 +118,75 @@ def ranking(engine: Engine, filters: Filters) -> list[dict[str, Any]]:
     query = _query(filters).with_only_columns(cell.c.id, result.c.model, result.c.target_steps,
                                               result.c.cost_to_train_usd, camp.c.name, cell.c.key, result.c.precision)
     with engine.connect() as conn:
-        rows = [{"cell_id": i, "model": model, "target_steps": steps, "cost_to_train_usd": cost, "campaign": name,
-                 "cell": key, "precision": precision, "rank": None}
-                for i, model, steps, cost, name, key, precision in conn.execute(query)]
+        rows = [_rank_row(record) for record in conn.execute(query)]
     return _ranked(rows)
+
+
+@dataclass(frozen=True)
+class Part:
+    """What a command that shows a part of the leaderboard shows: ``rows`` (``ranking``'s rows, in
+    rank order), ``more`` (the rows of the part not shown: past ``limit``) and ``groups`` (every rank
+    group of the filtered rows with a cost: the title names them)."""
+
+    rows: list[dict[str, Any]]
+    more: int
+    groups: set[tuple[str | None, int | None, str | None]]
+
+
+def ranked_part(engine: Engine, filters: Filters, top: int | None, limit: int | None) -> Part:
+    """``ranking(engine, filters)`` less the rows of a rank above ``top``, cut to ``limit`` rows, as
+    ``Part``: the same rows and ranks, read without every row. SQL counts the rank groups and
+    fetches, per group, the rows whose cost is among its ``top`` (else ``limit``) cheapest (``RANK``
+    over the cost, ties kept: a prefix of the group's order); Python orders and ranks those as
+    ``_ranked`` does. Rows without a cost are read only when the costed rows do not fill ``limit``.
+    Where two groups share a place in the order (models that differ only in case, say), every row
+    is ranked (``ranking``)."""
+    cell, result, camp = _table(Cell), _table(Result), _table(Campaign)
+    query = _query(filters)
+    costed = query.where(result.c.cost_to_train_usd.is_not(None))
+    group_columns = (result.c.model, result.c.target_steps, result.c.precision)
+    with engine.connect() as conn:
+        sizes = {(m, t, p): n for m, t, p, n in conn.execute(
+            costed.with_only_columns(*group_columns, sa.func.count()).group_by(*group_columns))}
+        total = conn.execute(query.with_only_columns(sa.func.count())).scalar() or 0
+    places = {_group_place(group) for group in sizes}
+    if len(places) < len(sizes):  # two groups interleave in the order: rank every row as ranking() does
+        order = ranking(engine, filters)
+        if top is not None:
+            order = [r for r in order if r["rank"] is not None and r["rank"] <= top]
+        more = max(0, len(order) - limit) if limit is not None else 0
+        return Part(order[:limit] if more else order, more, {rank_group(r) for r in order if r["rank"] is not None})
+    wanted = top if top is not None else limit
+    if wanted is None:
+        raise ValueError("ranked_part needs top or limit")
+    count = sum(min(top, size) for size in sizes.values()) if top is not None else total
+    place = sa.func.rank().over(partition_by=group_columns, order_by=result.c.cost_to_train_usd).label("place")
+    columns = (cell.c.id, result.c.model, result.c.target_steps, result.c.cost_to_train_usd, camp.c.name, cell.c.key,
+               result.c.precision)
+    cheapest = costed.with_only_columns(*columns, place).subquery()
+    with engine.connect() as conn:
+        rows = _ranked([_rank_row(record) for record in conn.execute(
+            sa.select(*(cheapest.c[c.name] for c in columns)).where(cheapest.c.place <= wanted))])
+    rows = [row for row in rows if row["rank"] <= wanted]
+    if top is None and limit is not None and len(rows) < limit:  # the costed rows do not fill the view
+        with engine.connect() as conn:
+            uncosted = [_rank_row(record) for record in conn.execute(
+                query.where(result.c.cost_to_train_usd.is_(None)).with_only_columns(*columns))]
+        rows += sorted(uncosted, key=_rank_order)
+    more = max(0, count - limit) if limit is not None else 0
+    return Part(rows[:limit] if limit is not None else rows, more, set(sizes))
+
+
+def _rank_row(record: Any) -> dict[str, Any]:
+    i, model, steps, cost, name, key, precision = record
+    return {"cell_id": i, "model": model, "target_steps": steps, "cost_to_train_usd": cost, "campaign": name,
+            "cell": key, "precision": precision, "rank": None}
+
+
+def _group_place(group: tuple[str | None, int | None, str | None]) -> tuple[Any, ...]:
+    """Where ``_rank_order`` puts a rank group's rows (rows of groups with one place interleave)."""
+    model, steps, precision = group
+    return _natural(model), steps or 0, precision or ""
 
 
 def _ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -254,6 +325,26 @@ def _flags(flags_json: str) -> tuple[str, ...]:
 def configuration_key(cell_key: str) -> str:
     """The cell key without its market (``provider:shape:market:...``): what spot and on-demand share."""
     return CellKey.parse(cell_key).without_market()
+
+
+MAX_PRICED_CONFIGS = 200
+"""``leaderboard_rows(only=…)`` reads the prices of the shown rows' configurations (one OR each:
+SQLite parses expressions at most 1,000 deep) up to this many of them, more by reading every price."""
+
+
+def _may_be_configuration(key: Any, config: str) -> Any:
+    """An SQL condition on a cell ``key`` column that holds for every key of ``config`` (its
+    ``configuration_key``; and for a few more, which the caller drops): the key itself (one of two
+    parts or fewer), or ``provider:shape:<any market>[:the rest]``."""
+    parts = config.split(":")
+    if len(parts) < 2:
+        return key == config
+    prefix, suffix = f"{parts[0]}:{parts[1]}:", "".join(f":{p}" for p in parts[2:])
+    length = sa.func.length(key)
+    other = sa.and_(length >= len(prefix) + len(suffix), sa.func.substr(key, 1, len(prefix)) == prefix)
+    if suffix:
+        other = sa.and_(other, sa.func.substr(key, length - len(suffix) + 1, len(suffix)) == suffix)
+    return sa.or_(key == config, other)
 
 
 def _add_both_markets(rows: list[dict[str, Any]], listed: Sequence[Any]) -> None:
