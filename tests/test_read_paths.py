@@ -258,14 +258,19 @@ def _ranked_store(tmp_path: Path, models: tuple[str, ...]) -> Path:
     return home
 
 
+@pytest.mark.parametrize("one_by_one", [8, 0])
 @pytest.mark.parametrize("models", [("nanochat-d2", "nanochat-d12", "nanochat-d4"), ("nanochat-d2", "Nanochat-D2")])
-def test_a_part_ranked_in_sql_is_the_whole_leaderboard_cut(tmp_path: Path, models: tuple[str, ...]) -> None:
+def test_a_part_ranked_in_sql_is_the_whole_leaderboard_cut(tmp_path: Path, models: tuple[str, ...], one_by_one: int,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """``ranked_part`` (what ``--top`` and a terminal's first rows show) gives the rows, ranks, order,
     count of rows left out and rank groups of the whole leaderboard cut afterwards, and the rows read
     by id carry both markets' costs as the whole does; models that differ only in case (rank groups
-    that interleave) too."""
+    that interleave) too; groups read one by one (a sort kept to N rows) or all at once (a window RANK)."""
+    from benchctl.results import leaderboard
     from benchctl.results.leaderboard import Filters, leaderboard_rows, rank_group, ranked_part
     from benchctl.store.database import open_store
+
+    monkeypatch.setattr(leaderboard, "GROUPS_ONE_BY_ONE", one_by_one)
 
     engine = open_store(f"sqlite:///{_ranked_store(tmp_path, models) / 'benchctl.db'}")
     whole = leaderboard_rows(engine)
@@ -283,7 +288,7 @@ def test_a_part_ranked_in_sql_is_the_whole_leaderboard_cut(tmp_path: Path, model
 
 def test_top_is_ranked_in_sql_and_pairs_markets_for_the_rows_shown(large: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """``leaderboard --top 3`` of 400 cells: a window RANK in SQL, no ranking of every row in Python,
+    """``leaderboard --top 3`` of 400 cells: the cheapest by ORDER BY … LIMIT in SQL, no ranking of every row in Python,
     and a configuration key parsed for the rows shown and their twins only, not for every row."""
     from benchctl.cli.leaderboard import print_leaderboard
     from benchctl.results import leaderboard
@@ -302,5 +307,5 @@ def test_top_is_ranked_in_sql_and_pairs_markets_for_the_rows_shown(large: Path, 
     with statements() as sent:
         print_leaderboard(engine, None, "json", top=3)
     assert len(json.loads(capsys.readouterr().out)) == 3
-    assert any("rank() OVER (PARTITION BY" in s for s in sent), sent
+    assert any("ORDER BY result.cost_to_train_usd" in s and "LIMIT" in s for s in sent), sent
     assert len(parsed) <= 3 * 4, f"{len(parsed)} cell keys parsed for 3 rows shown"

@@ -88,7 +88,8 @@ def leaderboard_rows(engine: Engine, campaign: str | None = None, filters: Filte
         shown = {configuration_key(record[2]) for record in records} if only is not None else None  # _query's
         listed: Sequence[Any]
         if shown is not None and len(shown) <= MAX_PRICED_CONFIGS:  # the prices of the shown configurations only
-            near = prices.where(sa.or_(*(_may_be_configuration(cell.c.key, c) for c in sorted(shown))))
+            near = prices.where(cell.c.id.in_(  # ids by key alone: SQLite scans its (campaign, key) index, not the rows
+                sa.select(cell.c.id).where(_may_be_configuration(cell.c.key, shown))))
             listed = [price for price in conn.execute(near) if configuration_key(price[0]) in shown]
         else:
             listed = conn.execute(prices).all()
@@ -136,11 +137,11 @@ class Part:
 def ranked_part(engine: Engine, filters: Filters, top: int | None, limit: int | None) -> Part:
     """``ranking(engine, filters)`` less the rows of a rank above ``top``, cut to ``limit`` rows, as
     ``Part``: the same rows and ranks, read without every row. SQL counts the rank groups and
-    fetches, per group, the rows whose cost is among its ``top`` (else ``limit``) cheapest (``RANK``
-    over the cost, ties kept: a prefix of the group's order); Python orders and ranks those as
-    ``_ranked`` does. Rows without a cost are read only when the costed rows do not fill ``limit``.
-    Where two groups share a place in the order (models that differ only in case, say), every row
-    is ranked (``ranking``)."""
+    fetches, per group, the rows whose cost is at most its ``top``-th (else ``limit``-th) cheapest
+    (ties kept: a prefix of the group's order); Python orders and ranks those as ``_ranked`` does.
+    Rows without a cost are read only when the costed rows do not fill ``limit``. Where two groups
+    share a place in the order (models that differ only in case, say), every row is ranked
+    (``ranking``)."""
     cell, result, camp = _table(Cell), _table(Result), _table(Campaign)
     query = _query(filters)
     costed = query.where(result.c.cost_to_train_usd.is_not(None))
@@ -148,7 +149,7 @@ def ranked_part(engine: Engine, filters: Filters, top: int | None, limit: int | 
     with engine.connect() as conn:
         sizes = {(m, t, p): n for m, t, p, n in conn.execute(
             costed.with_only_columns(*group_columns, sa.func.count()).group_by(*group_columns))}
-        total = conn.execute(query.with_only_columns(sa.func.count())).scalar() or 0
+        total = (conn.execute(query.with_only_columns(sa.func.count())).scalar() or 0) if top is None else 0
     places = {_group_place(group) for group in sizes}
     if len(places) < len(sizes):  # two groups interleave in the order: rank every row as ranking() does
         order = ranking(engine, filters)
@@ -160,13 +161,23 @@ def ranked_part(engine: Engine, filters: Filters, top: int | None, limit: int | 
     if wanted is None:
         raise ValueError("ranked_part needs top or limit")
     count = sum(min(top, size) for size in sizes.values()) if top is not None else total
-    place = sa.func.rank().over(partition_by=group_columns, order_by=result.c.cost_to_train_usd).label("place")
-    columns = (cell.c.id, result.c.model, result.c.target_steps, result.c.cost_to_train_usd, camp.c.name, cell.c.key,
-               result.c.precision)
-    cheapest = costed.with_only_columns(*columns, place).subquery()
+    cost = result.c.cost_to_train_usd
+    columns = (cell.c.id, result.c.model, result.c.target_steps, cost, camp.c.name, cell.c.key, result.c.precision)
     with engine.connect() as conn:
-        rows = _ranked([_rank_row(record) for record in conn.execute(
-            sa.select(*(cheapest.c[c.name] for c in columns)).where(cheapest.c.place <= wanted))])
+        if len(sizes) <= GROUPS_ONE_BY_ONE:  # per group: its wanted-th cost (a sort kept to N rows), then those
+            records: list[Any] = []
+            for group, size in sizes.items():
+                in_group = costed.where(*(c.is_not_distinct_from(v) for c, v in zip(group_columns, group, strict=True)))
+                if size > wanted:
+                    nth = in_group.with_only_columns(cost).order_by(cost).limit(1).offset(wanted - 1).scalar_subquery()
+                    in_group = in_group.where(cost <= nth)
+                records += conn.execute(in_group.with_only_columns(*columns)).all()
+        else:  # every group at once: a window RANK over the cost (ties share a place)
+            place = sa.func.rank().over(partition_by=group_columns, order_by=cost).label("place")
+            cheapest = costed.with_only_columns(*columns, place).subquery()
+            records = [*conn.execute(sa.select(*(cheapest.c[c.name] for c in columns))
+                                   .where(cheapest.c.place <= wanted))]
+    rows = _ranked([_rank_row(record) for record in records])
     rows = [row for row in rows if row["rank"] <= wanted]
     if top is None and limit is not None and len(rows) < limit:  # the costed rows do not fill the view
         with engine.connect() as conn:
@@ -175,6 +186,11 @@ def ranked_part(engine: Engine, filters: Filters, top: int | None, limit: int | 
         rows += sorted(uncosted, key=_rank_order)
     more = max(0, count - limit) if limit is not None else 0
     return Part(rows[:limit] if limit is not None else rows, more, set(sizes))
+
+
+GROUPS_ONE_BY_ONE = 8
+"""``ranked_part`` reads up to this many rank groups one statement each (the N cheapest of a group by
+a sort SQL keeps to N rows), more with one window RANK over every row (a full sort)."""
 
 
 def _rank_row(record: Any) -> dict[str, Any]:
@@ -328,23 +344,29 @@ def configuration_key(cell_key: str) -> str:
 
 
 MAX_PRICED_CONFIGS = 200
-"""``leaderboard_rows(only=…)`` reads the prices of the shown rows' configurations (one OR each:
-SQLite parses expressions at most 1,000 deep) up to this many of them, more by reading every price."""
+"""``leaderboard_rows(only=…)`` reads the prices of the shown rows' configurations (at most one OR
+each: SQLite parses expressions at most 1,000 deep) up to this many of them, more by reading every price."""
 
 
-def _may_be_configuration(key: Any, config: str) -> Any:
-    """An SQL condition on a cell ``key`` column that holds for every key of ``config`` (its
-    ``configuration_key``; and for a few more, which the caller drops): the key itself (one of two
-    parts or fewer), or ``provider:shape:<any market>[:the rest]``."""
-    parts = config.split(":")
-    if len(parts) < 2:
-        return key == config
-    prefix, suffix = f"{parts[0]}:{parts[1]}:", "".join(f":{p}" for p in parts[2:])
+def _may_be_configuration(key: Any, configs: set[str]) -> Any:
+    """An SQL condition on a cell ``key`` column that holds for every key whose ``configuration_key``
+    is in ``configs`` (and for a few more, which the caller drops): one of ``configs`` itself (a key
+    of two parts or fewer), or ``provider:shape:<any market>[:the rest]`` of one of them, told by a
+    prefix and a suffix looked up in sets, per pair of their lengths (a few IN tests per row)."""
+    ends: dict[tuple[int, int], tuple[set[str], set[str]]] = defaultdict(lambda: (set(), set()))
+    for config in configs:
+        parts = config.split(":")
+        if len(parts) >= 2:
+            prefix, suffix = f"{parts[0]}:{parts[1]}:", "".join(f":{p}" for p in parts[2:])
+            prefixes, suffixes = ends[(len(prefix), len(suffix))]
+            prefixes.add(prefix)
+            suffixes.add(suffix)
     length = sa.func.length(key)
-    other = sa.and_(length >= len(prefix) + len(suffix), sa.func.substr(key, 1, len(prefix)) == prefix)
-    if suffix:
-        other = sa.and_(other, sa.func.substr(key, length - len(suffix) + 1, len(suffix)) == suffix)
-    return sa.or_(key == config, other)
+    terms = [key.in_(sorted(configs))]
+    for (p, s), (prefixes, suffixes) in sorted(ends.items()):
+        term = sa.and_(length >= p + s, sa.func.substr(key, 1, p).in_(sorted(prefixes)))
+        terms.append(sa.and_(term, sa.func.substr(key, length - s + 1, s).in_(sorted(suffixes))) if s else term)
+    return sa.or_(*terms)
 
 
 def _add_both_markets(rows: list[dict[str, Any]], listed: Sequence[Any]) -> None:
