@@ -62,3 +62,13 @@ class CellKey:
 
     def __str__(self) -> str:
         return SEPARATOR.join(self.parts)
+
+
+def market_slot(configuration: str) -> tuple[str, str] | None:
+    """For a configuration (``CellKey.without_market``: ``provider:shape[:rest]``), the text before and
+    after where a cell key of it holds its market: (``provider:shape:``, ``:rest`` or ``""``); None for
+    a configuration of fewer than two parts."""
+    parts = configuration.split(SEPARATOR)
+    if len(parts) < 2:
+        return None
+    return SEPARATOR.join(parts[:2]) + SEPARATOR, "".join(SEPARATOR + part for part in parts[2:])

@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from benchctl.campaign.cell_key import CellKey
+from benchctl.campaign.cell_key import CellKey, market_slot
 from benchctl.payload.comm.collective_math import format_bytes
 from benchctl.payload.stats import median
 from benchctl.results.cell_evidence import flags_from
@@ -355,9 +355,9 @@ def _may_be_configuration(key: Any, configs: set[str]) -> Any:
     prefix and a suffix looked up in sets, per pair of their lengths (a few IN tests per row)."""
     ends: dict[tuple[int, int], tuple[set[str], set[str]]] = defaultdict(lambda: (set(), set()))
     for config in configs:
-        parts = config.split(":")
-        if len(parts) >= 2:
-            prefix, suffix = f"{parts[0]}:{parts[1]}:", "".join(f":{p}" for p in parts[2:])
+        slot = market_slot(config)
+        if slot is not None:
+            prefix, suffix = slot
             prefixes, suffixes = ends[(len(prefix), len(suffix))]
             prefixes.add(prefix)
             suffixes.add(suffix)
