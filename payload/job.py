@@ -50,6 +50,9 @@ class ProfileConfig:
     precision: str | None = None
     """``fp8`` | ``bf16`` matmuls; None: as the record, fp8 where the GPU has it
     (``payload.workloads.fp8.choose_precision``)."""
+    attention: str | None = None
+    """Pin the attention kernel (``payload.workloads.attention.KERNELS``); None: the fastest the node has.
+    A node without the pinned kernel fails the profile, naming the one it has."""
 
 
 @dataclass(frozen=True)

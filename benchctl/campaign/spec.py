@@ -164,6 +164,10 @@ class ProfileSpec(_Strict):
     precision: Literal["fp8", "bf16"] | None = Field(
         default=None, description="matmul precision; default as the d26 record: fp8 on GPUs with fp8 tensor cores "
         "(compute capability 8.9+: H100, H200, L4, L40S), else bf16 (payload.workloads.fp8)")
+    attention: Literal["flash_attn3", "flash_attn", "flex", "sdpa"] | None = Field(
+        default=None, description="pin the attention kernel (a like-with-like comparison); default: the fastest "
+        "the node has, FA3, FA2, compiled flex_attention, SDPA (payload.workloads.attention); a node without "
+        "the pinned one fails its profile")
 
 
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
@@ -498,7 +502,8 @@ class Campaign(BaseModel):
         return ProfileConfig(model=t.model, device_batch_size=p.device_batch_size, sequence_len=p.sequence_len,
                              total_batch_size=t.total_batch_size, warmup_steps=p.warmup_steps, steps=p.steps,
                              vocab_size=t.vocab_size, phase_timing=p.phase_timing, nsys=p.nsys,
-                             compile=p.compile, host_data=p.host_data, precision=p.precision)
+                             compile=p.compile, host_data=p.host_data, precision=p.precision,
+                             attention=p.attention)
 
 
 def load_campaign(path: str | Path) -> Campaign:

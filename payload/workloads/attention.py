@@ -66,8 +66,26 @@ def _flex_available() -> bool:
     return _import("torch.nn.attention.flex_attention") is not None
 
 
-def choose(device: torch.device, compiled: bool) -> Kernel:
-    """The first kernel of the module docstring's order that this node has for ``device``."""
+KERNELS = ("flash_attn3", "flash_attn", "flex", "sdpa")
+"""Every kernel's name, fastest first."""
+
+
+def choose(device: torch.device, compiled: bool, pinned: str | None = None) -> Kernel:
+    """The first kernel of the module docstring's order that this node has for ``device``; with
+    ``pinned`` (one of KERNELS), that kernel or ValueError naming what this node has instead (a
+    like-with-like comparison, e.g. against upstream's SDPA fallback, must not run another)."""
+    if pinned is not None:
+        if pinned not in KERNELS:
+            raise ValueError(f"attention {pinned!r} is none of {', '.join(KERNELS)}")
+        if pinned == "sdpa":
+            return Kernel()
+        found = choose(device, compiled)
+        if found.name != pinned:
+            needs = ("its package and a CUDA GPU" if pinned.startswith("flash")
+                     else "a compiled run on a CUDA GPU")
+            raise ValueError(f"attention {pinned!r} was asked for but this node runs {found.name!r} "
+                             f"({pinned} needs {needs})")
+        return found
     if device.type != "cuda":
         return Kernel()
     major = torch.cuda.get_device_capability(device)[0]

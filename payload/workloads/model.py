@@ -32,10 +32,11 @@ ROPE_BASE = 10000
 
 
 def build_model(dims: ModelDims, max_seq_len: int, device: torch.device | str, seed: int = 0, *,
-                compiled: bool = False, fp8: bool = False) -> GPT:
+                compiled: bool = False, fp8: bool = False, attention: str | None = None) -> GPT:
     """The model, built on ``meta`` and materialised on ``device`` (``meta`` itself: nothing is allocated).
     ``compiled``: the caller will ``torch.compile`` it (flex_attention is chosen only then);
-    ``fp8``: the record's Linears run fp8 matmuls (``payload.workloads.fp8.convert``)."""
+    ``fp8``: the record's Linears run fp8 matmuls (``payload.workloads.fp8.convert``); ``attention``: pin
+    the kernel (``payload.workloads.attention.choose``; None: the fastest the node has)."""
     with torch.device("meta"):
         model = GPT(dims, max_seq_len)
     if fp8:
@@ -45,7 +46,7 @@ def build_model(dims: ModelDims, max_seq_len: int, device: torch.device | str, s
     device = torch.device(device)
     if device.type == "meta":
         return model
-    model.kernel = choose(device, compiled)
+    model.kernel = choose(device, compiled, attention)
     materialise(model, device)
     model.init_weights(seed)
     if model.kernel.name == "flex":  # the masks exist before compilation: the compiled graph only reads them

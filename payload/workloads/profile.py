@@ -168,7 +168,7 @@ def profile_rank(job: Job, rank: int, world_size: int, events: EventLog | None) 
     precision, precision_note = choose_precision(cfg.precision, device)
     warmup_steps = max(cfg.warmup_steps, 1) if compiled else cfg.warmup_steps
     model = build_model(model_dims(cfg.model, cfg.vocab_size), cfg.sequence_len, device, seed=cfg.seed,
-                        compiled=compiled, fp8=precision == "fp8")
+                        compiled=compiled, fp8=precision == "fp8", attention=cfg.attention)
     forward = torch.compile(model, dynamic=False) if compiled else model
     optimizer = ZeroMuonAdamW(model, rank, world_size, compile=compiled)
     batches = batch_source(cfg, rank, model.dims.vocab_size, device)

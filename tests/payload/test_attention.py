@@ -6,6 +6,7 @@ gives SDPA's dense-masked output; Flash-Attention is called with FA's window con
 from __future__ import annotations
 
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,6 +115,36 @@ def test_flex_needs_torch_to_have_it(monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose(CUDA, compiled=True).name == "sdpa"
 
 
+def test_a_pinned_kernel_is_the_one_run_even_where_a_faster_one_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    _node(monkeypatch, (9, 0), {"flash_attn_interface": object(), FLEX: object()})
+    assert choose(CUDA, compiled=True, pinned="sdpa").name == "sdpa"
+    assert choose(CUDA, compiled=True, pinned="flash_attn3").name == "flash_attn3"
+
+
+def test_a_pinned_kernel_the_node_lacks_is_refused_naming_the_one_it_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    _node(monkeypatch, (9, 0), {FLEX: object()})
+    with pytest.raises(ValueError, match="'flash_attn3' was asked for but this node runs 'flex'"):
+        choose(CUDA, compiled=True, pinned="flash_attn3")
+    with pytest.raises(ValueError, match="'flex' was asked for but this node runs 'sdpa'"):
+        choose(CUDA, compiled=False, pinned="flex")
+    with pytest.raises(ValueError, match="none of flash_attn3, flash_attn, flex, sdpa"):
+        choose(CUDA, compiled=True, pinned="flash")
+
+
+def test_a_campaign_pins_attention_into_the_job(tmp_path: Path) -> None:
+    from benchctl.campaign.spec import load_campaign
+
+    campaign = tmp_path / "c.yaml"
+    campaign.write_text(
+        "name: pin\nbudget_usd: 1\n"
+        "target: {model: nanochat-d2, vocab_size: 512, target_param_data_ratio: 8.5, total_batch_size: 256}\n"
+        "payload: {phases: [profile], profile: {device_batch_size: 2, sequence_len: 64, attention: sdpa}}\n"
+        "matrix: [{provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1}]\n")
+    loaded = load_campaign(campaign)
+    (cell,) = loaded.cells
+    assert loaded.profile_config(cell).attention == "sdpa"  # type: ignore[union-attr]
+
+
 def _qkv(b: int, t: int, h: int, d: int, kv_heads: int | None = None) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(t + h)
     return (torch.randn(b, t, h, d, generator=g), torch.randn(b, t, kv_heads or h, d, generator=g),
@@ -154,7 +185,8 @@ def test_flash_attention_gets_fa_window_convention() -> None:
 
 
 def test_build_model_makes_flex_masks_for_each_short_window_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(attention, "choose", lambda device, compiled: Kernel("flex") if compiled else Kernel())
+    monkeypatch.setattr(attention, "choose",
+                        lambda device, compiled, pinned=None: Kernel("flex") if compiled else Kernel())
     monkeypatch.setattr("benchctl.payload.workloads.model.choose", attention.choose)
     model = build_model(model_dims("nanochat-d4", 64), 256, "cpu", compiled=True)
     assert model.attention == "flex" and list(model.kernel.masks) == [(128, 256, "cpu")]
