@@ -42,6 +42,27 @@ def acquire(engine: Engine, cell_id: int, owner: str, ttl_s: float,
     return str(holder)
 
 
+def take_over(engine: Engine, cell_id: int, owner: str, ttl_s: float,
+              is_dead: Callable[[str], bool] = lambda _owner: False) -> str | None:
+    """Take the cell's lease from a holder that is gone (its lease expired, or ``is_dead``), never a
+    lease nobody holds: that one was given back (its controller finished the cell, or stopped, or
+    ``benchctl down`` revoked it while stopping the cell). Returns None when taken, else who holds
+    it: ``""`` when nobody does. For a controller waiting for another one's cells."""
+    now = time.time()
+    with autocommit(engine).begin() as conn:
+        holder, expires = conn.execute(sa.select(_cell.c.lease_owner, _cell.c.lease_expires_at)
+                                       .where(_cell.c.id == cell_id)).one()
+        if holder is None:
+            return ""
+        if holder == owner:
+            return None
+        gone = (expires or 0) < now or is_dead(holder)
+        unchanged = sa.and_(_cell.c.lease_owner == holder, _cell.c.lease_expires_at == expires)  # not renewed since
+        if gone and _take(conn, cell_id, owner, now + ttl_s, unchanged):
+            return None
+    return str(holder)
+
+
 def _take(conn: sa.Connection, cell_id: int, owner: str, expires_at: float, where: Any) -> bool:
     return conn.execute(sa.update(_cell).where(_cell.c.id == cell_id).where(where)
                         .values(lease_owner=owner, lease_expires_at=expires_at)).rowcount == 1

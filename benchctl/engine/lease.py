@@ -122,6 +122,17 @@ class Leases:
             self._ensure_renewing()
         return holder
 
+    def take_over(self, cell_id: int) -> str | None:
+        """Lease the cell from a holder that is gone, never a lease given back (``store.leases.take_over``);
+        None when taken, else the holder's id (``""``: nobody's)."""
+        holder = store_leases.take_over(self.engine, cell_id, self.owner, self.ttl_s, holder_is_dead)
+        if holder is None:
+            with self._lock:
+                self._held.add(cell_id)
+                self._lost.discard(cell_id)
+            self._ensure_renewing()
+        return holder
+
     def lost(self, cell_id: int) -> bool:
         with self._lock:
             return cell_id in self._lost

@@ -53,3 +53,20 @@ def test_revoke_all_frees_every_cell_and_holders_lose_them(cell_ids: tuple[Engin
     assert leases.revoke_all(engine, campaign_id) == 2
     assert not leases.renew(engine, a, "host/1/1", 60)
     assert leases.acquire(engine, b, "host/2/2", 60) is None
+
+
+def test_take_over_takes_a_gone_holders_lease_never_one_given_back(cell_ids: tuple[Engine, list[int]]) -> None:
+    """What a controller waiting for another one's cells asks (``engine.scheduler``): a lease given
+    back (the cell finished, or ``benchctl down`` revoked it) is not taken; a dead or expired holder's is."""
+    engine, (a, b) = cell_ids
+    assert leases.take_over(engine, a, "host/2/2", 60) == "", "nobody holds it: not taken"
+    assert q.cell(engine, a).lease_owner is None
+    assert leases.acquire(engine, a, "host/1/1", 60) is None
+    assert leases.take_over(engine, a, "host/2/2", 60) == "host/1/1", "a live holder keeps it"
+    assert leases.take_over(engine, a, "host/2/2", 60, is_dead=lambda owner: owner == "host/1/1") is None
+    assert q.cell(engine, a).lease_owner == "host/2/2"
+    assert leases.acquire(engine, b, "host/1/1", -1) is None  # already expired
+    assert leases.take_over(engine, b, "host/3/3", 60) is None, "an expired holder's lease is taken over"
+    assert not leases.renew(engine, b, "host/1/1", 60)
+    leases.release(engine, b, "host/3/3")
+    assert leases.take_over(engine, b, "host/1/1", 60) == ""
