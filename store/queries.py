@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -95,17 +96,47 @@ def set_cell_state(engine: Engine, cell_id: int, state: str, reason: str | None 
 
 def new_attempt(engine: Engine, cell_id: int, token: str, provider: str, market: str, remote_dir: str,
                 hourly_usd: float, host: str) -> Attempt:
-    """The Attempt row, committed before the provider is asked for the node; ``launched_at`` = now.
-    ``{number}`` in ``remote_dir`` becomes the attempt's number (1, 2, … per cell)."""
+    """The Attempt row (``add_attempt``) in a transaction of its own, committed."""
     with Session(engine) as s:
-        number = (s.exec(select(func.count()).select_from(Attempt).where(Attempt.cell_id == cell_id)).one()) + 1
-        attempt = Attempt(cell_id=cell_id, number=number, token=token, provider=provider, market=market,
-                          remote_dir=remote_dir.replace("{number}", str(number)), hourly_usd=hourly_usd, host=host,
-                          launched_at=time.time())
-        s.add(attempt)
+        attempt = add_attempt(s, cell_id, token, provider, market, remote_dir, hourly_usd, host)
         s.commit()
         s.refresh(attempt)
         return attempt
+
+
+def add_attempt(s: Session, cell_id: int, token: str, provider: str, market: str, remote_dir: str,
+                hourly_usd: float, host: str) -> Attempt:
+    """The Attempt row, written (flushed) in ``s``, to be committed before the provider is asked for
+    the node; ``launched_at`` = now. ``{number}`` in ``remote_dir`` becomes the attempt's number
+    (1, 2, … per cell)."""
+    number = (s.exec(select(func.count()).select_from(Attempt).where(Attempt.cell_id == cell_id)).one()) + 1
+    attempt = Attempt(cell_id=cell_id, number=number, token=token, provider=provider, market=market,
+                      remote_dir=remote_dir.replace("{number}", str(number)), hourly_usd=hourly_usd, host=host,
+                      launched_at=time.time())
+    s.add(attempt)
+    s.flush()
+    return attempt
+
+
+@contextmanager
+def campaign_admission(engine: Engine, campaign_id: int) -> Iterator[Session]:
+    """A write transaction holding the campaign's admission lock until it ends: one controller
+    (process) at a time reads the campaign's spend (``campaign_spend(…, session=)``) and writes an
+    Attempt row (``add_attempt``) in it, so two controllers never both take the last dollars.
+    PostgreSQL (and any other server): the campaign's row locked ``FOR UPDATE``, so another
+    campaign's admissions do not wait, and the statements after it read what the previous holder
+    committed (READ COMMITTED: each statement its own snapshot). SQLite: ``BEGIN IMMEDIATE``, the
+    file's one write lock (every write transaction of the store takes it at BEGIN:
+    ``database._sqlite_begin``), so the spend read inside it is the newest. Commits when the block
+    ends, rolls back on an error; objects stay loaded after the commit. Its cost does not depend on
+    the campaign's size: one lock statement on a server, none on SQLite."""
+    with Session(engine, expire_on_commit=False) as s:
+        if engine.dialect.name == "sqlite":
+            s.connection()  # BEGIN IMMEDIATE now, before the spend is read
+        else:
+            s.execute(sa.select(col(Campaign.id)).where(col(Campaign.id) == campaign_id).with_for_update())
+        yield s
+        s.commit()
 
 
 def attach_node(engine: Engine, attempt_id: int, node: dict[str, Any], hourly_usd: float | None = None) -> None:
@@ -165,25 +196,32 @@ class CampaignSpend:
         return sum(running_cost(hourly, launched, now) for hourly, launched in self.open)
 
 
-def campaign_spend(engine: Engine, campaign_id: int) -> CampaignSpend:
+def campaign_spend(engine: Engine, campaign_id: int, session: Session | None = None) -> CampaignSpend:
     """The campaign's spend in one statement (one snapshot): closed attempts summed per outcome in
     the database, open ones one row each. It returns as many rows at 10,000 closed attempts as at 10:
-    the budget reads it on every status poll of every running cell."""
+    the budget reads it on every status poll of every running cell. ``session``: read in that
+    session's transaction (``campaign_admission``'s), else in a read of its own."""
     is_open = col(Attempt.open)
     query = (sa.select(is_open, col(Attempt.outcome), func.sum(col(Attempt.cost_usd)),
                        func.max(col(Attempt.hourly_usd)), func.max(col(Attempt.launched_at)))
              .join(Cell, col(Attempt.cell_id) == col(Cell.id)).where(col(Cell.campaign_id) == campaign_id)
              .group_by(is_open, col(Attempt.outcome), case((is_open, col(Attempt.id))))  # an open attempt: its own row
              .order_by(col(Attempt.outcome)))
+    if session is not None:
+        return _summed(session.execute(query))
+    with Session(reader(engine)) as s:
+        return _summed(s.execute(query))
+
+
+def _summed(rows: Iterable[Any]) -> CampaignSpend:
     closed: dict[str, float] = {}
     running: list[tuple[float | None, float | None]] = []
-    with Session(reader(engine)) as s:
-        for was_open, outcome, cost, hourly, launched in s.execute(query):
-            if was_open:
-                running.append((hourly, launched))
-            else:
-                key = outcome or "unknown"
-                closed[key] = closed.get(key, 0.0) + (cost or 0.0)
+    for was_open, outcome, cost, hourly, launched in rows:
+        if was_open:
+            running.append((hourly, launched))
+        else:
+            key = outcome or "unknown"
+            closed[key] = closed.get(key, 0.0) + (cost or 0.0)
     return CampaignSpend(closed, running)
 
 

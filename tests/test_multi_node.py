@@ -175,11 +175,11 @@ def test_admission_prices_the_attempt_at_every_node(home: Path, tmp_path: Path) 
     engine = home_store(home)
     row = register_campaign(engine, campaign, str(tmp_path / "n.yaml"))
     budget = Budget(engine, row.id or 0, budget_usd=3.0, attempt_worst_case_s=3600.0)
-    with budget.admit(2.0) as (verdict, _):
-        assert verdict is Admission.LAUNCH, "one node at $2/h for at most 1 h fits $3"
-    with budget.admit(2.0, nodes=2) as (verdict, why):
-        assert verdict is Admission.OVER
-        assert "$2.00/h × 2 nodes × 1.00 h" in why and "worst case $4.00" in why
+    verdict, _, _ = budget.admit(2.0)
+    assert verdict is Admission.LAUNCH, "one node at $2/h for at most 1 h fits $3"
+    verdict, why, _ = budget.admit(2.0, nodes=2)
+    assert verdict is Admission.OVER
+    assert "$2.00/h × 2 nodes × 1.00 h" in why and "worst case $4.00" in why
 
 
 def test_leaderboard_rows_carry_the_node_count(home: Path, tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ attempt's worst case must fit in the budget: otherwise the cell waits while othe
 budget stops its nodes, so it exceeds the budget by at most one poll's spend. While an
 attempt's files are collected, ``Budget.watch`` checks the spend as often in a thread of its own.
 A cell of ``nodes`` > 1 rents them as one attempt: its hourly price is the node's × nodes (an
-attempt's recorded ``hourly_usd`` is that of all its nodes).
+attempt's recorded ``hourly_usd`` is that of all its nodes). Admission reads the spend and writes
+the attempt's row under the campaign's admission lock, so controllers in other processes sharing
+the store are admitted one at a time (``admit``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
@@ -33,6 +35,11 @@ from benchctl.engine.attempt_limits import (  # noqa: F401 (re-exported: the eng
     collect_timeout_s,
 )
 from benchctl.store import queries as q
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
+T = TypeVar("T")
 
 
 def worst_case_spend(campaign: Campaign, cells: list[CellSpec], providers: Any, spent_usd: float) -> float:
@@ -70,10 +77,12 @@ class Budget:
         """An attempt's worst case at ``hourly_usd`` per node, on ``nodes`` nodes."""
         return hourly_usd * nodes * self.attempt_worst_case_s / 3600.0
 
-    def committed_usd(self, now: float | None = None) -> tuple[float, int]:
-        """(spent by closed attempts + the worst case still possible for open ones, open attempts)."""
+    def committed_usd(self, now: float | None = None, session: Session | None = None) -> tuple[float, int]:
+        """(spent by closed attempts + the worst case still possible for open ones, open attempts);
+        ``session``: read in that transaction (``admit``'s)."""
         now = time.time() if now is None else now
-        spend = q.campaign_spend(self.engine, self.campaign_id)  # the database's figures, never a copy of ours
+        # the database's figures, never a copy of ours
+        spend = q.campaign_spend(self.engine, self.campaign_id, session=session)
         total = sum(spend.closed.values())
         for hourly, launched_at in spend.open:
             total += max(now - (launched_at or now), self.attempt_worst_case_s) * (hourly or 0.0) / 3600.0
@@ -111,20 +120,21 @@ class Budget:
             done.set()
             watcher.join()
 
-    @contextmanager
-    def admit(self, hourly_usd: float, nodes: int = 1) -> Iterator[tuple[Admission, str]]:
-        """Decide whether an attempt at ``hourly_usd`` per node on ``nodes`` nodes may launch. Held
-        while the caller writes its Attempt row, so this controller's cells never both take the last dollars."""
-        with self._lock:
-            committed, running = self.committed_usd()
+    def admit(self, hourly_usd: float, nodes: int = 1,
+              record: Callable[[Session], T] | None = None) -> tuple[Admission, str, T | None]:
+        """Decide whether an attempt at ``hourly_usd`` per node on ``nodes`` nodes may launch and, when
+        it may, ``record`` its Attempt row (``q.add_attempt`` in the session given): (verdict, why not,
+        what ``record`` returned). The spend is read and the row written in one transaction holding
+        the campaign's admission lock (``q.campaign_admission``), so two controllers (processes)
+        never both take the last dollars; ``_lock`` lines this controller's cells up before it, so
+        they do not queue on the database."""
+        with self._lock, q.campaign_admission(self.engine, self.campaign_id) as session:
+            committed, running = self.committed_usd(session=session)
             worst = self.worst_case_usd(hourly_usd, nodes)
-            per_node = f" × {nodes} nodes" if nodes > 1 else ""
-            why = (f"spent and committed ${committed:.2f} + this attempt's worst case ${worst:.2f} "
-                   f"(${hourly_usd:.2f}/h{per_node} × {self.attempt_worst_case_s / 3600:.2f} h) > budget_usd "
-                   f"${self.budget_usd:.2f}")
             if committed + worst <= self.budget_usd + 1e-9:
-                yield Admission.LAUNCH, ""
-            elif running:
-                yield Admission.WAIT, why
-            else:
-                yield Admission.OVER, why
+                return Admission.LAUNCH, "", record(session) if record is not None else None
+        per_node = f" × {nodes} nodes" if nodes > 1 else ""
+        why = (f"spent and committed ${committed:.2f} + this attempt's worst case ${worst:.2f} "
+               f"(${hourly_usd:.2f}/h{per_node} × {self.attempt_worst_case_s / 3600:.2f} h) > budget_usd "
+               f"${self.budget_usd:.2f}")
+        return (Admission.WAIT if running else Admission.OVER), why, None

@@ -206,14 +206,15 @@ class CellRunner:
                               "capacity; asking for offers again", wait_s=capacity.all_held())
             offer = offers[0]
             nodes = self.spec.nodes
-            with self.ctx.budget.admit(offer.hourly_usd, nodes=nodes) as (verdict, why):
-                if verdict is Admission.WAIT:
-                    return Rented(RentStatus.BUDGET_WAIT, why)
-                if verdict is Admission.OVER:
-                    return Rented(RentStatus.OVER_BUDGET, why)
-                remote_dir = f"benchctl/{self.ctx.campaign.spec.name}/{cell_dir_name(self.key)}/{{number}}"
-                attempt = q.new_attempt(self.ctx.engine, self.cell_id, f"bc-{uuid.uuid4().hex[:16]}", offer.provider,
-                                        offer.market, remote_dir, offer.hourly_usd * nodes, offer.host)
+            remote_dir = f"benchctl/{self.ctx.campaign.spec.name}/{cell_dir_name(self.key)}/{{number}}"
+            verdict, why, attempt = self.ctx.budget.admit(
+                offer.hourly_usd, nodes=nodes, record=lambda s: q.add_attempt(
+                    s, self.cell_id, f"bc-{uuid.uuid4().hex[:16]}", offer.provider, offer.market, remote_dir,
+                    offer.hourly_usd * nodes, offer.host))
+            if verdict is Admission.WAIT:
+                return Rented(RentStatus.BUDGET_WAIT, why)
+            if verdict is Admission.OVER or attempt is None:
+                return Rented(RentStatus.OVER_BUDGET, why)
             try:
                 if nodes > 1:
                     node = self.provider.launch_cluster(offer, nodes, attempt.token, self.ctx.campaign_tag)
