@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-HEAVY = ("pydantic", "sqlalchemy", "sqlmodel", "benchctl.store.models", "benchctl.store.database",
+HEAVY = ("pydantic", "sqlalchemy", "sqlalchemy.orm", "sqlmodel", "benchctl.store.models", "benchctl.store.database",
          "benchctl.provisioners.base", "matplotlib", "rich", "yaml", "alembic", "benchctl.campaign.spec",
          "benchctl.provisioners.registry")
 
@@ -76,3 +76,15 @@ def test_import_of_records_loads_no_campaign_spec_and_no_alembic_once_the_store_
     assert code == 0
     assert not {"alembic", "benchctl.campaign.spec", "benchctl.provisioners.registry", "benchctl.provisioners.base",
                 "matplotlib"} & set(loaded), loaded
+
+
+def test_import_of_records_writes_without_the_orm(tmp_path: Path) -> None:
+    """``import`` of a records file writes with SQLAlchemy Core on the tables' names
+    (``store/imports.py``): no ORM, no SQLModel, no store models, into a new store or a current one."""
+    records = tmp_path / "records.json"
+    records.write_text(json.dumps([{"provider": "runpod", "gpu": "H100", "count": 8, "market": "spot",
+                                    "hourly_usd": 20.0, "step_time_ms": 300.0, "target_steps": 1000}]))
+    for campaign in ("first", "second"):
+        code, loaded = _loaded_after("import", str(records), "--campaign", campaign, home=tmp_path)
+        assert code == 0
+        assert not {"sqlalchemy.orm", "sqlmodel", "benchctl.store.models"} & set(loaded), (campaign, loaded)

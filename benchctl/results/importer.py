@@ -21,12 +21,16 @@ from sqlalchemy.engine import Engine
 
 from benchctl.campaign.target import check_campaign_name
 from benchctl.errors import SpecError, UsageError
-from benchctl.results.cell_evidence import largest_allreduce
 from benchctl.results.collective_names import Names
-from benchctl.results.nccl_log import NcclLogError, failures, looks_like_nccl_log, read_as, read_log_text, read_nccl_log
 from benchctl.results.records import read_records
-from benchctl.store import queries as q
-from benchctl.store.imports import CellCollectives, CellResult, NotAnImportCampaign, UnknownCell, save_import
+from benchctl.store.imports import (
+    CellCollectives,
+    CellResult,
+    NotAnImportCampaign,
+    UnknownCell,
+    cell_counts,
+    save_import,
+)
 
 RECORD_SUFFIXES = (".json", ".yaml", ".yml")
 DEFAULT_CAMPAIGN = "imported"
@@ -76,11 +80,13 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
             came_from[where] = path
         skipped += dropped
         results += found
-    counts = _gpu_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
+    counts = cell_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
     names = Names()  # the collective names this import takes (nccl-tests' own and a few others)
     logs = [(path, kept, description) for path, rows, description in logs
             if (kept := names.rows(rows, lambda row: row["op"]))]
     collectives = []
+    if logs:  # the log reader and the store's queries behind it load only for logs
+        from benchctl.results.cell_evidence import largest_allreduce
     for path, rows, _ in logs:
         key = _config_for(list(counts), name, config, path)
         ranks = max((int(r["ranks"]) for r in rows if r.get("ranks")), default=None)
@@ -103,6 +109,15 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
 
 def _nccl_rows(path: Path) -> tuple[list[dict], str]:
     """The log's rows and what they were read as."""
+    from benchctl.results.nccl_log import (
+        NcclLogError,
+        failures,
+        looks_like_nccl_log,
+        read_as,
+        read_log_text,
+        read_nccl_log,
+    )
+
     try:
         text = read_log_text(path)
         if not looks_like_nccl_log(text):
@@ -116,12 +131,6 @@ def _nccl_rows(path: Path) -> tuple[list[dict], str]:
         return rows, read_as(rows, text)
     except NcclLogError as exc:
         raise SpecError(str(path), exc.line, "", exc.problem) from None
-
-
-def _gpu_counts(engine: Engine, campaign: str) -> dict[str, int]:
-    """Cell key → GPU count of the cells ``campaign`` already has in the store."""
-    existing = q.campaigns(engine, campaign)
-    return {c.key: c.count for c in q.cells(engine, existing[0].id or 0)} if existing else {}
 
 
 def _config_for(cells: list[str], campaign: str, config: str | None, path: Path) -> str:
