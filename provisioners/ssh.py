@@ -5,7 +5,9 @@ under ``<root>/claims``, taken with O_EXCL, so two cells never share a machine),
 stops only the processes we started there (their process groups, see ``SSHTransport.kill_all``)
 and frees the claim, never the machine. Node records live in ``<root>/nodes/<token>.json``, so
 ``owned`` finds them after a controller crash. Host keys are pinned per machine under
-``<root>/known_hosts/``.
+``<root>/known_hosts/``. A machine's label names its files there: a campaign's ``name`` is a plain
+file name (``NAME_RULE``), and any other label (a ``host:port``, a stored record) is encoded into
+one (``machine_file``), so no file lands outside those folders.
 
 A cell with ``nodes: N`` (``launch_cluster``) takes N free machines of its GPU and count as one
 unit: the offer's machine as node 0, then the cheapest other free ones (in the campaign's order on a tie), each
@@ -20,8 +22,10 @@ having ended (it restarted, or our processes were killed), so a cluster resumes 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from benchctl.payload.node.gpu_models import canonical, unknown_model
 from benchctl.provisioners.base import (
     NoCapacity,
     Node,
@@ -42,6 +47,23 @@ from benchctl.provisioners.base import (
 )
 from benchctl.provisioners.node_records import write_private
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport, endpoint_problem, name_problem
+
+NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
+NAME_ALLOWED = "1-64 letters, digits and . _ - : @, starting with a letter or digit"
+_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+
+
+def machine_file(folder: Path, label: str) -> Path:
+    """The file of the machine ``label`` in ``folder`` (its claim, its pinned host keys): the label
+    itself when it is a plain file name (every name ``NAME_RULE`` allows, a ``host:port``), else
+    ``+``, the label with every other character as ``_`` (at most 64 of them), ``+`` and 16 hex
+    digits of its SHA-256: one file name (no ``/``, never ``.`` or ``..``) no plain label has, and no
+    ``%``, ``$`` or ``~`` (ssh expands those in ``UserKnownHostsFile``)."""
+    if _PLAIN_FILE_NAME.fullmatch(label) and label not in (".", ".."):
+        return folder / label
+    readable = re.sub(r"[^A-Za-z0-9._:@-]", "_", label)[:64]
+    digest = hashlib.sha256(label.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return folder / f"+{readable}+{digest}"
 
 
 class SSHNode(ProviderSettings):
@@ -59,6 +81,25 @@ class SSHNode(ProviderSettings):
     workdir: str = Field(default="benchctl", min_length=1, description="our files on the node (relative: under home)")
     rendezvous_host: str | None = Field(default=None, min_length=1, description="the address the other nodes of a "
                                         "cluster reach this machine at (e.g. its private IP); default: host")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        """The name becomes a file name under the provider's folders (claims, pinned host keys)."""
+        if value is not None and not NAME_RULE.fullmatch(value):
+            raise ValueError(f"the ssh node name {value!r} is not allowed: a name is {NAME_ALLOWED} (it names "
+                             "the node's files under $BENCHCTL_HOME/ssh); give the node another name")
+        return value
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: str) -> str:
+        """One GPU vocabulary (``payload.node.gpu_models``), as a cell's ``gpu``: an alias becomes
+        the model's name; a name no node-side check knows is refused with the names to use."""
+        model = canonical(value)
+        if model is None:
+            raise ValueError(unknown_model(value))
+        return model
 
     @field_validator("host", "user")
     @classmethod
@@ -170,7 +211,7 @@ class SSHProvider(Provider):
 
     def transport(self, node: Node) -> SSHTransport:
         return SSHTransport(SSHEndpoint(**node.details["endpoint"]),
-                            self.root / "known_hosts" / node.details["machine"], node.token)
+                            machine_file(self.root / "known_hosts", str(node.details["machine"])), node.token)
 
     def terminate(self, node: Node) -> None:
         record = self._read_record(node.token)
@@ -180,8 +221,8 @@ class SSHProvider(Provider):
         if endpoint_problem(transport.endpoint.host, transport.endpoint.user) is None:  # else ssh never reached it
             transport.kill_all()  # a ProviderError here leaves the claim: our processes may still run
             transport.close()
-        claim = self.root / "claims" / node.details["machine"]
-        if self._holder(node.details["machine"]) == node.token:
+        claim = machine_file(self.root / "claims", str(node.details["machine"]))
+        if self._holder(str(node.details["machine"])) == node.token:
             claim.unlink(missing_ok=True)
         self._mark_terminated(node.token)
 
@@ -197,14 +238,14 @@ class SSHProvider(Provider):
     def _holder(self, machine: str) -> str | None:
         """The token of the live attempt holding the machine (a claim whose node ended is stale)."""
         try:
-            token = (self.root / "claims" / machine).read_text().strip()
+            token = machine_file(self.root / "claims", machine).read_text().strip()
         except FileNotFoundError:
             return None
         record = self._read_record(token)
         return token if record is not None and not record["terminated"] else None
 
     def _claim(self, machine: str, token: str) -> bool:
-        path = self.root / "claims" / machine
+        path = machine_file(self.root / "claims", machine)
         if path.exists() and self._holder(machine) is None:
             path.unlink(missing_ok=True)  # stale: its attempt ended without freeing it
         try:

@@ -66,8 +66,8 @@ def test_node_records_are_private(open_umask: Path) -> None:
         local.terminate(node)
     assert _mode(settings.home() / "local" / "tok1" / "node.json") == 0o600, "rewritten at terminate"
 
-    machine = SSHNode(name="box", host="127.0.0.1", user="me", gpu="H100", count=1, price_usd_per_hour=1.0)
+    machine = SSHNode(name="box", host="127.0.0.1", user="me", gpu="H100_SXM", count=1, price_usd_per_hour=1.0)
     ssh = SSHProvider(settings.home() / "ssh", [machine])
-    ssh.launch(ssh.offers(OfferRequest(gpu="H100", count=1, market="on-demand"))[0], "tok2", "campaign")
+    ssh.launch(ssh.offers(OfferRequest(gpu="H100_SXM", count=1, market="on-demand"))[0], "tok2", "campaign")
     records = settings.home() / "ssh" / "nodes"
     assert [(p.name, _mode(p)) for p in records.iterdir()] == [("tok2.json", 0o600)]

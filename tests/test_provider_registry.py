@@ -23,7 +23,7 @@ target: {model: nanochat-d1, target_param_data_ratio: 8.5, total_batch_size: 409
 payload: {profile: {device_batch_size: 2, sequence_len: 32}}
 providers:
   local: {python: /opt/cuda-venv/bin/python}
-  ssh: {nodes: [{name: box, host: 127.0.0.1, user: me, gpu: H100, count: 8, price_usd_per_hour: 9.5}]}
+  ssh: {nodes: [{name: box, host: 127.0.0.1, user: me, gpu: H100_SXM, count: 8, price_usd_per_hour: 9.5}]}
   runpod: {cloud: COMMUNITY, container_disk_gb: 80}
   vastai: {ssh: proxy, bid_margin: 0.2}
   aws: {region: eu-west-1, ssh_cidr: 203.0.113.7/32, disk_gb: 300}
