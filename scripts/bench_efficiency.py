@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 ITERS = 5
@@ -39,7 +40,7 @@ matrix:
 """
 
 
-def run_cell(repo: Path, steps: int, count: int) -> dict[str, float]:
+def run_cell(repo: Path, steps: int, count: int) -> dict[str, Any]:
     """One campaign run; the attempt's rented, payload and timed seconds."""
     with tempfile.TemporaryDirectory(prefix="bench-efficiency-") as tmp:
         home = Path(tmp)
@@ -51,26 +52,45 @@ def run_cell(repo: Path, steps: int, count: int) -> dict[str, float]:
         subprocess.run([sys.executable, "-m", "benchctl", "run", str(campaign), "--yes"], cwd=repo, env=env,
                        check=True, capture_output=True)
         run_s = time.perf_counter() - started
-        from benchctl.store import queries as q
-        from benchctl.store.database import open_store
+        (row,) = attempt_figures(f"sqlite:///{home / 'benchctl.db'}", ITERS)
+    return {"count": count, **row, "benchctl_run_s": run_s}
 
-        engine = open_store(f"sqlite:///{home / 'benchctl.db'}")
-        (campaign_row,) = q.campaigns(engine)
-        (cell,) = q.cells(engine, campaign_row.id or 0)
-        (attempt,) = q.campaign_attempts(engine, campaign_row.id or 0)
-        events = [(e.kind, e.t, {**json.loads(e.data_json), "phase": e.phase}) for e in q.events(engine, cell.id or 0)]
-        engine.dispose()
-    profile = sum(d["step_time_s"] for k, _, d in events
-                  if k == "sample" and d.get("phase") == "profile" and not d.get("warmup"))
-    collectives = sum(d["time_us"] * ITERS / 1e6 for k, _, d in events
-                      if k == "sample" and d.get("phase") == "collectives")
-    times = [t for _, t, _ in events]
-    phase_s = {d["phase"]: d["elapsed_s"] for k, _, d in events if k == "phase_end"}
-    rented = (attempt.terminated_at or 0) - (attempt.launched_at or 0)
-    return {"count": count, "outcome_done": attempt.outcome == "done", "rented_s": rented,
-            "payload_s": max(times) - min(times), **{f"{p}_phase_s": phase_s.get(p, 0.0) for p in PHASES},
-            "profile_timed_s": profile, "collectives_timed_s": collectives,
-            "efficiency": (profile + collectives) / rented, "benchctl_run_s": run_s}
+
+def attempt_figures(db: str, iters: int) -> list[dict[str, Any]]:
+    """Every attempt of every campaign in ``db``: rented seconds (launch to terminate), each phase's
+    seconds, timed seconds (the profile's non-warm-up steps + the collectives' timed iterations, ``iters``
+    per sample), efficiency (timed ÷ rented), and the profile's compile figures."""
+    from benchctl.store import queries as q
+    from benchctl.store.database import open_store
+
+    engine = open_store(db)
+    rows = []
+    for campaign_row in q.campaigns(engine):
+        for cell in q.cells(engine, campaign_row.id or 0):
+            for attempt in q.attempts(engine, cell.id or 0):
+                stored = [e for e in q.events(engine, cell.id or 0) if e.attempt_id == attempt.id]
+                events = [(e.kind, {**json.loads(e.data_json), "phase": e.phase}) for e in stored]
+                times = [e.t for e in stored] or [0.0]
+                samples = [d for k, d in events if k == "sample" and d.get("phase") == "profile"]
+                timed_samples = [d for d in samples if not d.get("warmup")]
+                profile = sum(d["step_time_s"] for d in timed_samples)
+                collectives = sum(d["time_us"] * iters / 1e6 for k, d in events
+                                  if k == "sample" and d.get("phase") == "collectives")
+                phase_s = {d["phase"]: d["elapsed_s"] for k, d in events if k == "phase_end"}
+                rented = (attempt.terminated_at or 0) - (attempt.launched_at or 0)
+                last = timed_samples[-1] if timed_samples else {}
+                rows.append({"campaign": campaign_row.name, "cell": cell.key, "attempt": attempt.number,
+                             "outcome_done": attempt.outcome == "done", "outcome": attempt.outcome,
+                             "rented_s": rented, "payload_s": max(times) - min(times),
+                             **{f"{p}_phase_s": phase_s.get(p, 0.0) for p in PHASES},
+                             "profile_timed_s": profile, "collectives_timed_s": collectives,
+                             "timed_steps": len(timed_samples),
+                             "efficiency": (profile + collectives) / rented if rented > 0 else None,
+                             **{k: last.get(k) for k in ("compile_s", "compile_cache", "compile_cache_note",
+                                                         "compile_cache_saved", "settle_steps", "settle_s",
+                                                         "precision", "attention", "step_time_s")}})
+    engine.dispose()
+    return rows
 
 
 def main() -> None:

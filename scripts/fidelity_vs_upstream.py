@@ -1,118 +1,209 @@
 """Payload step ÷ upstream nanochat's step, on the same GPU, depth, batch, precision and attention.
 
     python scripts/fidelity_vs_upstream.py --upstream /path/to/nanochat [--depth 12 20]
-        [--device-batch-size 16] [--precision bf16 fp8] [--steps 30] [--out fidelity.json]
+        [--device-batch-size 16] [--precision bf16 fp8] [--steps 30] [--flex]
+        [--warm-gib 70] [--budget-s 360] [--out fidelity.json]
     python scripts/fidelity_vs_upstream.py --upstream tests/fixtures/fake_nanochat --cpu   # dry run
 
-For each depth and precision it runs, at world size 1:
+For each depth and precision it times, at world size 1, each in a process of its own:
 
 1. the payload's own profile, as a node runs it (a job.json and ``python -m payload run``: compiled,
-   the campaign's precision, the attention the node allows), and reads its median timed step and
-   the ``attention`` and ``precision`` its samples recorded;
+   the precision asked, attention **pinned to upstream's kernel** — ``profile.attention``: FA3 where
+   upstream's ``nanochat.flash_attention`` loads it, else SDPA with its dense band mask, as upstream
+   falls back), reading the median timed step and the ``attention`` and ``precision`` its samples
+   recorded;
 2. upstream's model and optimizer from the checkout given by ``--upstream`` (put on ``sys.path`` at
    run time, never copied here), built as upstream's ``scripts/base_train.py`` builds them:
    ``GPTConfig`` (model dim = 64·depth rounded up to 128, head dim 128, window pattern SSSL), ``GPT``
    on the meta device, ``to_empty`` + ``init_weights``, fp8 through upstream's own
-   ``nanochat.fp8.convert_to_float8_training`` (tensorwise, upstream's module filter) when the
-   payload ran fp8, ``torch.compile(dynamic=False)``, ``setup_optimizer()``; attention forced to
-   the payload's backend (``nanochat.flash_attention.USE_FA3``); then warm-up and timed steps of
-   ``grad_accum`` micro-steps on synthetic tokens with the payload's total batch, each step between
-   two ``synchronize`` calls, the median taken as the payload takes it.
+   ``nanochat.fp8.convert_to_float8_training`` (tensorwise, base_train's module filter) for the fp8
+   rows, ``torch.compile(dynamic=False)``, ``setup_optimizer()``, ``PYTORCH_ALLOC_CONF=
+   expandable_segments:True``; then warm-up steps, untimed steps until the clocks settle (the
+   payload's own rule, ``payload.stats.settled``), and timed steps of ``grad_accum`` micro-steps on
+   synthetic tokens with the payload's total batch, each step between two ``synchronize`` calls
+   (as base_train times it), the median taken.
 
-It prints a table (payload ms, upstream ms, ratio; goal ≤ 1.05) and writes ``--out`` (JSON with
-the GPU, driver, torch and CUDA versions). ``--cpu`` is a dry run at a tiny size (depth 2,
-sequence 64, vocabulary 512, eager, f32) that checks the wiring, not the speed.
+``--flex`` adds, last, a payload row per precision at the first depth with the attention the node
+allows (compiled flex_attention where no Flash-Attention is installed), divided by the same upstream step.
+
+Compilation takes a minute or more per process. With ``--warm-gib G`` every process first runs
+once untimed (one step) to fill torch's on-disk compile caches, several at once while their memory
+estimates (``payload.workloads.memory_estimate``) sum to at most G GiB; the timed runs then run
+one at a time (a warm-up may still be compiling beside a timed run: each row records how many
+were). ``--budget-s`` stops starting runs once that many seconds have passed.
+
+It prints a table (payload ms, upstream ms, ratio; goal ≤ 1.05) and writes ``--out`` after every
+timed run (JSON with the GPU, driver, torch and CUDA versions). ``--cpu`` is a dry run at a tiny
+size (depth 2, sequence 64, vocabulary 512, eager, f32) that checks the wiring, not the speed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 GOAL = 1.05
 TINY = {"sequence_len": 64, "vocab_size": 512, "device_batch_size": 2}
+VOCAB = 32768
+SETTLE_MIN_S, SETTLE_MAX_S = 5.0, 30.0
+"""The payload's settle rule (``payload.workloads.profile``), applied to upstream's steps too."""
+MIN_START_S = 40.0
+"""A run starts only with this much of ``--budget-s`` left."""
 
 
-def payload_profile(depth: int, batch: int, seq: int, vocab: int | None, total: int, precision: str | None,
-                    warmup: int, steps: int, cpu: bool, work: Path) -> dict[str, Any]:
-    """Run the payload's profile as a node does; its summary and its last timed sample."""
-    profile: dict[str, Any] = {"model": f"nanochat-d{depth}", "device_batch_size": batch, "sequence_len": seq,
-                               "total_batch_size": total, "warmup_steps": warmup, "steps": steps}
-    if vocab:
-        profile["vocab_size"] = vocab
-    if precision and not cpu:
-        profile["precision"] = precision
-    job = {"campaign": "fidelity", "cell": f"d{depth}", "attempt": 1, "token": "fidelity",
-           "gpu": "cpu" if cpu else "gpu", "count": 1, "phases": ["profile"], "done_phases": [], "profile": profile}
+@dataclass
+class Shape:
+    """What both sides train: depth, micro-batch, sequence, vocabulary, micro-steps per step."""
+
+    depth: int
+    batch: int
+    seq: int
+    vocab: int
+    accum: int
+    precision: str | None
+    cpu: bool
+
+
+@dataclass
+class Run:
+    """One process to time: ``kind`` payload (``attention`` pinned, or None: what the node allows) or upstream."""
+
+    kind: str
+    shape: Shape
+    attention: str | None
+    est_gib: float
+    warm: str = "pending"
+    timed: dict[str, Any] | None = None
+    error: str | None = None
+    beside: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def label(self) -> str:
+        s = self.shape
+        return f"{self.kind}-d{s.depth}-{s.precision or 'f32'}-{self.attention or 'auto'}"
+
+
+def payload_profile(shape: Shape, attention: str | None, warmup: int, steps: int, work: Path,
+                    timeout: float | None) -> dict[str, Any]:
+    """Run the payload's profile as a node does; its median timed step and what its samples recorded."""
+    profile: dict[str, Any] = {"model": f"nanochat-d{shape.depth}", "device_batch_size": shape.batch,
+                               "sequence_len": shape.seq, "total_batch_size": shape.batch * shape.seq * shape.accum,
+                               "warmup_steps": warmup, "steps": steps}
+    if shape.cpu:
+        profile["vocab_size"] = shape.vocab
+    if shape.precision:
+        profile["precision"] = shape.precision
+    if attention:
+        profile["attention"] = attention
+    job = {"campaign": "fidelity", "cell": f"d{shape.depth}", "attempt": 1, "token": "fidelity",
+           "gpu": "cpu" if shape.cpu else "gpu", "count": 1, "phases": ["profile"], "done_phases": [],
+           "profile": profile}
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps(job))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-m", "payload", "run", "job.json"], cwd=work, env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise SystemExit(f"the payload's profile failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        raise RuntimeError(f"the payload's profile failed (exit {proc.returncode}): {proc.stderr[-1500:]}")
     events = [json.loads(line) for line in (work / "events.jsonl").read_text().splitlines() if line.strip()]
-    timed = [e for e in events if e.get("kind") == "sample" and e.get("phase") == "profile" and not e.get("warmup")]
+    samples = [e for e in events if e.get("kind") == "sample" and e.get("phase") == "profile"]
+    timed = [e for e in samples if not e.get("warmup")]
     if not timed:
-        raise SystemExit(f"the payload's profile recorded no timed step (see {work})")
-    return {"step_s": statistics.median(e["step_time_s"] for e in timed), "attention": timed[-1].get("attention"),
-            "precision": timed[-1].get("precision"), "compiled": timed[-1].get("compiled"),
-            "grad_accum": timed[-1].get("grad_accum", 1), "timed_steps": len(timed)}
+        raise RuntimeError(f"the payload's profile recorded no timed step (see {work})")
+    last = timed[-1]
+    return {"step_s": statistics.median(e["step_time_s"] for e in timed), "timed_steps": len(timed),
+            **{k: last.get(k) for k in ("attention", "precision", "compiled", "grad_accum", "compile_s",
+                                        "settle_steps", "max_mem_allocated_gib")}}
 
 
-def upstream_step(upstream: Path, depth: int, batch: int, seq: int, vocab: int, accum: int, measured: dict[str, Any],
-                  warmup: int, steps: int, cpu: bool) -> float:
-    """Median step of upstream's own model + optimizer, set up as the payload's run was."""
+def upstream_step(upstream: Path, shape: Shape, fa3: bool, warmup: int, steps: int) -> dict[str, Any]:
+    """Median step of upstream's own model + optimizer, set up as base_train sets them up (this process)."""
     sys.path.insert(0, str(upstream))
+    sys.path.insert(1, str(REPO))
     import torch
     from nanochat import flash_attention
     from nanochat.gpt import GPT, GPTConfig
 
-    device = torch.device("cpu" if cpu else "cuda")
-    flash_attention.USE_FA3 = measured["attention"] == "flash_attn3"  # upstream: FA3 or SDPA
-    dim = -(-64 * depth // 128) * 128
-    config = GPTConfig(sequence_len=seq, vocab_size=vocab, n_layer=depth, n_head=dim // 128, n_kv_head=dim // 128,
-                       n_embd=dim, window_pattern="SSSL")
+    from payload.stats import settled
+
+    device = torch.device("cpu" if shape.cpu else "cuda")
+    flash_attention.USE_FA3 = fa3
+    dim = -(-64 * shape.depth // 128) * 128
+    config = GPTConfig(sequence_len=shape.seq, vocab_size=shape.vocab, n_layer=shape.depth, n_head=dim // 128,
+                       n_kv_head=dim // 128, n_embd=dim, window_pattern="SSSL")
     with torch.device("meta"):
         model = GPT(config)
     model.to_empty(device=device)
     model.init_weights()
-    if measured["precision"] == "fp8":
+    if shape.precision == "fp8":
         from nanochat.fp8 import Float8LinearConfig, convert_to_float8_training
 
-        def wanted(mod: Any, fqn: str) -> bool:  # upstream's filter in scripts/base_train.py
+        def wanted(mod: Any, fqn: str) -> bool:  # base_train's fp8_module_filter
             return (isinstance(mod, torch.nn.Linear) and mod.in_features % 16 == 0 and mod.out_features % 16 == 0
                     and min(mod.in_features, mod.out_features) >= 128)
 
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),
                                    module_filter_fn=wanted)
     optimizer = model.setup_optimizer()
-    forward = torch.compile(model, dynamic=False) if measured["compiled"] else model
-    x = torch.randint(0, vocab, (batch, seq), device=device)
-    y = torch.randint(0, vocab, (batch, seq), device=device)
-    sync = (lambda: None) if cpu else torch.cuda.synchronize
-    times = []
-    for step in range(warmup + steps):
+    forward = model if shape.cpu else torch.compile(model, dynamic=False)
+    x = torch.randint(0, shape.vocab, (shape.batch, shape.seq), device=device)
+    y = torch.randint(0, shape.vocab, (shape.batch, shape.seq), device=device)
+    sync = (lambda: None) if shape.cpu else torch.cuda.synchronize
+
+    def one_step() -> float:
         sync()
         start = time.perf_counter()
-        for _ in range(accum):
-            loss = forward(x, y) / accum
+        for _ in range(shape.accum):
+            loss = forward(x, y) / shape.accum
             loss.backward()
         optimizer.step()
         model.zero_grad(set_to_none=True)
         sync()
-        if step >= warmup:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return time.perf_counter() - start
+
+    first = [one_step() for _ in range(max(warmup, 1))]
+    settle: list[float] = []
+    while not shape.cpu and not settled(settle, SETTLE_MIN_S, SETTLE_MAX_S):
+        settle.append(one_step())
+    times = [one_step() for _ in range(steps)]
+    return {"step_s": statistics.median(times), "timed_steps": len(times),
+            "attention": "flash_attn3" if fa3 else "sdpa", "first_step_s": first[0], "settle_steps": len(settle),
+            "max_mem_allocated_gib": None if shape.cpu else torch.cuda.max_memory_allocated() / 2**30}
+
+
+def upstream_in_process(args: argparse.Namespace, shape: Shape, fa3: bool, warmup: int, steps: int,
+                        timeout: float | None) -> dict[str, Any]:
+    """``upstream_step`` in a process of its own (this script with ``--one-upstream``)."""
+    cmd = [sys.executable, __file__, "--upstream", str(args.upstream), "--one-upstream", json.dumps(
+        {"shape": shape.__dict__, "fa3": fa3, "warmup": warmup, "steps": steps})]
+    env = {**os.environ, "PYTORCH_ALLOC_CONF": "expandable_segments:True"}  # as base_train sets it
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"upstream's step failed (exit {proc.returncode}): {proc.stderr[-1500:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def upstream_has_fa3(upstream: Path, cpu: bool) -> bool:
+    """Whether upstream's ``nanochat.flash_attention`` would run FA3 here (it needs the ``kernels`` package)."""
+    if cpu or importlib.util.find_spec("kernels") is None:
+        return False
+    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                            "from nanochat import flash_attention as f; print(int(f.USE_FA3))", str(upstream)],
+                           capture_output=True, text=True, timeout=300)
+    return probe.stdout.strip().endswith("1")
 
 
 def versions(cpu: bool) -> dict[str, Any]:
@@ -127,8 +218,130 @@ def versions(cpu: bool) -> dict[str, Any]:
     return found
 
 
+def plan_runs(args: argparse.Namespace, fa3: bool) -> list[Run]:
+    """Every run, in the order they are worth: the pinned pairs depth by depth, then the ``--flex`` rows
+    (warm-ups start greedily in this order wherever their memory fits)."""
+    from payload.workloads.memory_estimate import estimate
+
+    seq, vocab, batch = ((TINY["sequence_len"], TINY["vocab_size"], TINY["device_batch_size"]) if args.cpu
+                         else (args.sequence_len, VOCAB, args.device_batch_size))
+    pinned = "flash_attn3" if fa3 else "sdpa"
+    runs, flex = [], []
+    for depth in [2] if args.cpu else args.depth:
+        for precision in [None] if args.cpu else args.precision:
+            shape = Shape(depth, batch, seq, vocab, args.grad_accum, precision, args.cpu)
+            gib = estimate(f"nanochat-d{depth}", seq, batch, 1, vocab, compiled=not args.cpu).total_gib
+            runs += [Run("payload", shape, pinned, gib), Run("upstream", shape, None, gib)]
+            if args.flex and not args.cpu and depth == args.depth[0]:
+                flex.append(Run("payload", shape, None, gib))
+    return runs + flex
+
+
+def execute(args: argparse.Namespace, run: Run, warm: bool, work: Path, fa3: bool, deadline: float) -> dict[str, Any]:
+    warmup, steps = (1, 1) if warm else (args.warmup, args.steps)
+    timeout = max(deadline - time.monotonic(), 1.0) if args.budget_s else None
+    if run.kind == "payload":
+        return payload_profile(run.shape, run.attention, warmup, steps, work / (run.label + ("-warm" if warm else "")),
+                               timeout)
+    return upstream_in_process(args, run.shape, fa3, warmup, steps, timeout)
+
+
+def schedule(args: argparse.Namespace, runs: list[Run], fa3: bool, work: Path, write: Any) -> None:
+    """Warm-ups side by side within ``--warm-gib``, timed runs one at a time, priority order, until the budget."""
+    started = time.monotonic()
+    deadline = started + (args.budget_s or 10**9)
+    lock = threading.Lock()
+    warming: list[Run] = []
+    timing: list[Run] = []
+    for run in runs:
+        if run.est_gib > args.warm_gib:  # no room to warm it beside anything: its timed run compiles
+            run.warm = "skipped"
+
+    def warm(run: Run) -> None:
+        try:
+            execute(args, run, True, work, fa3, deadline)
+            run.warm = "done"
+        except Exception as e:  # whatever failed, the timed run still runs (cold)
+            run.warm = "failed"
+            run.error = f"warm-up: {str(e)[-300:]}"
+        with lock:
+            warming.remove(run)
+
+    def timed(run: Run) -> None:
+        try:
+            run.timed = execute(args, run, False, work, fa3, deadline)
+        except Exception as e:  # a failed run is a row with its error, never a hung schedule
+            run.error = f"{type(e).__name__}: {str(e)[-600:]}"
+        with lock:
+            timing.remove(run)
+        run.done.set()
+        write()
+
+    threads = []
+    while True:
+        now = time.monotonic()
+        with lock:
+            left = deadline - now
+            if args.warm_gib:
+                used = sum(r.est_gib for r in warming + timing)
+                for run in runs:
+                    if run.warm == "pending" and left > MIN_START_S and used + run.est_gib <= args.warm_gib:
+                        run.warm = "running"
+                        warming.append(run)
+                        used += run.est_gib
+                        threads.append(threading.Thread(target=warm, args=(run,), daemon=True))
+                        threads[-1].start()
+            if not timing and left > MIN_START_S:
+                ready = [r for r in runs if not r.done.is_set() and r.timed is None and r not in timing
+                         and (not args.warm_gib or r.warm in ("done", "failed", "skipped"))
+                         and (not args.warm_gib or sum(w.est_gib for w in warming) + r.est_gib <= args.warm_gib)]
+                if ready:
+                    run = ready[0]
+                    run.beside = len(warming)
+                    timing.append(run)
+                    threads.append(threading.Thread(target=timed, args=(run,), daemon=True))
+                    threads[-1].start()
+            busy = bool(warming or timing)
+            waiting = any(not r.done.is_set() for r in runs)
+        if not busy and (not waiting or deadline - time.monotonic() <= MIN_START_S):
+            break
+        time.sleep(0.2)
+    for t in threads:
+        t.join(timeout=1)
+
+
+def rows_of(runs: list[Run]) -> list[dict[str, Any]]:
+    """Payload rows with the upstream run of their shape; ratio where both were timed."""
+    rows = []
+    upstream = {id(r.shape): r for r in runs if r.kind == "upstream"}
+    for run in runs:
+        if run.kind != "payload":
+            continue
+        s, ours = run.shape, run.timed or {}
+        theirs = (upstream.get(id(s)) or Run("upstream", s, None, 0)).timed or {}
+        ratio = ours["step_s"] / theirs["step_s"] if ours and theirs else None
+        rows.append({"depth": s.depth, "device_batch_size": s.batch, "sequence_len": s.seq, "grad_accum": s.accum,
+                     "precision": ours.get("precision", s.precision), "attention": ours.get("attention", run.attention),
+                     "upstream_attention": theirs.get("attention"), "pinned": run.attention is not None,
+                     "compiled": ours.get("compiled"),
+                     "payload_step_ms": ours["step_s"] * 1000 if ours else None,
+                     "upstream_step_ms": theirs["step_s"] * 1000 if theirs else None, "ratio": ratio,
+                     "timed_steps": ours.get("timed_steps"), "payload": ours, "upstream": theirs,
+                     "warm_beside_payload": run.beside,
+                     "warm_beside_upstream": (upstream.get(id(s)) or run).beside,
+                     "errors": [e for e in (run.error, (upstream.get(id(s)) or run).error) if e]})
+    return rows
+
+
+def one_upstream(args: argparse.Namespace) -> int:
+    spec = json.loads(args.one_upstream)
+    result = upstream_step(args.upstream, Shape(**spec["shape"]), spec["fa3"], spec["warmup"], spec["steps"])
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--upstream", type=Path, required=True, help="an upstream nanochat checkout (its root)")
     parser.add_argument("--depth", type=int, nargs="+", default=[12, 20])
     parser.add_argument("--device-batch-size", type=int, default=16)
@@ -137,39 +350,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", nargs="+", default=["bf16", "fp8"], choices=["bf16", "fp8"])
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--flex", action="store_true",
+                        help="also time the payload with the attention the node allows (first depth)")
+    parser.add_argument("--warm-gib", type=float, default=0.0,
+                        help="fill the compile caches first, runs side by side within this many GiB (0: no)")
+    parser.add_argument("--budget-s", type=float, default=0.0, help="start no run after this many seconds (0: none)")
     parser.add_argument("--cpu", action="store_true", help="dry run on CPU at a tiny size (checks the wiring)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--one-upstream", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not (args.upstream / "nanochat" / "gpt.py").is_file():
         print(f"error: {args.upstream} is no nanochat checkout (no nanochat/gpt.py): pass its root", file=sys.stderr)
         return 2
-    seq, vocab, batch = ((TINY["sequence_len"], TINY["vocab_size"], TINY["device_batch_size"]) if args.cpu
-                         else (args.sequence_len, 32768, args.device_batch_size))
-    depths = [2] if args.cpu else args.depth
-    precisions = [None] if args.cpu else args.precision
-    rows = []
+    if args.one_upstream:
+        return one_upstream(args)
+    sys.path.insert(0, str(REPO))
+    fa3 = upstream_has_fa3(args.upstream, args.cpu)
+    runs = plan_runs(args, fa3)
+    found = versions(args.cpu)
+
+    def write() -> None:
+        if args.out:
+            args.out.write_text(json.dumps({"dry_run": args.cpu, **found, "upstream_fa3": fa3,
+                                            "warm_gib": args.warm_gib, "rows": rows_of(runs)}, indent=1))
+
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
-        for depth in depths:
-            for precision in precisions:
-                total = batch * seq * args.grad_accum
-                ours = payload_profile(depth, batch, seq, vocab if args.cpu else None, total, precision, args.warmup,
-                                       args.steps, args.cpu, Path(tmp) / f"d{depth}-{precision}")
-                theirs = upstream_step(args.upstream, depth, batch, seq, vocab, ours["grad_accum"], ours, args.warmup,
-                                       args.steps, args.cpu)
-                rows.append({"depth": depth, "device_batch_size": batch, "sequence_len": seq,
-                             "grad_accum": ours["grad_accum"], "precision": ours["precision"],
-                             "attention": ours["attention"], "compiled": ours["compiled"],
-                             "payload_step_ms": ours["step_s"] * 1000, "upstream_step_ms": theirs * 1000,
-                             "ratio": ours["step_s"] / theirs, "timed_steps": ours["timed_steps"]})
+        schedule(args, runs, fa3, Path(tmp), write)
+    write()
     print(f"{'depth':>5} {'batch':>5} {'precision':>9} {'attention':>11} {'payload ms':>10} {'upstream ms':>11} "
           f"{'ratio':>6}")
-    for r in rows:
+    for r in rows_of(runs):
+        ratio = f"{r['ratio']:>6.3f}" if r["ratio"] else f"{'–':>6}"
+        note = "" if not r["ratio"] or r["ratio"] <= GOAL or args.cpu or not r["pinned"] else f"  (goal ≤ {GOAL})"
+        note += "" if r["pinned"] else f"  (vs upstream's {r['upstream_attention']})"
         print(f"{r['depth']:>5} {r['device_batch_size']:>5} {r['precision']!s:>9} {r['attention']!s:>11} "
-              f"{r['payload_step_ms']:>10.1f} {r['upstream_step_ms']:>11.1f} {r['ratio']:>6.3f}"
-              + ("" if r["ratio"] <= GOAL or args.cpu else f"  (goal ≤ {GOAL})"))
-    if args.out:
-        args.out.write_text(json.dumps({"dry_run": args.cpu, **versions(args.cpu), "rows": rows}, indent=1))
-    return 0
+              f"{r['payload_step_ms'] or 0:>10.1f} {r['upstream_step_ms'] or 0:>11.1f} {ratio}{note}")
+        for e in r["errors"]:
+            print(f"      error: {e[-300:]}")
+    return 0 if all(r["ratio"] for r in rows_of(runs)) else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,17 @@ def test_the_dry_run_times_both_and_writes_the_ratio(tmp_path: Path) -> None:
     assert "ratio" in proc.stdout
 
 
+def test_warm_ups_fill_the_caches_first_and_each_timed_run_still_runs(tmp_path: Path) -> None:
+    out = tmp_path / "fidelity.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--upstream", str(FAKE), "--cpu", "--warmup", "1",
+                           "--steps", "2", "--warm-gib", "100", "--budget-s", "600", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["errors"] == [] and row["payload_step_ms"] > 0 and row["upstream_step_ms"] > 0
+    assert row["upstream"]["timed_steps"] == 2
+
+
 def test_a_path_that_is_no_checkout_is_a_usage_error(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--upstream", str(tmp_path), "--cpu"],
                           capture_output=True, text=True, timeout=120)
