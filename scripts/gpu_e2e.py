@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -65,13 +66,21 @@ def gpu_name() -> str:
 
 
 def benchctl(args: list[str], env: dict[str, str], log: Path, timeout: float) -> int:
-    """``python -m benchctl ARGS``, its stdout and stderr into ``log``; the exit code (124: timed out)."""
+    """``python -m benchctl ARGS``, its stdout and stderr into ``log``; the exit code (124: timed out, then
+    interrupted as Ctrl-C would, so that benchctl terminates its nodes before it exits)."""
     with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "benchctl", *args], cwd=REPO, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
         try:
-            return subprocess.run([sys.executable, "-m", "benchctl", *args], cwd=REPO, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, timeout=timeout).returncode
+            return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            out.write(f"\n[gpu_e2e: timed out after {timeout:.0f} s]\n")
+            out.write(f"\n[gpu_e2e: timed out after {timeout:.0f} s: interrupting]\n")
+            out.flush()
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
             return 124
 
 

@@ -31,6 +31,7 @@ export PYTHONPATH=/tmp/site
 cat "$OUT/machine.txt" | tail -8
 echo "== e2e ($(left) s left)"
 timeout 270 python3 scripts/gpu_e2e.py --out /tmp/e2e --steps "${E2E_STEPS:-150}" --timeout-s 250 2>&1 | tee "$OUT/e2e.txt"
+pkill -INT -f "payload run" 2>/dev/null; sleep 2; pkill -KILL -f "payload run" 2>/dev/null  # no node outlives its stage
 tar --exclude='*.bin' -czf "$OUT/e2e.tar.gz" -C /tmp e2e 2>/dev/null
 ls -la /tmp/e2e/home/*/compile-cache 2>/dev/null | head
 echo "== fidelity ($(left) s left)"
