@@ -31,8 +31,8 @@ def check(state: CliState, names: tuple[str, ...], fmt: str) -> None:
     Each line says ok, no (with what to set up) or ? (not verified: skypilot, whose credentials
     `sky check` tests). Exit 0 when every PROVIDER named is ok, or, with none named, when at least
     one provider that rents nodes (not local or ssh, which always work) is; 1 otherwise."""
-    from benchctl.cli.offers import _chosen, _without
-    from benchctl.engine.providers import Providers
+    from benchctl.cli.offers import _chosen
+    from benchctl.engine.providers import Providers, unnamed
     from benchctl.errors import BenchctlError, ProviderUnavailable
     from benchctl.home import home
     from benchctl.provisioners.base import ProviderError
@@ -52,7 +52,7 @@ def check(state: CliState, names: tuple[str, ...], fmt: str) -> None:
             provider.owned(PROBE_TAG)
             results.append({"provider": name, "ok": True, "detail": "ready"})
         except (ProviderUnavailable, ProviderError) as exc:
-            results.append({"provider": name, "ok": False, "detail": _without(name, clean(" ".join(str(exc).split())))})
+            results.append({"provider": name, "ok": False, "detail": unnamed(name, clean(" ".join(str(exc).split())))})
     if fmt.lower() == "json":
         click.echo(render([], [], "json", payload={"providers": results}))
     else:

@@ -32,7 +32,7 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
     a public catalog where one lists the node (price_source catalog: not an offer; its source and
     date below); a provider that fails answers with one line. Exit 0 when a provider answered (a
     rental provider, or local/ssh with such a node) or a catalog priced something, 1 otherwise."""
-    from benchctl.engine.providers import Providers
+    from benchctl.engine.providers import Providers, unnamed
     from benchctl.errors import BenchctlError, ProviderUnavailable
     from benchctl.home import home
     from benchctl.provisioners.base import AuthError, OfferRequest, ProviderError, Unavailable
@@ -53,7 +53,7 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
         try:
             provider = providers.get(name)
         except ProviderUnavailable as exc:
-            notes["skipped"].append(f"{name}: skipped: {_without(name, clean(str(exc)))}")
+            notes["skipped"].append(f"{name}: skipped: {unnamed(name, clean(str(exc)))}")
             for gpu in gpus:
                 for market in [m.lower() for m in markets] or ["on-demand", "spot"]:
                     listed = catalog_price(name, OfferRequest(gpu=gpu, count=count, market=market,
@@ -72,7 +72,7 @@ def offers(state: CliState, gpus: tuple[str, ...], count: int, only: tuple[str, 
                 try:
                     found = provider.offers(request)
                 except ProviderError as exc:
-                    notes["errors"].append(f"{name}: {_without(name, clean(' '.join(str(exc).split())))}")
+                    notes["errors"].append(f"{name}: {unnamed(name, clean(' '.join(str(exc).split())))}")
                     failed = isinstance(exc, AuthError | Unavailable)  # the next request would fail the same way
                     if failed:
                         break
@@ -122,7 +122,3 @@ def _chosen(only: tuple[str, ...], table: dict[str, Any]) -> list[str]:
     wanted = {name.lower() for name in only}
     return [name for name in table if not wanted or name in wanted]
 
-
-def _without(name: str, message: str) -> str:
-    """``message`` without a leading ``name:`` (provider messages name themselves; the line does already)."""
-    return message.removeprefix(f"{name}: ")

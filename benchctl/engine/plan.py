@@ -32,7 +32,7 @@ from benchctl.campaign.images import compile_warnings
 from benchctl.campaign.memory_fit import cell_fit
 from benchctl.campaign.spec import Campaign, CellSpec, Target
 from benchctl.engine.attempt_limits import attempt_worst_case_s
-from benchctl.engine.providers import Providers, offer_request
+from benchctl.engine.providers import Providers, offer_request, unnamed
 from benchctl.errors import BenchctlError, ProviderUnavailable
 from benchctl.provisioners.base import ProviderError
 from benchctl.provisioners.catalog import catalog_price
@@ -144,7 +144,7 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
         offers = []
         request = offer_request(cell, cell.key, image=image)
         if cell.provider in unavailable:
-            row["warning"] = "needs " + unavailable[cell.provider].removeprefix(f"{cell.provider}: ")
+            row["warning"] = "needs " + unnamed(cell.provider, unavailable[cell.provider])
         elif cell.provider in failed:  # asked once: an unreachable API is not asked again per cell
             row["warning"] = "offers failed (below)"
         else:
@@ -155,7 +155,7 @@ def plan_campaign(campaign: Campaign, providers: Providers, cells: list[CellSpec
                     row["warning"] = "busy now: " + (providers.get(cell.provider).busy_detail(request) or
                                                      "every matching node is in use (a run would wait for one)")
             except ProviderError as exc:
-                failed[cell.provider] = str(exc)
+                failed[cell.provider] = unnamed(cell.provider, str(exc))  # the lines below name it
                 row["warning"] = "offers failed (below)"
         listed = None if offers or cell.provider in answered else catalog_price(cell.provider, request)
         if offers:

@@ -90,6 +90,12 @@ class Providers:
             raise ProviderUnavailable("\n".join(problems))
 
 
+def unnamed(name: str, message: str) -> str:
+    """A provider's ``message`` without a leading ``name: `` (its errors may name it, e.g. SkyPilot's
+    ``skypilot: could not download …``): for a line that names the provider itself, once."""
+    return message.removeprefix(f"{name}: ")
+
+
 def offer_request(cell: CellSpec, label: str, exclude_hosts: Iterable[str] = (), image: str | None = None,
                   ) -> OfferRequest:
     """What a cell asks its provider for (``image``: the cell's, else the campaign's default)."""
