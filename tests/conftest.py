@@ -63,6 +63,20 @@ def _no_runpod_key_left_behind() -> Iterator[None]:
         module.api_key = None  # type: ignore[attr-defined]
 
 
+Tokens = Callable[[str], str]
+"""The ``tok`` fixture's type."""
+
+
+@pytest.fixture
+def tok() -> Tokens:
+    """``tok("a")``: a node token this test alone uses (the same for the same word within the test).
+    A local node's processes are found by their token's marker machine-wide
+    (``provisioners.local.processes``): two tests naming a node alike at once (xdist workers, two
+    people's runs on one machine, more often the busier it is) end each other's nodes."""
+    run = uuid.uuid4().hex[:8]
+    return lambda word: f"tok-{word}-{run}"
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "home"

@@ -19,7 +19,7 @@ from benchctl.provisioners.base import Node, NodeState, OfferRequest, ProviderEr
 from benchctl.provisioners.local import provider as local
 from benchctl.provisioners.local.processes import node_processes
 from benchctl.provisioners.local.provider import LocalProvider
-from tests.conftest import REPO
+from tests.conftest import REPO, Tokens
 
 CHECK_LOCK = "from benchctl.provisioners.local import machine_lock; print(machine_lock.held_elsewhere())"
 
@@ -50,14 +50,14 @@ def _held_elsewhere() -> bool:
 
 
 def test_a_cluster_is_n_nodes_on_hosts_not_excluded_holding_the_lock_until_the_last_ends(
-        provider: LocalProvider) -> None:
+        provider: LocalProvider, tok: Tokens) -> None:
     offer = provider.offers(_request(nodes=3, exclude=("local-1",)))[0]
-    cluster = provider.launch_cluster(offer, 3, "tok-c", "camp")
+    cluster = provider.launch_cluster(offer, 3, tok("c"), "camp")
     members = cluster.members()
-    assert [m.token for m in members] == ["tok-c", "tok-c-n1", "tok-c-n2"]
+    assert [m.token for m in members] == [tok("c"), tok("c") + "-n1", tok("c") + "-n2"]
     assert [m.offer.host for m in members] == ["local-0", "local-2", "local-3"], "a bad host is no member"
     assert all(provider.status(m) is NodeState.RUNNING for m in members)
-    assert sorted(n.token for n in provider.owned("camp")) == ["tok-c", "tok-c-n1", "tok-c-n2"]
+    assert sorted(n.token for n in provider.owned("camp")) == [tok("c"), tok("c") + "-n1", tok("c") + "-n2"]
     assert provider.rendezvous_address(cluster) == "127.0.0.1"
     provider.terminate(members[0])
     assert _held_elsewhere(), "the machine stays held while a member runs"
@@ -67,15 +67,16 @@ def test_a_cluster_is_n_nodes_on_hosts_not_excluded_holding_the_lock_until_the_l
     assert all(node_processes(m.token) == [] for m in members)
 
 
-def test_too_few_hosts_for_the_cluster_launch_nothing(provider: LocalProvider) -> None:
+def test_too_few_hosts_for_the_cluster_launch_nothing(provider: LocalProvider, tok: Tokens) -> None:
     offer = provider.offers(_request(nodes=4, exclude=("local-3",)))[0]
     with pytest.raises(ProviderError, match=r"a 4-node local cluster needs 4 hosts .* 3 are left"):
-        provider.launch_cluster(offer, 4, "tok-f", "camp")
+        provider.launch_cluster(offer, 4, tok("f"), "camp")
     assert provider.owned("camp") == []
 
 
 def test_a_failing_member_launch_terminates_the_members_launched(provider: LocalProvider,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   tok: Tokens) -> None:
     launch = provider._launch
 
     def second_fails(offer, token, tag):  # type: ignore[no-untyped-def]
@@ -86,19 +87,19 @@ def test_a_failing_member_launch_terminates_the_members_launched(provider: Local
     monkeypatch.setattr(provider, "_launch", second_fails)
     offer = provider.offers(_request())[0]
     with pytest.raises(ProviderError, match="the second node did not start"):
-        provider.launch_cluster(offer, 2, "tok-g", "camp")
-    assert provider.owned("camp") == [] and node_processes("tok-g") == []
+        provider.launch_cluster(offer, 2, tok("g"), "camp")
+    assert provider.owned("camp") == [] and node_processes(tok("g")) == []
     assert not _held_elsewhere()
 
 
 def test_a_clusters_preemption_fault_kills_node_rank_1_once_node_0_recorded_the_steps(
-        provider: LocalProvider) -> None:
+        provider: LocalProvider, tok: Tokens) -> None:
     offer = provider.offers(_request(faults={"preempt_at_step": 2, "shm_mb": 64}))[0]
-    cluster = provider.launch_cluster(offer, 2, "tok-p", "camp")
+    cluster = provider.launch_cluster(offer, 2, tok("p"), "camp")
     head, worker = cluster.members()
     assert head.offer.details == {"faults": {"shm_mb": 64}, "cell": "cell-a"}, "node 0 keeps its host's faults"
     assert worker.offer.details.get("faults") == {"preempt_at_step": 2}, "local-1 is not a faulty host"
-    events = provider.root / "tok-p" / "home" / "run" / "events.jsonl"
+    events = provider.root / tok("p") / "home" / "run" / "events.jsonl"
     events.parent.mkdir(parents=True)
     sample = {"kind": "sample", "phase": "profile", "warmup": False}
     events.write_text(json.dumps(sample) + "\n")

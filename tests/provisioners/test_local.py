@@ -14,7 +14,7 @@ from benchctl.provisioners.base import Node, NodeState, Offer, OfferRequest, Pro
 from benchctl.provisioners.local import provider as local
 from benchctl.provisioners.local.processes import node_processes
 from benchctl.provisioners.local.provider import LocalProvider
-from tests.conftest import FAST_POLLS, run_cli
+from tests.conftest import FAST_POLLS, Tokens, run_cli
 
 
 @pytest.fixture
@@ -67,44 +67,44 @@ def test_gpu_offer_without_gpus_is_empty(provider: LocalProvider) -> None:
     assert provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="spot", price_usd_per_hour=2.0)) == []
 
 
-def test_launch_owned_and_terminate(provider: LocalProvider) -> None:
-    node = provider.launch(_offer(provider), token="tok-a", campaign_tag="camp-1")
-    assert (node.provider, node.node_id, node.token, node.campaign_tag) == ("local", "tok-a", "tok-a", "camp-1")
+def test_launch_owned_and_terminate(provider: LocalProvider, tok: Tokens) -> None:
+    node = provider.launch(_offer(provider), token=tok("a"), campaign_tag="camp-1")
+    assert (node.provider, node.node_id, node.token, node.campaign_tag) == ("local", tok("a"), tok("a"), "camp-1")
     leader = node.details["leader_pid"]
     assert provider.status(node) is NodeState.RUNNING
-    assert node_processes("tok-a") == [leader]
-    assert [n.node_id for n in provider.owned("camp-1")] == ["tok-a"]
+    assert node_processes(tok("a")) == [leader]
+    assert [n.node_id for n in provider.owned("camp-1")] == [tok("a")]
     assert provider.owned("camp-1")[0] == node
     assert provider.owned("camp-2") == []
 
     provider.terminate(node)
     assert provider.status(node) is NodeState.TERMINATED
-    assert node_processes("tok-a") == []
+    assert node_processes(tok("a")) == []
     provider.terminate(node)  # idempotent
     assert provider.status(node) is NodeState.TERMINATED
     assert provider.owned("camp-1") == []
 
 
-def test_terminate_unknown_node_is_success(provider: LocalProvider) -> None:
-    node = provider.launch(_offer(provider), token="tok-gone", campaign_tag="camp")
+def test_terminate_unknown_node_is_success(provider: LocalProvider, tok: Tokens) -> None:
+    node = provider.launch(_offer(provider), token=tok("gone"), campaign_tag="camp")
     provider.terminate(node)
     provider.remove(node)
-    assert not (provider.root / "tok-gone").exists()
+    assert not (provider.root / tok("gone")).exists()
     provider.terminate(node)
     assert provider.status(node) is NodeState.TERMINATED
 
 
-def test_remove_refuses_a_running_node(provider: LocalProvider) -> None:
-    node = provider.launch(_offer(provider), token="tok-r", campaign_tag="camp")
+def test_remove_refuses_a_running_node(provider: LocalProvider, tok: Tokens) -> None:
+    node = provider.launch(_offer(provider), token=tok("r"), campaign_tag="camp")
     with pytest.raises(ProviderError, match="terminate it first"):
         provider.remove(node)
     assert provider.status(node) is NodeState.RUNNING
 
 
-def test_transport_run_and_files(provider: LocalProvider, tmp_path: Path) -> None:
-    node = provider.launch(_offer(provider), token="tok-t", campaign_tag="camp")
+def test_transport_run_and_files(provider: LocalProvider, tmp_path: Path, tok: Tokens) -> None:
+    node = provider.launch(_offer(provider), token=tok("t"), campaign_tag="camp")
     transport = provider.transport(node)
-    home = provider.root / "tok-t" / "home"
+    home = provider.root / tok("t") / "home"
 
     result = transport.run("pwd && echo out && echo err >&2 && exit 3")
     assert result.code == 3
@@ -144,8 +144,8 @@ def test_transport_run_and_files(provider: LocalProvider, tmp_path: Path) -> Non
     assert transport.read_from("benchctl/cell/1/nope.jsonl", 0) == b""
 
 
-def test_paths_may_not_leave_home(provider: LocalProvider, tmp_path: Path) -> None:
-    node = provider.launch(_offer(provider), token="tok-p", campaign_tag="camp")
+def test_paths_may_not_leave_home(provider: LocalProvider, tmp_path: Path, tok: Tokens) -> None:
+    node = provider.launch(_offer(provider), token=tok("p"), campaign_tag="camp")
     transport = provider.transport(node)
     with pytest.raises(ProviderError, match="leaves the node's home"):
         transport.read_from("../../etc/passwd", 0)
@@ -157,10 +157,10 @@ def test_paths_may_not_leave_home(provider: LocalProvider, tmp_path: Path) -> No
         transport.start("true", "../..")
 
 
-def test_start_is_detached_and_killed_by_terminate(provider: LocalProvider) -> None:
-    node = provider.launch(_offer(provider), token="tok-s", campaign_tag="camp")
+def test_start_is_detached_and_killed_by_terminate(provider: LocalProvider, tok: Tokens) -> None:
+    node = provider.launch(_offer(provider), token=tok("s"), campaign_tag="camp")
     transport = provider.transport(node)
-    home = provider.root / "tok-s" / "home"
+    home = provider.root / tok("s") / "home"
     (home / "work").mkdir()
     leader = node.details["leader_pid"]
 
@@ -171,34 +171,34 @@ def test_start_is_detached_and_killed_by_terminate(provider: LocalProvider) -> N
     pid = int((home / "work" / "pid.txt").read_text())
     assert (home / "work" / "cwd.txt").read_text().strip() == str((home / "work").resolve())
     time.sleep(0.2)
-    members = node_processes("tok-s")
+    members = node_processes(tok("s"))
     assert pid in members and leader in members  # still running after start() returned, marked as the node's
     assert os.getsid(pid) != os.getsid(0), "out of reach of the controller's terminal (Ctrl-C, hang-up)"
 
     provider.terminate(node)
-    assert node_processes("tok-s") == []
+    assert node_processes(tok("s")) == []
     assert provider.status(node) is NodeState.TERMINATED
 
 
-def test_preempt_reads_as_preempted(provider: LocalProvider) -> None:
-    node = provider.launch(_offer(provider), token="tok-x", campaign_tag="camp")
-    other = provider.launch(_offer(provider), token="tok-y", campaign_tag="camp")
+def test_preempt_reads_as_preempted(provider: LocalProvider, tok: Tokens) -> None:
+    node = provider.launch(_offer(provider), token=tok("x"), campaign_tag="camp")
+    other = provider.launch(_offer(provider), token=tok("y"), campaign_tag="camp")
     provider.transport(node).start("sleep 60", cwd=".")
     provider.preempt(node)
-    assert node_processes("tok-x") == []
+    assert node_processes(tok("x")) == []
     assert provider.status(node) is NodeState.PREEMPTED
     with pytest.raises(ProviderError, match="gone"):
         provider.transport(node).run("true")
     assert provider.status(other) is NodeState.RUNNING
     # a preempted node is still ours until terminated (it may still bill)
-    assert sorted(n.node_id for n in provider.owned("camp")) == ["tok-x", "tok-y"]
+    assert sorted(n.node_id for n in provider.owned("camp")) == [tok("x"), tok("y")]
     provider.terminate(node)
     assert provider.status(node) is NodeState.TERMINATED
-    assert [n.node_id for n in provider.owned("camp")] == ["tok-y"]
+    assert [n.node_id for n in provider.owned("camp")] == [tok("y")]
 
 
-def test_node_round_trip(provider: LocalProvider) -> None:
-    node = provider.launch(_offer(provider), token="tok-j", campaign_tag="camp")
+def test_node_round_trip(provider: LocalProvider, tok: Tokens) -> None:
+    node = provider.launch(_offer(provider), token=tok("j"), campaign_tag="camp")
     raw = node.to_dict()
     assert raw["offer"]["hourly_usd"] == 0.5
     assert raw["details"]["leader_pid"] == node.details["leader_pid"]
@@ -210,23 +210,23 @@ def test_node_round_trip(provider: LocalProvider) -> None:
     assert LocalProvider(provider.root).transport(rebuilt).run("echo ok").out == "ok\n"
 
 
-def test_a_launch_cut_short_leaves_nothing_running(provider: LocalProvider) -> None:
+def test_a_launch_cut_short_leaves_nothing_running(provider: LocalProvider, tok: Tokens) -> None:
     import json
     import subprocess
 
     from benchctl.provisioners.local.processes import node_env
 
-    node_dir = provider.root / "tok-cut"
+    node_dir = provider.root / tok("cut")
     node_dir.mkdir(parents=True)
     # what a controller that died between starting the leader and recording the node leaves behind
-    (node_dir / "node.json").write_text(json.dumps({"node": None, "token": "tok-cut", "campaign_tag": "camp",
+    (node_dir / "node.json").write_text(json.dumps({"node": None, "token": tok("cut"), "campaign_tag": "camp",
                                                     "terminated": False, "created_at": 0}))
-    leader = subprocess.Popen(["sleep", "60"], env=node_env("tok-cut"), start_new_session=True)
-    assert _wait_for(lambda: node_processes("tok-cut"))
+    leader = subprocess.Popen(["sleep", "60"], env=node_env(tok("cut")), start_new_session=True)
+    assert _wait_for(lambda: node_processes(tok("cut")))
     (cut,) = provider.owned("camp")  # listed, so that the orphan sweep or the attempt's reconcile ends it
-    assert cut.token == "tok-cut" and provider.status(cut) is NodeState.STARTING
+    assert cut.token == tok("cut") and provider.status(cut) is NodeState.STARTING
     provider.terminate(cut)
-    assert node_processes("tok-cut") == []
+    assert node_processes(tok("cut")) == []
     assert provider.owned("camp") == []
     leader.wait(timeout=5)
 
@@ -238,15 +238,16 @@ CREDENTIALS = {"BENCHCTL_DB": "postgresql://bench:canary-db-7f3@db.internal/benc
 """Credentials in the controller's environment, some under innocent names (issue 13, item 7)."""
 
 
-def test_a_local_node_inherits_no_credential(provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_local_node_inherits_no_credential(provider: LocalProvider, monkeypatch: pytest.MonkeyPatch,
+                                             tok: Tokens) -> None:
     for name, value in CREDENTIALS.items():
         monkeypatch.setenv(name, value)
-    node = provider.launch(_offer(provider), token="tok-env", campaign_tag="camp")
+    node = provider.launch(_offer(provider), token=tok("env"), campaign_tag="camp")
     leader = Path(f"/proc/{node.details['leader_pid']}/environ").read_bytes().decode()
     seen = provider.transport(node).run("env").out
     for environment in (leader, seen):
         assert "canary" not in environment and "proxy.internal" not in environment, environment
-    assert "PATH=" in seen and "BENCHCTL_LOCAL_NODE=tok-env" in seen
+    assert "PATH=" in seen and f"BENCHCTL_LOCAL_NODE={tok('env')}" in seen
 
 
 CAMPAIGN = """\
