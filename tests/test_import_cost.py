@@ -2,7 +2,9 @@
 ASCII JSON (an export) needs no storable check per value; in any other file a plain field (ASCII
 text, an integer within 64 bits, a float, an empty list or map) is checked without
 ``value_problem``'s walk, and what needs the walk still gets it; the fast JSON path refuses what
-``load_yaml`` refuses (nesting, value counts) at the same limits."""
+``load_yaml`` refuses (nesting, value counts) at the same limits. An export is parsed once, its
+scalars checked as they are parsed (no walk over every value), and gives what the general way
+gives: the same cells and JSON, or the same error."""
 
 from __future__ import annotations
 
@@ -85,3 +87,108 @@ def test_the_json_path_refuses_at_load_yamls_limits() -> None:
     assert records._plain_json(json.dumps([0] * most)) is records._NOT_PLAIN
     for bad in ("[1e999]", "[9223372036854775808]", '{"a": 1, "a": 2}', "[NaN]"):
         assert records._plain_json(bad) is records._NOT_PLAIN, bad
+
+
+# --- an export read once (issue 31 item 13, fourth round) ------------------------------------------
+
+FULL = {**RECORD, "cell": "lambda:H100_SXMx8:on-demand", "campaign": "bench", "nodes": 1, "vcpus": 192,
+        "numa": "1 node", "env": {"RUN": "7"}, "model": "nanochat-d26", "precision": "bf16", "compiled": True,
+        "attention": "flash_attn3", "host_data": "synthetic", "step_time_p10_ms": 690.0, "step_time_p90_ms": 720,
+        "drift": None, "settle_steps": 3, "settle_s": 1.5, "optimizer_ms": 120.5, "optimizer_share": 0.2,
+        "comm_share": 0.08, "busbw_gbps": 470.0, "busbw_bytes": 1 << 30, "train_hours": 2.5,
+        "cost_to_train_usd": 20.4, "spot_usd_per_hour": None, "status": "done", "no_result": None,
+        "flags": ["numa_split", "drift +3.0%"]}
+SKIPPED = {"cell": "lambda:A100x8:spot", "status": "failed", "step_time_ms": None, "env": {}, "flags": ["x"]}
+
+
+def test_an_export_is_parsed_once_without_the_value_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leaderboard export is parsed once by the json module (scalars checked as they are parsed):
+    no walk over every value (``_plain_json``) and no YAML (``load_yaml``); before, every file paid
+    for the walk."""
+    calls: list[str] = []
+    for name in ("_plain_json", "load_yaml"):
+        real = getattr(records, name)
+        monkeypatch.setattr(records, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    rows = [{**FULL, "cell": f"c{i}"} for i in range(300)] + [SKIPPED]
+    found, skipped = records.read_records(_write(tmp_path, rows))
+    assert (len(found), skipped, calls) == (300, 1, [])
+
+
+def _both_ways(path: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> tuple[Any, Any]:
+    """``read_records`` as it reads the file, and as the general way alone reads it: the results
+    (cells and their JSON) or the error each gives."""
+    def outcome() -> Any:
+        try:
+            found, skipped = records.read_records(path, **options)
+        except SpecError as exc:
+            return str(exc)
+        return skipped, [(r.campaign, r.key, json.dumps(r.config), json.dumps(r.result)) for r in found]
+
+    quick = outcome()
+    with monkeypatch.context() as general:
+        general.setattr(records, "_export", lambda text: records._NOT_PLAIN)
+        return quick, outcome()
+
+
+def _deep(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("rows", [
+    [FULL, SKIPPED, {**FULL, "cell": "c2", "campaign": "other", "env": {}, "flags": []}],
+    [{**FULL, "flags": []}, {**FULL, "campaign": "other"}],  # one cell, two campaigns
+    [FULL, FULL],  # one cell twice
+    [{**FULL, "count": 2**63}], [{**FULL, "rank": -(2**63) - 1}], [{**FULL, "rank": 2**63 - 1}],
+    [{**FULL, "hourly_usd": 8}], [{**FULL, "count": 8.0}], [{**FULL, "compiled": 1}], [{**FULL, "vcpus": "192"}],
+    [{**FULL, "step_time_ms": 1e-9}], [{**FULL, "drift": -1}], [{**FULL, "provider": "a b"}],
+    [{**FULL, "provider": "runpod\n"}], [{**FULL, "campaign": "../x"}], [{**FULL, "market": "Spot"}],
+    [{**FULL, "extra": 1}], [{**FULL, "env": {"A": 1}}], [{**FULL, "flags": "numa_split"}],
+    [{**FULL, "target_steps": None}], [{**FULL, "target": {"model": "nanochat-d26", "target_param_data_ratio": 8.5,
+                                                             "total_batch_size": 524288}, "target_steps": None}],
+    [{**FULL, "env": {"NOTE": "café"}}], [{**FULL, "interconnect": "nv\ud800"}], [{**FULL, "numa": "a\u0000b"}],
+    [{**SKIPPED, "env": _deep(3)}], [{**SKIPPED, "env": _deep(70)}], [{**FULL, "env": _deep(70)}],
+    [FULL, 3], [FULL, _nested(70)], {**FULL}, [],
+], ids=lambda rows: json.dumps(rows)[:60])
+def test_an_export_read_once_gives_what_the_general_way_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               rows: Any) -> None:
+    path = _write(tmp_path, rows)
+    for options in ({}, {"own_campaign": False}):
+        quick, general = _both_ways(path, monkeypatch, **options)
+        assert quick == general
+
+
+@pytest.mark.parametrize("text", ["[1e999]", "[-1e400]", "[NaN]", "[Infinity]", '[{"a": 1, "a": 2}]',
+                                  f"[{2**63}]", f"[{-(2**63) - 1}]", "[{} {}]"])
+def test_what_the_export_parse_refuses_goes_the_general_way(text: str) -> None:
+    assert records._export(text) is records._NOT_PLAIN
+    assert records._export(f"[{2**63 - 1}, {-(2**63)}, 1e308, 0.5]") == [2**63 - 1, -(2**63), 1e308, 0.5]
+
+
+def test_the_value_bound_sends_a_near_limit_file_the_general_way(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each value follows a ``,`` ``:`` ``[`` or ``{`` (text holding them only counts more): a file
+    the bound lets through is within ``max_values`` as ``_plain_json`` counts; one it stops is read
+    the general way, as before (here: ``load_yaml``, whose count of the same file is lower)."""
+    rows = [{**FULL, "cell": f"c{i}"} for i in range(20)]
+    text = json.dumps(rows)
+    values = 1 + sum(map(text.count, ",:[{"))
+    monkeypatch.setattr(records, "LIMITS", records.Limits(max_bytes=records.LIMITS.max_bytes, max_values=values))
+    assert records._export(text) == rows and records._plain_json(text) == rows
+    monkeypatch.setattr(records, "LIMITS", records.Limits(max_bytes=records.LIMITS.max_bytes, max_values=values - 1))
+    assert records._export(text) is records._NOT_PLAIN
+    quick, general = _both_ways(_write(tmp_path, rows), monkeypatch)
+    assert records._plain_json(text) is records._NOT_PLAIN
+    assert quick == general
+
+
+def test_the_stored_config_is_what_the_record_model_dumps(tmp_path: Path) -> None:
+    """``_priced`` reads a record's config from its fields (``model_dump`` only for a nested target):
+    the same keys, order and JSON text as ``model_dump(mode="json", exclude_none=True)`` less the
+    derived columns."""
+    for row in (FULL, {**FULL, "env": {}, "flags": [], "region": "US", "hourly_usd": 3}):
+        record = records.Record.model_validate(row)
+        dumped = record.model_dump(mode="json", exclude_none=True, exclude=set(records.DERIVED))
+        assert json.dumps(records._priced(record).config) == json.dumps(dumped)

@@ -14,7 +14,7 @@ says in one line what was left out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -66,11 +66,9 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
             if path.suffix.lower() not in RECORD_SUFFIXES:
                 logs.append((path, *_nccl_rows(path)))
                 continue
-            found, dropped = read_records(path)
+            found, dropped = read_records(path, own_campaign=not campaign)
         except OSError as exc:
             raise UsageError(f"{path}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
-        if campaign:
-            found = [replace(item, campaign=None) for item in found]
         for item in found:
             where = (item.campaign or name, item.key)
             if where in came_from:

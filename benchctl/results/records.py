@@ -134,44 +134,87 @@ class _CheckedRecord(Record):
         return value
 
 
+def read_records(path: Path, own_campaign: bool = True) -> tuple[list[CellResult], int]:
+    """The file's records, priced, and how many result-less leaderboard rows were skipped.
+    ``own_campaign`` False: every record's ``campaign`` is None (``import --campaign`` puts them in
+    one), though the file's check for a cell given twice still tells the campaigns it names apart.
 
-def read_records(path: Path) -> tuple[list[CellResult], int]:
-    """The file's records, priced, and how many result-less leaderboard rows were skipped."""
+    An export (plain JSON, within the limits as ``_export`` tells from the text) is read once and
+    checked record by record; anything else, and any export in which a problem shows, is read again
+    the general way (``_load``), which alone names problems: the two ways accept the same files."""
     file = str(path)
     try:
         text = read_capped(path, file, LIMITS.max_bytes, "a records file")
     except UnicodeDecodeError as exc:
         raise SpecError(file, None, "", f"not UTF-8 text (byte {exc.start}); a records file is JSON or YAML") from None
+    model = Record if text.isascii() and "\\u" not in text else _CheckedRecord
+    data = _export(text)
+    if data is not _NOT_PLAIN:
+        try:
+            return _records(data, _lines_of(text, file), file, model, own_campaign, sure=False)
+        except _Unsure:
+            pass
     data, lines = _load(text, file)
+    if not isinstance(lines, _LinesOnDemand):
+        model = _CheckedRecord
+    return _records(data, lines, file, model, own_campaign, sure=True)
+
+
+class _Unsure(Exception):
+    """The quick read of an export met something the general read must look at (and name)."""
+
+
+def _records(data: Any, lines: Mapping[Path_, int], file: str, model: type[Record], own_campaign: bool,
+             sure: bool) -> tuple[list[CellResult], int]:
+    """``read_records`` of the file's loaded ``data``; ``sure`` False: raise _Unsure at any problem
+    instead of naming it (and check what ``_export`` left: the nesting of rows it skips)."""
     items = data if isinstance(data, list) else [data]
     if len(items) > MAX_RECORDS:
+        if not sure:
+            raise _Unsure
         raise SpecError(file, None, "", f"{len(items):,} records, over the {MAX_RECORDS:,} one file may hold; "
                         "split it into several files")
-    model = Record if isinstance(lines, _LinesOnDemand) and text.isascii() and "\\u" not in text else _CheckedRecord
-    found: list[tuple[CellResult, Path_]] = []
+    found: list[tuple[str | None, CellResult, Path_]] = []
     skipped = 0
     for index, raw in enumerate(items):
         at: Path_ = (index,) if isinstance(data, list) else ()
         if not isinstance(raw, dict):
+            if not sure:
+                raise _Unsure
             raise SpecError(file, line_of(lines, at), format_path(at), "a record is a mapping with provider, gpu, "
                             "count, market, hourly_usd, step_time_ms and target (see docs/leaderboard.md)")
         if raw.get("step_time_ms") is None and raw.get("status") is not None:
+            if not sure and not _shallow(raw):
+                raise _Unsure
             skipped += 1  # a leaderboard row of a cell that has no result
             continue
         try:
             record = model.model_validate(raw)
         except ValidationError as exc:
+            if not sure:
+                raise _Unsure from None
             error = exc.errors()[0]
             sub = (*at, *error["loc"])
             raise SpecError(file, line_of(lines, sub), format_path(sub), str(error["msg"]).removeprefix(
                 "Value error, ")) from None
-        found.append((_priced(record), at))
-    keys = Counter((item.campaign, item.key) for item, _ in found)
-    for item, at in found:
-        if keys[(item.campaign, item.key)] > 1:
+        found.append((record.campaign, _priced(record, own_campaign), at))
+    keys = Counter((campaign, item.key) for campaign, item, _ in found)
+    for campaign, item, at in found:
+        if keys[(campaign, item.key)] > 1:
+            if not sure:
+                raise _Unsure
             raise SpecError(file, line_of(lines, at), "", f"two records for the cell {item.key!r}; keep one, or tell "
                             "them apart with `cell`")
-    return [item for item, _ in found], skipped
+    return [item for _, item, _ in found], skipped
+
+
+def _shallow(row: dict[str, Any]) -> bool:
+    """Each value of ``row`` a scalar or a list or map of scalars: nested well within ``LIMITS``."""
+    for value in row.values():
+        inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        if any(isinstance(item, dict | list) for item in inner):
+            return False
+    return True
 
 
 _NEEDS = "a records file holds a list of result records (see docs/leaderboard.md)"
@@ -187,10 +230,42 @@ def _load(text: str, file: str) -> tuple[Any, Mapping[Path_, int]]:
     data = _plain_json(text)
     if data is _NOT_PLAIN:
         return load_yaml(text, file, needs=_NEEDS, limits=LIMITS)
-    return data, _LinesOnDemand(lambda: load_yaml(text, file, needs=_NEEDS, limits=LIMITS)[1])
+    return data, _lines_of(text, file)
+
+
+def _lines_of(text: str, file: str) -> _LinesOnDemand:
+    return _LinesOnDemand(lambda: load_yaml(text, file, needs=_NEEDS, limits=LIMITS)[1])
 
 
 _NOT_PLAIN = object()
+
+
+def _export(text: str) -> Any:
+    """``_plain_json(text)`` without its walk over every value: its scalars are checked as the
+    parser makes them (``_plain_int``, ``_plain_float``), its values are at most one per ``,``
+    ``:`` ``[`` ``{`` of the text plus one, its depth is left to ``_records`` (a record its model
+    accepts nests three levels). ``_NOT_PLAIN`` where any of these does not hold."""
+    if not text.lstrip().startswith(("[", "{")) or 1 + sum(map(text.count, ",:[{")) > LIMITS.max_values:
+        return _NOT_PLAIN
+    try:
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys, parse_int=_plain_int,
+                          parse_float=_plain_float)
+    except (ValueError, RecursionError):
+        return _NOT_PLAIN
+
+
+def _plain_int(digits: str) -> int:
+    value = int(digits)
+    if not -INT_MAX - 1 <= value <= INT_MAX:
+        raise ValueError(digits)  # load_yaml names it
+    return value
+
+
+def _plain_float(digits: str) -> float:
+    value = float(digits)
+    if not math.isfinite(value):
+        raise ValueError(digits)  # e.g. 1e999
+    return value
 
 
 def _plain_json(text: str) -> Any:
@@ -271,10 +346,13 @@ class _LinesOnDemand(Mapping[Path_, int]):
         return len(self._get())
 
 
-def _priced(record: Record) -> CellResult:
+def _priced(record: Record, own_campaign: bool = True) -> CellResult:
     assert record.target_steps is not None
     cost = cost_to_train(record.step_time_ms / 1000, record.target_steps, record.hourly_usd)
-    config = record.model_dump(mode="json", exclude_none=True, exclude=set(DERIVED))
+    if record.target is None:  # every field text, a number, a bool, a map or a list of text: as model_dump gives it
+        config = {name: value for name, value in record.__dict__.items() if value is not None and name not in _DERIVED}
+    else:
+        config = record.model_dump(mode="json", exclude_none=True, exclude=set(DERIVED))
     result = {"step_time_ms": record.step_time_ms,
               "step_time_p10_ms": record.step_time_p10_ms or record.step_time_ms,
               "step_time_p90_ms": record.step_time_p90_ms or record.step_time_ms,
@@ -284,8 +362,12 @@ def _priced(record: Record) -> CellResult:
               "vcpus": record.vcpus, "numa": record.numa, "optimizer_ms": record.optimizer_ms,
               "optimizer_share": record.optimizer_share, "comm_share": record.comm_share,
               "busbw_gbps": record.busbw_gbps, "busbw_bytes": record.busbw_bytes,
-              "flags_json": json.dumps(sorted(record.flags)), "precision": record.precision,
+              "flags_json": json.dumps(sorted(record.flags)) if record.flags else "[]", "precision": record.precision,
               "compiled": record.compiled, "attention": record.attention, "host_data": record.host_data,
               "drift": record.drift, "settle_steps": record.settle_steps, "settle_s": record.settle_s}
     return CellResult(key=record.key(), provider=record.provider, gpu=record.gpu, count=record.count,
-                      market=record.market, config=config, result=result, campaign=record.campaign)
+                      market=record.market, config=config, result=result,
+                      campaign=record.campaign if own_campaign else None)
+
+
+_DERIVED = frozenset(DERIVED)
