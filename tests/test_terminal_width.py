@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,61 @@ def test_csv_has_no_float_noise_and_empty_values_empty(campaign: tuple[Path, Pat
     assert rows[0]["env"] == "" and rows[0]["flags"] == ""
     price = render([{"hourly_usd": 0.1 + 0.3, "flags": [], "env": {}}], ["hourly_usd", "flags", "env"], "csv")
     assert price.splitlines()[1] == "0.4,,"
+
+
+class _Terminal(io.StringIO):
+    """stdout as ``render`` sees a terminal's (the width from COLUMNS)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+LONG_KEYS = ("runpod:H100_SXMx8:spot:region=US-KS-2:env=NCCL_ALGO=Ring", "local:cpux2:on-demand:nodes=2:id=0123abcd")
+
+
+def test_a_long_cell_key_folds_at_its_separators(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key longer than a name kept whole (30) wraps after its ``:`` separators, never inside a part
+    (``region=`` / ``US-`` / ``KS-2``, ``on-`` / ``demand`` were)."""
+    monkeypatch.setattr(sys, "stdout", _Terminal())
+    monkeypatch.setenv("COLUMNS", "80")
+    rows = [{"key": key, "state": "done", "attempts": 1, "controller": "vm pid 4242 since 2026-11-26 17:43:17 (alive)",
+             "reason": "the node answered nothing for 300 s; terminated and retried"} for key in LONG_KEYS]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", render(rows, ["key", "state", "attempts", "controller", "reason"], "table"))
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), text
+    width = lines[0].index("state")
+    pieces = [line[:width].strip() for line in lines[2:]]
+    for key in LONG_KEYS:
+        start = next(i for i, piece in enumerate(pieces) if key.startswith(piece) and piece)
+        shown, i = "", start
+        while shown != key:
+            assert pieces[i] and key.startswith(shown + pieces[i]), (key, pieces)
+            shown += pieces[i]
+            assert shown == key or shown.endswith(":"), f"{key} folds inside a part: {pieces[start:i + 1]}"
+            i += 1
+    assert "17:43:17" in text, "a time is no key: its colons do not fold it"
+
+
+def test_a_campaign_file_error_fits_80_columns(tmp_path: Path) -> None:
+    samples = terminal.doc_samples()
+    samples.write_bad_campaign(tmp_path)
+    text, code = samples.on_terminal(("run", "campaigns/h100.yaml"), tmp_path / "home", tmp_path, stderr=True,
+                                     width=80)
+    lines = text.rstrip("\n").splitlines()
+    assert code == 2 and lines[0].startswith("error: campaigns/h100.yaml:8 matrix[1].count:"), text
+    assert all(len(line) <= 80 for line in lines), text
+    assert " ".join(line.strip() for line in lines).endswith("input should be greater than or equal to 1"), text
+    piped = run_cli("run", str(tmp_path / "campaigns" / "h100.yaml"), home=tmp_path / "home")
+    assert len(piped.stderr.splitlines()) == 1, "piped, an error stays one line"
+
+
+def test_a_preflight_replay_shows_each_observed_value_whole_in_80_columns() -> None:
+    """The observed column wraps each value whole (it was cut at 60 characters, mid-string)."""
+    text, code = terminal.on_terminal(Path("/nonexistent-home"), 80, "preflight", "--replay",
+                                      "tests/fixtures/preflight/h100-sxm-numa-split")
+    lines = text.rstrip("\n").splitlines()
+    assert code == 0 and all(len(line) <= 80 for line in lines), text
+    words = " ".join(text.split())
+    for whole in ('["NVIDIA H100 80GB HBM3"]}', '"torch": "2.8.0+cu128"}', '"7": 478.1}}', 'mlx5_7:1/IB"}}',
+                  "facts in tests/fixtures/preflight/h100-sxm-numa-split)"):
+        assert whole in words, (whole, text)

@@ -96,7 +96,10 @@ def main(argv: list[str] | None = None) -> None:
             raise
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {clean(str(exc), newlines=True)}", err=True)  # messages quote files and nodes
+        from benchctl.report.render import terminal_lines
+
+        # messages quote files and nodes; on a terminal, wrapped to its width
+        click.echo(terminal_lines(f"error: {clean(str(exc), newlines=True)}", "  ", sys.stderr), err=True)
         sys.exit(getattr(exc, "exit_code", 1))
 
 

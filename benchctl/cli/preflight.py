@@ -82,7 +82,7 @@ def preflight_command(replay: str | None, expect_text: str | None, fabric_text: 
 
     from benchctl.payload.node.checks import Expect, Facts, judge, verdict
     from benchctl.payload.node.thresholds import resolve
-    from benchctl.report.render import render
+    from benchctl.report.render import render, terminal_lines
     from benchctl.results.check_status import CheckStatus
 
     gpu, count = _expectation(expect_text, replay)
@@ -104,12 +104,29 @@ def preflight_command(replay: str | None, expect_text: str | None, fabric_text: 
     if fmt == "json":
         click.echo(json.dumps(result, indent=2, default=str))
     else:
-        rows = [{**c, "observed": json.dumps(c["observed"], default=str)[:60]} for c in checks]
+        rows = [{**c, "observed": _observed(c["observed"])} for c in checks]
         click.echo(render(rows, ["name", "status", "observed", "hint"], "table"))
         shape = f"{count}× {gpu}" + (f", a node of {nodes}" if nodes is not None else "")
-        click.echo(f"verdict: {result['verdict']} ({shape}, {result['elapsed_s']:.1f} s; facts in {directory})")
+        click.echo(terminal_lines(f"verdict: {result['verdict']} ({shape}, {result['elapsed_s']:.1f} s; facts in "
+                                  f"{directory})", "  "))
     if result["verdict"] == CheckStatus.FAIL:
         sys.exit(3)
+
+
+OBSERVED_SHOWN = 300
+"""Characters of a check's observed value a table shows (whole items; ``--format json`` has it all)."""
+
+
+def _observed(value: Any) -> str:
+    """A check's observed value for the table: its JSON whole (the table wraps it), or its first
+    items up to ``OBSERVED_SHOWN`` characters and a note (a snapshot is untrusted and may be huge)."""
+    import json
+
+    text = json.dumps(value, default=str)
+    if len(text) <= OBSERVED_SHOWN:
+        return text
+    cut = text.rfind(", ", 0, OBSERVED_SHOWN)
+    return text[:cut if cut > 0 else OBSERVED_SHOWN] + ", … (--format json has it all)"
 
 
 def _cross_node(directory: Path, gpu: str, count: int, fabric_text: str | None = None,

@@ -20,7 +20,7 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from benchctl.terminal_text import clean
 
@@ -133,6 +133,13 @@ def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, tit
 
 _BREAK = re.compile(r"(?<=\s)|(?<=[A-Za-z]-)(?=[A-Za-z0-9])")
 """Where a table cell may wrap: after a space, and after a hyphen between words (``cost-to-train``)."""
+_WORD = re.compile(r"(?<=\s)(?=\S)")
+_KEY = re.compile(r"[^\s:]:[^\s\d:/]")
+"""A word holding this is a cell key (``runpod:H100_SXMx8:spot:region=US-KS-2``): a colon between
+parts; a colon before a digit or a slash (``17:43:17``, ``http://``) is no separator."""
+_KEY_BREAK = re.compile(r"(?<=[^\s:]:)(?=[^\s\d:/])|(?<=[^\s,],)(?=[^\s\d,])")
+"""Where a cell key may wrap: after its ``:`` separators (and the ``,`` between env settings), never
+at its hyphens (``on-demand``)."""
 _HEADER_BREAK = re.compile(r"(?<=\s)|(?<=[A-Za-z][-_])(?=[A-Za-z0-9])")
 """Where a header may wrap: also after an underscore between words (``worst_case_`` ``usd``)."""
 _PROSE = 16
@@ -146,7 +153,9 @@ _LONGEST_UNBROKEN = 12
 
 
 def _chunks(text: str, breaks: re.Pattern[str] = _BREAK) -> list[str]:
-    return [c for c in breaks.split(text) if c]
+    """``text`` in the pieces a line may end after: each word at ``breaks``, a cell key at ``_KEY_BREAK``."""
+    return [chunk for word in _WORD.split(text) if word
+            for chunk in (_KEY_BREAK if _KEY.search(word) else breaks).split(word) if chunk]
 
 
 def _longest_chunk(text: str, breaks: re.Pattern[str] = _BREAK) -> int:
@@ -195,15 +204,17 @@ def terminal_width() -> int:
     return Console().width
 
 
-def terminal_lines(text: str, indent: str = "") -> str:
-    """``text`` wrapped to the terminal's width (later lines start with ``indent``) on a terminal;
-    as it is when stdout is not one (piped output stays one line per item)."""
+def terminal_lines(text: str, indent: str = "", stream: TextIO | None = None) -> str:
+    """``text`` wrapped to the terminal's width (each of its lines on its own, later lines of one
+    starting with ``indent``) when ``stream`` (default stdout) is a terminal; as it is when it is
+    not one (piped output stays one line per item)."""
     import textwrap
 
-    if not sys.stdout.isatty():
+    if not (stream or sys.stdout).isatty():
         return text
-    return "\n".join(textwrap.wrap(text, terminal_width(), subsequent_indent=indent, break_on_hyphens=False,
-                                    break_long_words=False)) or text
+    width = terminal_width()
+    return "\n".join("\n".join(textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False,
+                                             break_long_words=False)) or line for line in text.split("\n"))
 
 
 def _fitted_table(cells: list[list[str]], columns: Sequence[str], title: str, keep: Sequence[str]) -> str:
