@@ -40,7 +40,8 @@ def fill(url: str, rows: int) -> None:
         price = rng.uniform(8, 30)
         hours = step_ms / 1000 * 14_889 / 3600
         key = f"{provider}:{gpu}x8:{market}:env=RUN={i // 10}"
-        results.append(CellResult(key=key, provider=provider, gpu=gpu, count=8, market=market, config={"env": {}},
+        results.append(CellResult(key=key, provider=provider, gpu=gpu, count=8, market=market,
+                                  config_json='{"env": {}}',
                                   result={"step_time_ms": step_ms, "step_time_p10_ms": step_ms * 0.98,
                                           "step_time_p90_ms": step_ms * 1.03, "timed_steps": 10, "hourly_usd": price,
                                           "market": market, "target_steps": 14_889, "train_hours": hours,

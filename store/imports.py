@@ -43,7 +43,8 @@ class CellResult:
     gpu: str
     count: int
     market: str
-    config: dict[str, Any]
+    config_json: str
+    """The cell's configuration (what the record states but its result), JSON text."""
     result: dict[str, Any]
     """Result columns (``models.Result``'s but ``id``, ``cell_id``, ``computed_at``); one left out is NULL."""
     campaign: str | None = None
@@ -105,7 +106,7 @@ def _save_campaign(conn: Connection, campaign: str, sources: Sequence[str], resu
     if new:
         _insert_many(conn, "cell", ("campaign_id", "key", "provider", "gpu", "count", "market", "config_json", "state",
                                     "created_at", "updated_at"),
-                     [(camp_id, item.key, item.provider, item.gpu, item.count, item.market, json.dumps(item.config),
+                     [(camp_id, item.key, item.provider, item.gpu, item.count, item.market, item.config_json,
                        "done", now, now) for item in new])
         ids = _cell_ids(conn, camp_id)
     added = {item.key for item in new}
@@ -113,7 +114,7 @@ def _save_campaign(conn: Connection, campaign: str, sources: Sequence[str], resu
     if known:
         conn.execute(sa.update(CELL).where(CELL.c.id == sa.bindparam("cell")).values(
             config_json=sa.bindparam("config"), updated_at=now),
-            [{"cell": ids[item.key], "config": json.dumps(item.config)} for item in known])
+            [{"cell": ids[item.key], "config": item.config_json} for item in known])
     if latest:
         _save_results(conn, camp_id, ids, latest, now)
     for run in collectives:

@@ -212,7 +212,7 @@ def test_import_builds_no_orm_object_per_record(tmp_path: Path) -> None:
 
     def records(n: int, step_ms: float) -> list[CellResult]:
         return [CellResult(key=f"p:H100x8:spot:env=RUN={i}", provider="p", gpu="H100", count=8, market="spot",
-                           config={"env": {}}, result={"step_time_ms": step_ms, "step_time_p10_ms": step_ms,
+                           config_json='{"env": {}}', result={"step_time_ms": step_ms, "step_time_p10_ms": step_ms,
                                                        "step_time_p90_ms": step_ms, "timed_steps": 1,
                                                        "hourly_usd": 2.0, "market": "spot", "target_steps": 10,
                                                        "train_hours": 1.0, "cost_to_train_usd": 2.0 + i})

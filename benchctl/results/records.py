@@ -167,7 +167,9 @@ class _Unsure(Exception):
 def _records(data: Any, lines: Mapping[Path_, int], file: str, model: type[Record], own_campaign: bool,
              sure: bool) -> tuple[list[CellResult], int]:
     """``read_records`` of the file's loaded ``data``; ``sure`` False: raise _Unsure at any problem
-    instead of naming it (and check what ``_export`` left: the nesting of rows it skips)."""
+    instead of naming it, and check what ``_export`` left to this: floats finite and nesting within
+    the limits (``Record`` refuses a record that holds an infinite float, ``allow_inf_nan=False``,
+    or nests deeper than three levels; ``_plain_row`` checks a row it skips)."""
     items = data if isinstance(data, list) else [data]
     if len(items) > MAX_RECORDS:
         if not sure:
@@ -184,7 +186,7 @@ def _records(data: Any, lines: Mapping[Path_, int], file: str, model: type[Recor
             raise SpecError(file, line_of(lines, at), format_path(at), "a record is a mapping with provider, gpu, "
                             "count, market, hourly_usd, step_time_ms and target (see docs/leaderboard.md)")
         if raw.get("step_time_ms") is None and raw.get("status") is not None:
-            if not sure and not _shallow(raw):
+            if not sure and not _plain_row(raw):
                 raise _Unsure
             skipped += 1  # a leaderboard row of a cell that has no result
             continue
@@ -208,11 +210,12 @@ def _records(data: Any, lines: Mapping[Path_, int], file: str, model: type[Recor
     return [item for _, item, _ in found], skipped
 
 
-def _shallow(row: dict[str, Any]) -> bool:
-    """Each value of ``row`` a scalar or a list or map of scalars: nested well within ``LIMITS``."""
+def _plain_row(row: dict[str, Any]) -> bool:
+    """Each value of ``row`` a scalar or a list or map of scalars (nested well within ``LIMITS``), no
+    float infinite."""
     for value in row.values():
-        inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-        if any(isinstance(item, dict | list) for item in inner):
+        inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else (value,)
+        if any(isinstance(item, dict | list) or (type(item) is float and not math.isfinite(item)) for item in inner):
             return False
     return True
 
@@ -241,15 +244,14 @@ _NOT_PLAIN = object()
 
 
 def _export(text: str) -> Any:
-    """``_plain_json(text)`` without its walk over every value: its scalars are checked as the
-    parser makes them (``_plain_int``, ``_plain_float``), its values are at most one per ``,``
-    ``:`` ``[`` ``{`` of the text plus one, its depth is left to ``_records`` (a record its model
-    accepts nests three levels). ``_NOT_PLAIN`` where any of these does not hold."""
+    """``_plain_json(text)`` without its walk over every value: its integers are checked as the
+    parser makes them (``_plain_int``), its values are at most one per ``,`` ``:`` ``[`` ``{`` of the
+    text plus one; its floats (``1e999`` parses as inf) and its depth are left to ``_records``.
+    ``_NOT_PLAIN`` where any of these does not hold."""
     if not text.lstrip().startswith(("[", "{")) or 1 + sum(map(text.count, ",:[{")) > LIMITS.max_values:
         return _NOT_PLAIN
     try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys, parse_int=_plain_int,
-                          parse_float=_plain_float)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys, parse_int=_plain_int)
     except (ValueError, RecursionError):
         return _NOT_PLAIN
 
@@ -258,13 +260,6 @@ def _plain_int(digits: str) -> int:
     value = int(digits)
     if not -INT_MAX - 1 <= value <= INT_MAX:
         raise ValueError(digits)  # load_yaml names it
-    return value
-
-
-def _plain_float(digits: str) -> float:
-    value = float(digits)
-    if not math.isfinite(value):
-        raise ValueError(digits)  # e.g. 1e999
     return value
 
 
@@ -349,10 +344,7 @@ class _LinesOnDemand(Mapping[Path_, int]):
 def _priced(record: Record, own_campaign: bool = True) -> CellResult:
     assert record.target_steps is not None
     cost = cost_to_train(record.step_time_ms / 1000, record.target_steps, record.hourly_usd)
-    if record.target is None:  # every field text, a number, a bool, a map or a list of text: as model_dump gives it
-        config = {name: value for name, value in record.__dict__.items() if value is not None and name not in _DERIVED}
-    else:
-        config = record.model_dump(mode="json", exclude_none=True, exclude=set(DERIVED))
+    config = record.model_dump_json(exclude_none=True, exclude=_DERIVED)
     result = {"step_time_ms": record.step_time_ms,
               "step_time_p10_ms": record.step_time_p10_ms or record.step_time_ms,
               "step_time_p90_ms": record.step_time_p90_ms or record.step_time_ms,
@@ -366,8 +358,8 @@ def _priced(record: Record, own_campaign: bool = True) -> CellResult:
               "compiled": record.compiled, "attention": record.attention, "host_data": record.host_data,
               "drift": record.drift, "settle_steps": record.settle_steps, "settle_s": record.settle_s}
     return CellResult(key=record.key(), provider=record.provider, gpu=record.gpu, count=record.count,
-                      market=record.market, config=config, result=result,
+                      market=record.market, config_json=config, result=result,
                       campaign=record.campaign if own_campaign else None)
 
 
-_DERIVED = frozenset(DERIVED)
+_DERIVED = set(DERIVED)

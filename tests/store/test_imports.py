@@ -24,7 +24,7 @@ RESULT = {"step_time_ms": 702.5, "step_time_p10_ms": 700.0, "step_time_p90_ms": 
 
 def _record(i: int, **result: Any) -> CellResult:
     return CellResult(key=f"lambda:H100_SXMx8:on-demand:env=RUN={i}", provider="lambda", gpu="H100_SXM", count=8,
-                      market="on-demand", config={"env": {"RUN": str(i)}, "note": "café"},
+                      market="on-demand", config_json=json.dumps({"env": {"RUN": str(i)}, "note": "café"}),
                       result={**RESULT, "cost_to_train_usd": 60.0 + i, **result})
 
 
@@ -45,7 +45,7 @@ def test_records_read_back_as_given_and_a_second_import_replaces_them(db_url: st
         assert sorted(stored) == sorted(_record(i).key for i in range(3))
         for i in range(3):
             row = stored[_record(i).key]
-            assert row["state"] == "done" and json.loads(row["config_json"]) == _record(i).config
+            assert row["state"] == "done" and row["config_json"] == _record(i).config_json
             assert {name: row[name] for name in RESULT} == _record(i).result
             assert isinstance(row["timed_steps"], int) and bool(row["compiled"]) is True
 
