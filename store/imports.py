@@ -8,7 +8,8 @@ fill several campaigns (``CellResult.campaign``); all of them commit together or
 
 The statements are SQLAlchemy Core on the tables' names and the columns they write (the tables are
 ``benchctl.store.models``'s; the ORM and its models are not loaded: ``import`` pays for what it uses),
-bulk (executemany) and a fixed number of them however many records.
+a fixed number of them however many records: cells and results go in by one executemany each (one
+COPY each on PostgreSQL with psycopg).
 """
 
 from __future__ import annotations
@@ -159,9 +160,19 @@ def _save_results(conn: Connection, camp_id: int, ids: dict[str, int], latest: d
 
 
 def _insert_many(conn: Connection, table: str, names: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
-    """``rows`` (values in the order of ``names``) inserted by one executemany of the driver: the
-    statement compiled once, the rows passed as they are. (SQLAlchemy's executemany builds every
-    row's parameters anew, for the bind processing of typed columns; it was a third of the write.)"""
+    """``rows`` (values in the order of ``names``) inserted in bulk: on psycopg (PostgreSQL) by one
+    COPY, elsewhere by one executemany of the driver, the statement compiled once and the rows passed
+    as they are. (SQLAlchemy's executemany builds every row's parameters anew, for the bind
+    processing of typed columns: a third of the write; psycopg's executemany spends about 20 µs of
+    Python on a row, its COPY about 5.)"""
+    if conn.dialect.driver == "psycopg":
+        driver = conn.connection.driver_connection  # in the transaction of ``conn``
+        assert driver is not None
+        columns = ", ".join(conn.dialect.identifier_preparer.quote(name) for name in names)
+        with driver.cursor() as cursor, cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        return
     statement = sa.insert(_table(table, *names)).values({name: sa.bindparam(name) for name in names})
     compiled = statement.compile(dialect=conn.dialect)
     if not compiled.positional:
