@@ -13,7 +13,9 @@ Then runs each command as a subprocess (start-up included) and prints its wall t
 - `report bench --out DIR` (the page's size too)
 - `import` of the campaign's `leaderboard --format json` export (its rows with a result, 3,500 per
   file: a records file holds 4 MiB at most) into a fresh store, and into one already at the newest
-  schema (what a second import finds: no migrations).
+  schema (what a second import finds: no migrations). With ``--import-db URL`` (a PostgreSQL
+  database, e.g. postgresql://postgres@127.0.0.1:5432/test) each import goes to a fresh schema of
+  that database instead (created for it, dropped after), through ``BENCHCTL_DB``.
 
 ``--tree DIR`` runs the commands from another checkout of the repository (e.g. an older commit
 unpacked with ``git archive``), to compare before and after on the same machine.
@@ -22,12 +24,15 @@ unpacked with ``git archive``), to compare before and after on the same machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,6 +77,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a command is killed")
     parser.add_argument("--work", type=Path, help="keep the store, the records files and the page in this "
                         "(new) folder, e.g. to profile a command on them afterwards")
+    parser.add_argument("--import-db", metavar="URL", help="import into fresh schemas of this PostgreSQL database "
+                        "instead of SQLite files")
     parser.add_argument("--fill-only", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fill_only:
@@ -125,16 +132,37 @@ def main() -> None:
             for store in ("fresh", "current"):  # a new store (migrated by the import), one already at the newest schema
                 target = work / f"target-{store}"
                 target.mkdir(mode=0o700)
-                if store == "current":
-                    subprocess.run([python, "-c", MIGRATE_CODE, f"sqlite:///{target / 'benchctl.db'}"], env=env,
-                                   cwd=tree, check=True)
-                got = measured([python, "-m", "benchctl", "import", *files, "--campaign", "bench"],
-                               {**env, "BENCHCTL_HOME": str(target)}, tree, args.timeout)
+                with _store_url(args.import_db, target) as url:
+                    if store == "current":
+                        subprocess.run([python, "-c", MIGRATE_CODE, url], env=env, cwd=tree, check=True)
+                    got = measured([python, "-m", "benchctl", "import", *files, "--campaign", "bench"],
+                                   {**env, "BENCHCTL_HOME": str(target), "BENCHCTL_DB": url}, tree, args.timeout)
                 got["records"] = len(rows)
-                results.append((f"import ({len(rows):,} records, {len(files)} files, {store} store)", got))
+                where = "PostgreSQL" if args.import_db else "SQLite"
+                results.append((f"import ({len(rows):,} records, {len(files)} files, {store} {where} store)", got))
                 print(json.dumps({"command": f"import ({store} store)", **{
                     k: round(v, 3) if isinstance(v, float) else v for k, v in got.items()}}), flush=True)
         print(_table(results, args.cells))
+
+
+@contextlib.contextmanager
+def _store_url(server: str | None, folder: Path) -> Iterator[str]:
+    """An SQLite file in ``folder``, or a fresh schema of the PostgreSQL database ``server`` (dropped after)."""
+    if server is None:
+        yield f"sqlite:///{folder / 'benchctl.db'}"
+        return
+    import sqlalchemy as sa
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{server}{'&' if '?' in server else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
 
 
 def _table(results: list[tuple[str, dict[str, float]]], cells: int) -> str:
