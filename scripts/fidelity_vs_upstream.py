@@ -28,9 +28,10 @@ allows (compiled flex_attention where no Flash-Attention is installed), divided 
 
 Compilation takes a minute or more per process. With ``--warm-gib G`` every process first runs
 once untimed (one step) to fill torch's on-disk compile caches, several at once while their memory
-estimates (``payload.workloads.memory_estimate``) sum to at most G GiB; the timed runs then run
-one at a time (a warm-up may still be compiling beside a timed run: each row records how many
-were). ``--budget-s`` stops starting runs once that many seconds have passed.
+estimates (``payload.workloads.memory_estimate``) sum to at most G GiB, in the first half of
+``--budget-s``; the timed runs then run one at a time with nothing else on the GPU (each row records
+how many warm-ups ran beside it: 0). ``--budget-s`` stops starting runs once that many seconds
+have passed; a run not warmed by then compiles in its timed run (untimed: its first step).
 
 It prints a table (payload ms, upstream ms, ratio; goal ≤ 1.05) and writes ``--out`` after every
 timed run (JSON with the GPU, driver, torch and CUDA versions). ``--cpu`` is a dry run at a tiny
@@ -247,7 +248,9 @@ def execute(args: argparse.Namespace, run: Run, warm: bool, work: Path, fa3: boo
 
 
 def schedule(args: argparse.Namespace, runs: list[Run], fa3: bool, work: Path, write: Any) -> None:
-    """Warm-ups side by side within ``--warm-gib``, timed runs one at a time, priority order, until the budget."""
+    """Warm-ups side by side within ``--warm-gib`` (only in the first half of ``--budget-s``), then timed runs
+    one at a time in priority order until the budget; a timed run never shares the GPU with a warm-up (each
+    warm-up runs steps on it: a first run that overlapped them timed the payload 2× slow)."""
     started = time.monotonic()
     deadline = started + (args.budget_s or 10**9)
     lock = threading.Lock()
@@ -278,23 +281,22 @@ def schedule(args: argparse.Namespace, runs: list[Run], fa3: bool, work: Path, w
         write()
 
     threads = []
+    warm_until = started + (args.budget_s / 2 if args.budget_s else 10**9)
     while True:
         now = time.monotonic()
         with lock:
             left = deadline - now
-            if args.warm_gib:
-                used = sum(r.est_gib for r in warming + timing)
+            if args.warm_gib and not timing and now < warm_until:
+                used = sum(r.est_gib for r in warming)
                 for run in runs:
-                    if run.warm == "pending" and left > MIN_START_S and used + run.est_gib <= args.warm_gib:
+                    if run.warm == "pending" and used + run.est_gib <= args.warm_gib:
                         run.warm = "running"
                         warming.append(run)
                         used += run.est_gib
                         threads.append(threading.Thread(target=warm, args=(run,), daemon=True))
                         threads[-1].start()
-            if not timing and left > MIN_START_S:
-                ready = [r for r in runs if not r.done.is_set() and r.timed is None and r not in timing
-                         and (not args.warm_gib or r.warm in ("done", "failed", "skipped"))
-                         and (not args.warm_gib or sum(w.est_gib for w in warming) + r.est_gib <= args.warm_gib)]
+            if not timing and not warming and left > MIN_START_S:
+                ready = [r for r in runs if not r.done.is_set()]
                 if ready:
                     run = ready[0]
                     run.beside = len(warming)

@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED=1
 start=$(date +%s)
 left() { echo $(( BUDGET_S - ($(date +%s) - start) )); }
 exec > >(tee "$OUT/session.log") 2>&1
-echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || cat .device/COMMIT 2>/dev/null)"
+echo "== $(date -u +%FT%TZ) commit $(cat .device/COMMIT 2>/dev/null || echo unknown)"  # the copy's .git may be stale
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl \
     || { echo "wheels did not install"; exit 3; }
 export PYTHONPATH=/tmp/site
@@ -32,7 +32,8 @@ cat "$OUT/machine.txt" | tail -8
 echo "== e2e ($(left) s left)"
 timeout 270 python3 scripts/gpu_e2e.py --out /tmp/e2e --steps "${E2E_STEPS:-150}" --timeout-s 250 2>&1 | tee "$OUT/e2e.txt"
 pkill -INT -f "payload run" 2>/dev/null; sleep 2; pkill -KILL -f "payload run" 2>/dev/null  # no node outlives its stage
-tar --exclude='*.bin' -czf "$OUT/e2e.tar.gz" -C /tmp e2e 2>/dev/null
+tar --exclude='*.bin' --exclude=inductor --exclude=triton --exclude=node-a --exclude=node-b \
+    -czf "$OUT/e2e.tar.gz" -C /tmp e2e 2>/dev/null  # the nodes' compile caches are GBs
 ls -la /tmp/e2e/home/*/compile-cache 2>/dev/null | head
 echo "== fidelity ($(left) s left)"
 gib=$(python3 -c "import torch; print(int(0.9 * torch.cuda.get_device_properties(0).total_memory / 2**30))")

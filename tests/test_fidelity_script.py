@@ -36,6 +36,7 @@ def test_warm_ups_fill_the_caches_first_and_each_timed_run_still_runs(tmp_path: 
     (row,) = json.loads(out.read_text())["rows"]
     assert row["errors"] == [] and row["payload_step_ms"] > 0 and row["upstream_step_ms"] > 0
     assert row["upstream"]["timed_steps"] == 2
+    assert (row["warm_beside_payload"], row["warm_beside_upstream"]) == (0, 0)  # nothing beside a timed run
 
 
 def test_a_path_that_is_no_checkout_is_a_usage_error(tmp_path: Path) -> None:
