@@ -130,15 +130,17 @@ def payload_profile(shape: Shape, attention: str | None, warmup: int, steps: int
                                         "settle_steps", "max_mem_allocated_gib")}}
 
 
-def upstream_step(upstream: Path, shape: Shape, fa3: bool, warmup: int, steps: int) -> dict[str, Any]:
-    """Median step of upstream's own model + optimizer, set up as base_train sets them up (this process)."""
+def build_upstream(upstream: Path, shape: Shape, fa3: bool, compiled: bool = True) -> tuple[Any, Any, Any]:
+    """Upstream's model, optimizer and forward (``compiled``: ``torch.compile``d, never on CPU), set up
+    as base_train sets them up, with the payload's attention windows (``presets.window_sizes``: the d26
+    record's, a67eba3, half the context on short layers; upstream uses a quarter since a825e63)."""
     sys.path.insert(0, str(upstream))
     sys.path.insert(1, str(REPO))
     import torch
     from nanochat import flash_attention
     from nanochat.gpt import GPT, GPTConfig
 
-    from payload.stats import settled
+    from payload.workloads.presets import window_sizes
 
     device = torch.device("cpu" if shape.cpu else "cuda")
     flash_attention.USE_FA3 = fa3
@@ -147,6 +149,8 @@ def upstream_step(upstream: Path, shape: Shape, fa3: bool, warmup: int, steps: i
                        n_kv_head=dim // 128, n_embd=dim, window_pattern="SSSL")
     with torch.device("meta"):
         model = GPT(config)
+    if hasattr(model, "window_sizes"):  # the fake checkout of the CPU test has none
+        model.window_sizes = [(window, 0) for window in window_sizes(shape.depth, shape.seq)]
     model.to_empty(device=device)
     model.init_weights()
     if shape.precision == "fp8":
@@ -159,7 +163,17 @@ def upstream_step(upstream: Path, shape: Shape, fa3: bool, warmup: int, steps: i
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),
                                    module_filter_fn=wanted)
     optimizer = model.setup_optimizer()
-    forward = model if shape.cpu else torch.compile(model, dynamic=False)
+    return model, optimizer, (torch.compile(model, dynamic=False) if compiled and not shape.cpu else model)
+
+
+def upstream_step(upstream: Path, shape: Shape, fa3: bool, warmup: int, steps: int) -> dict[str, Any]:
+    """Median step of upstream's own model + optimizer (``build_upstream``), in this process."""
+    import torch
+
+    model, optimizer, forward = build_upstream(upstream, shape, fa3)
+    from payload.stats import settled
+
+    device = torch.device("cpu" if shape.cpu else "cuda")
     x = torch.randint(0, shape.vocab, (shape.batch, shape.seq), device=device)
     y = torch.randint(0, shape.vocab, (shape.batch, shape.seq), device=device)
     sync = (lambda: None) if shape.cpu else torch.cuda.synchronize

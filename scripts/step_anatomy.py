@@ -7,11 +7,11 @@
 For each mode (eager, then compiled) and side (the payload, then upstream), in this one process and
 one after the other (nothing else on the GPU): build the model and optimizer as each builds them
 (the payload: ``build_model`` with attention pinned to upstream's SDPA fallback, bf16 autocast, its
-``ZeroMuonAdamW`` on a one-rank process group; upstream: as ``scripts/fidelity_vs_upstream.py``
-builds it), run warm-up steps, time ``--steps`` steps with CUDA events split into forward+backward
-and optimizer, then record two steps under ``torch.profiler`` and keep the top kernels by GPU
-time. Prints one table per run; writes ``--out``. Made to find why ``fidelity_vs_upstream.py``
-reports a ratio far from 1 (issue 28 item 6).
+``ZeroMuonAdamW`` on a one-rank process group; upstream: ``fidelity_vs_upstream.build_upstream``,
+with the payload's attention windows), run warm-up steps, time ``--steps`` steps with CUDA events
+split into forward+backward and optimizer, then record two steps under ``torch.profiler`` and
+keep the top kernels by GPU time. Prints one table per run; writes ``--out``. Made to find why
+``fidelity_vs_upstream.py`` reported a ratio far from 1 (issue 28 item 6).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
 
 def timed_steps(fwd_bwd: Any, opt: Any, steps: int, warmup: int, cuda: bool) -> dict[str, Any]:
@@ -104,22 +105,12 @@ def payload_side(depth: int, batch: int, seq: int, vocab: int | None, compiled: 
 
 def upstream_side(upstream: Path, depth: int, batch: int, seq: int, vocab: int, compiled: bool,
                   cpu: bool) -> tuple[Any, Any, Any]:
-    sys.path.insert(0, str(upstream))
     import torch
-    from nanochat import flash_attention
-    from nanochat.gpt import GPT, GPTConfig
+    from fidelity_vs_upstream import Shape, build_upstream
 
-    flash_attention.USE_FA3 = False
+    model, optimizer, forward = build_upstream(upstream, Shape(depth, batch, seq, vocab, 1, None, cpu), False,
+                                               compiled)
     device = torch.device("cpu" if cpu else "cuda")
-    dim = -(-64 * depth // 128) * 128
-    config = GPTConfig(sequence_len=seq, vocab_size=vocab, n_layer=depth, n_head=dim // 128, n_kv_head=dim // 128,
-                       n_embd=dim, window_pattern="SSSL")
-    with torch.device("meta"):
-        model = GPT(config)
-    model.to_empty(device=device)
-    model.init_weights()
-    optimizer = model.setup_optimizer()
-    forward = torch.compile(model, dynamic=False) if compiled else model
     x, y = torch.randint(0, vocab, (batch, seq), device=device), torch.randint(0, vocab, (batch, seq), device=device)
 
     def fwd_bwd() -> None:
