@@ -78,20 +78,10 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
             came_from[where] = path
         skipped += dropped
         results += found
-    counts = cell_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
     names = Names()  # the collective names this import takes (nccl-tests' own and a few others)
     logs = [(path, kept, description) for path, rows, description in logs
             if (kept := names.rows(rows, lambda row: row["op"]))]
-    collectives = []
-    if logs:  # the log reader and the store's queries behind it load only for logs
-        from benchctl.results.cell_evidence import largest_allreduce
-    for path, rows, _ in logs:
-        key = _config_for(list(counts), name, config, path)
-        ranks = max((int(r["ranks"]) for r in rows if r.get("ranks")), default=None)
-        if ranks is not None and key in counts and ranks != counts[key]:
-            raise SpecError(str(path), None, "", f"this log ran on {ranks} ranks but the cell {key!r} has "
-                            f"{counts[key]} GPUs; name the cell it measured with --config")
-        collectives.append(CellCollectives(key=key, source=str(path), rows=rows, busbw=largest_allreduce(rows)))
+    collectives = _collectives(engine, name, config, logs, results) if logs else []
     try:
         save_import(engine, name, [str(f) for f in files], results, collectives)
     except NotAnImportCampaign as exc:
@@ -103,6 +93,24 @@ def import_files(engine: Engine, files: list[Path], campaign: str | None, config
     into = sorted({r.campaign or name for r in results} | ({name} if collectives else set())) or [name]
     return ImportSummary(", ".join(into), len(results), skipped, len(collectives),
                          tuple(f"{path}: {description}" for path, _, description in logs), names.left_out.line())
+
+
+def _collectives(engine: Engine, name: str, config: str | None, logs: list[tuple[Path, list[dict], str]],
+                 results: list[CellResult]) -> list[CellCollectives]:
+    """Each log's rows for the cell it measured (``_config_for``), a cell of campaign ``name``: one
+    already stored or imported now, whose GPU count its ranks must match."""
+    from benchctl.results.cell_evidence import largest_allreduce  # with the store's queries: for logs only
+
+    counts = cell_counts(engine, name) | {r.key: r.count for r in results if (r.campaign or name) == name}
+    collectives = []
+    for path, rows, _ in logs:
+        key = _config_for(list(counts), name, config, path)
+        ranks = max((int(r["ranks"]) for r in rows if r.get("ranks")), default=None)
+        if ranks is not None and key in counts and ranks != counts[key]:
+            raise SpecError(str(path), None, "", f"this log ran on {ranks} ranks but the cell {key!r} has "
+                            f"{counts[key]} GPUs; name the cell it measured with --config")
+        collectives.append(CellCollectives(key=key, source=str(path), rows=rows, busbw=largest_allreduce(rows)))
+    return collectives
 
 
 def _nccl_rows(path: Path) -> tuple[list[dict], str]:

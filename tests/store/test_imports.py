@@ -6,6 +6,7 @@ gave), an nccl-tests log's attempt and events, and the refusals, all in one tran
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,5 +101,23 @@ def test_on_postgresql_the_rows_go_in_by_copy(pg_url: str) -> None:
         stored = _results(engine, "imp")
         assert len(stored) == 50 and stored[_record(7).key]["config_json"] == _record(7).config_json
         assert {name: stored[_record(7).key][name] for name in RESULT} == _record(7).result
+    finally:
+        engine.dispose()
+
+
+def test_a_records_only_import_reads_no_gpu_counts(tmp_path: Path) -> None:
+    """The stored cells' GPU counts are read only to match an nccl-tests log to its cell: an import of
+    records alone sends its transaction's statements and no others."""
+    from benchctl.results.importer import import_files
+
+    engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    records = tmp_path / "rows.json"
+    records.write_text(json.dumps([{"provider": "runpod", "gpu": "H100", "count": 8, "market": "spot",
+                                    "hourly_usd": 2.0, "step_time_ms": 300.0, "target_steps": 1000}]))
+    sent: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: sent.append(statement))
+    try:
+        assert import_files(engine, [records], "imp", None).results == 1
+        assert not [s for s in sent if "cell.count" in s], sent
     finally:
         engine.dispose()
