@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
 import shlex
 import signal
@@ -35,7 +34,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, BinaryIO
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
@@ -163,14 +162,21 @@ class SSHTransport(Transport):
     def _in_base(self, cmd: str) -> str:
         return f"mkdir -p {self._base()} && cd {self._base()} && {cmd}"
 
-    def _call(self, remote: str, timeout: float, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    def _call(self, remote: str, timeout: float,
+              stdin: bytes | BinaryIO | None = None) -> subprocess.CompletedProcess[bytes]:
+        """``remote`` over ssh, retried while ssh cannot connect; ``stdin``: bytes, or a file read from its
+        start on each try (the kernel copies it: none of it passes through this process's memory)."""
         @retry(retry=retry_if_exception_type(SSHUnreachable), reraise=True,
                stop=stop_after_attempt(6) | stop_after_delay(self.retry_for_s),
                wait=wait_exponential(multiplier=0.5, max=8))
         def once() -> subprocess.CompletedProcess[bytes]:
+            if isinstance(stdin, bytes) or stdin is None:
+                feed: dict[str, Any] = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
+            else:
+                stdin.seek(0)
+                feed = {"stdin": stdin}
             try:
-                proc = subprocess.run([*self.ssh_args(), remote], input=stdin, capture_output=True,
-                                      timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL)
+                proc = subprocess.run([*self.ssh_args(), remote], capture_output=True, timeout=timeout, **feed)
             except subprocess.TimeoutExpired as exc:
                 raise SSHTimeout(f"ssh {self.endpoint.host}: timed out after {timeout:.0f} s") from exc
             if proc.returncode == SSH_FAILED and b"host key verification failed" in proc.stderr.lower():
@@ -239,17 +245,19 @@ class SSHTransport(Transport):
         return [word if len(word) <= 20 else f"{word[:17]}..." for word in result.out.split() if word.isdigit()]
 
     def put(self, local_dir: str, remote_dir: str, timeout: float | Deadline = 300.0) -> None:
+        """The stage is tarred into a temporary file that ssh reads as its stdin: what is shipped (the
+        payload, compile caches of up to 512 MiB each) never sits in this process's memory."""
         deadline = Deadline.of(timeout)
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for path in sorted(Path(local_dir).iterdir()):
-                tar.add(path, arcname=path.name)
         quoted = shlex.quote(remote_dir)
-        try:
-            proc = self._call(self._in_base(f"mkdir -p {quoted} && tar -C {quoted} -xf -"),
-                              timeout=max(deadline.remaining(), 0.001), stdin=buffer.getvalue())
-        except SSHTimeout as exc:
-            raise deadline.timeout(f"upload to {self.endpoint.host}:{remote_dir}") from exc
+        with tempfile.TemporaryFile() as archive:
+            with tarfile.open(fileobj=archive, mode="w") as tar:
+                for path in sorted(Path(local_dir).iterdir()):
+                    tar.add(path, arcname=path.name)
+            try:
+                proc = self._call(self._in_base(f"mkdir -p {quoted} && tar -C {quoted} -xf -"),
+                                  timeout=max(deadline.remaining(), 0.001), stdin=archive)
+            except SSHTimeout as exc:
+                raise deadline.timeout(f"upload to {self.endpoint.host}:{remote_dir}") from exc
         if proc.returncode != 0:
             raise ProviderError(f"upload to {self.endpoint.host}:{remote_dir} failed: "
                                 f"{proc.stderr.decode(errors='replace').strip()}")

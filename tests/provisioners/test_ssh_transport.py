@@ -53,6 +53,26 @@ def test_run_put_get_and_read_from(sshd: SSHServer, tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["sub"]
 
 
+def test_put_streams_the_stage_from_a_file_not_from_memory(sshd: SSHServer, tmp_path: Path) -> None:
+    """A shipped compile cache is up to 512 MiB: the upload holds none of it in the controller's memory
+    (the old put built the whole tar in a BytesIO and handed ssh a copy of its bytes)."""
+    import tracemalloc
+
+    t = _transport(sshd, tmp_path)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    blob = os.urandom(1 << 20) * 48  # 48 MiB
+    (stage / "cache.bin").write_bytes(blob)
+    tracemalloc.start()
+    try:
+        t.put(str(stage), "big")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"put held {peak / 2**20:.0f} MiB"
+    assert (tmp_path / "node" / "big" / "cache.bin").read_bytes() == blob
+
+
 @pytest.fixture(scope="module")
 def sh_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
     """A node whose login shell is ``sh`` (dash here): every command runs as ``sh -c``."""
