@@ -21,7 +21,8 @@ def test_collective_starting_line_names_the_collective_of_a_neutrally_named_log(
     assert {row["ranks"] for row in rows} == {2}
     assert [row["bytes"] for row in rows if not row["in_place"]] == [8192, 16384, 32768, 65536]
     assert _largest(rows)["busbw_gbps"] == 0.96
-    assert rows[-1] == {"op": "all_reduce", "bytes": 65536, "count": 16384, "dtype": "float", "in_place": True,
+    assert rows[-1] == {"op": "all_reduce", "bytes": 65536, "count": 16384, "dtype": "float", "redop": "sum",
+                        "in_place": True,
                         "time_us": 64.71, "algbw_gbps": 1.01, "busbw_gbps": 1.01, "wrong": 0, "ranks": 2}
 
 
@@ -150,12 +151,48 @@ def test_the_report_plots_the_measured_type_of_a_datatype_all_import(tmp_path: P
     assert series["all_reduce"] == [(10737418240, 484.55), (21474836480, 487.34), (42949672960, 487.06)]
 
 
+def test_an_op_all_log_ranks_on_sum_and_reports_each_reduction(tmp_path: Path) -> None:
+    # nccl-tests -o all (NVIDIA/nccl-tests#167): a row per reduction per size. The old reader dropped the
+    # redop column and ranked the median of whichever reductions had the largest size (max's 3.07 GB/s),
+    # plotted min over max where both measured a size, and described max's busbw as the run's
+    from benchctl.report.data import busbw_series_of
+    from benchctl.results.cell_evidence import largest_allreduce
+    from benchctl.results.nccl_log import read_as
+
+    text = (REAL / "nccl-tests-167-all_reduce-op-all-max-min.log").read_text()
+    rows = read_nccl_log(tmp_path / "all_reduce_perf.log", text)
+    assert largest_allreduce(rows) is None  # no sum: nothing ranked, as a -d all log without float
+    assert {row["redop"] for row in rows} == {"max", "min"}
+    assert busbw_series_of(rows)[0] == {}
+    assert read_as(rows, text) == ("all_reduce, ? ranks, 2 reductions, 9 sizes, busbw GB/s at each reduction's "
+                                   "largest size: max 3.06, min 2.99 (no sum: nothing ranked) (nccl-tests "
+                                   "version not printed)")
+    # derived (README): the min rows relabelled sum; sum now ends at 200,704 B, max at 204,800 B
+    derived = text.replace("float     min", "float     sum")
+    rows = read_nccl_log(tmp_path / "all_reduce_perf.log", derived)
+    assert largest_allreduce(rows) == ((2.99 + 3.00) / 2, 200704)
+    assert busbw_series_of(rows)[0]["all_reduce"] == [(196608, 2.94), (197632, 2.96), (198656, 2.98),
+                                                       (199680, 2.98), (200704, 2.99)]
+    assert "busbw GB/s at each reduction's largest size: sum 2.99 (ranked), max 3.06" in read_as(rows, derived)
+    max_only = [row for row in rows if row["redop"] == "max"]  # one reduction: that one, as before
+    assert largest_allreduce(max_only) == ((3.06 + 3.08) / 2, 204800)
+
+
+def test_only_a_collective_with_several_reductions_is_narrowed_to_sum() -> None:
+    # all_gather prints "none" in the redop column: a file with it and all_reduce -o all keeps all_gather
+    from benchctl.results.cell_evidence import measured
+
+    rows = [{"op": "all_gather", "redop": "none", "dtype": "float"}, {"op": "all_reduce", "redop": "max",
+            "dtype": "float"}, {"op": "all_reduce", "redop": "sum", "dtype": "float"}, {"op": "x", "dtype": "float"}]
+    assert measured(rows) == [rows[0], rows[2], rows[3]]
+
+
 def test_wrong_values_and_failed_runs_are_named() -> None:
     from benchctl.results.nccl_log import failures
 
     text = (REAL / "dgx-h100-wrong-values.log").read_text()
     found = failures(read_nccl_log(Path("all_reduce_perf.log"), text), text)
-    assert found == ["2 results report wrong values (first: all_reduce 524,288 B float out-of-place, "
+    assert found == ["2 results report wrong values (first: all_reduce 524,288 B float sum out-of-place, "
                      "237,858 wrong elements)"]
     footer = text + "# Out of bounds values : 2 FAILED\n# Avg bus bandwidth    : 0.53\n"
     assert "line 7: nccl-tests counted 2 checks with wrong values" in failures([], footer)[0]

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Engine
 
 from benchctl.payload.stats import median
-from benchctl.results.cell_evidence import measured_dtype, whole_cluster
+from benchctl.results.cell_evidence import measured, whole_cluster
 from benchctl.results.cell_result import first_timed
 from benchctl.results.collective_names import Names
 from benchctl.results.leaderboard import Filters, leaderboard_rows, ranking
@@ -248,12 +248,13 @@ def busbw_series_of(samples: list[dict[str, Any]], names: Names | None = None,
     """Per collective, busbw by message size; the out-of-place figure where both placements were measured
     (nccl-tests' first column), the last recorded attempt's where several measured a size. Second: the
     ops with a size measured only in place. ``samples``: one cell's collectives samples, in order, of
-    the type the campaign measures (``measured_dtype``: an import of nccl-tests ``-d all``); only
+    the type and reduction the campaign measures (``measured``: an import of nccl-tests ``-d all`` or
+    ``-o all``); only
     the collectives ``names`` takes (nccl-tests' own and a few others: ``collective_names``; a new
     ``Names`` when not given, which then says what was left out)."""
     chosen: dict[tuple[str, int], tuple[bool, float]] = {}
     names = Names() if names is None else names
-    for data in measured_dtype(samples):
+    for data in measured(samples):
         if data.get("busbw_gbps") is None or data.get("op") is None or not whole_cluster(data):
             continue  # across nodes: the whole cluster's sweep (each node's and rail's are in the artifacts)
         if not names.take(str(data["op"])):

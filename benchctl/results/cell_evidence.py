@@ -138,12 +138,33 @@ def measured_dtype(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("dtype") == MEASURED_DTYPE]
 
 
+MEASURED_REDOP = "sum"
+"""The reduction the payload's collectives sweep (``torch.distributed`` ``all_reduce``: SUM), nccl-tests'
+default (``-o sum``)."""
+
+
+def measured_redop(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` of the reduction a campaign measures, per collective whose rows hold several (nccl-tests
+    ``-o all``: sum, prod, max, min, avg, mulsum, each a row per size): ``MEASURED_REDOP``'s, none when it
+    has none; all of a collective's rows when they hold one (``none`` for all_gather, or no redop column)."""
+    reductions: dict[Any, set[Any]] = {}
+    for r in rows:
+        reductions.setdefault(r.get("op"), set()).add(r.get("redop"))
+    return [r for r in rows if len(reductions[r.get("op")]) <= 1 or r.get("redop") == MEASURED_REDOP]
+
+
+def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` of what a campaign measures: its type (``measured_dtype``) and its reduction
+    (``measured_redop``)."""
+    return measured_redop(measured_dtype(rows))
+
+
 def largest_allreduce(rows: list[dict[str, Any]]) -> tuple[float, int] | None:
     """(busbw GB/s, bytes): the median all_reduce busbw at the largest size among ``rows``
-    (collectives samples of the measured type, ``measured_dtype``; nccl-tests' out-of-place and
-    in-place rows both count). None without all_reduce rows, or when they ran on one rank: busbw is
-    0 there by definition, no measurement."""
-    rows = [r for r in measured_dtype(rows) if r.get("op") == "all_reduce" and r.get("busbw_gbps") is not None
+    (collectives samples of the measured type and reduction, ``measured``; nccl-tests' out-of-place
+    and in-place rows both count). None without such all_reduce rows, or when they ran on one rank:
+    busbw is 0 there by definition, no measurement."""
+    rows = [r for r in measured(rows) if r.get("op") == "all_reduce" and r.get("busbw_gbps") is not None
             and r.get("ranks") != 1]
     if not rows:
         return None

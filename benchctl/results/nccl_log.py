@@ -1,17 +1,18 @@
 """Read an nccl-tests log (``all_reduce_perf`` and friends) into collectives rows.
 
-The rows have the keys the payload's ``collectives`` samples have (op, bytes, count, dtype,
-in_place, time_us, algbw_gbps, busbw_gbps, wrong, ranks): one per size for out-of-place and one
-for in-place. A file may hold several runs. A run starts at its ``Collective test starting:
-<op>_perf`` line (nccl-tests >= 2.16.7 prints it before ``# nThread``) or, in older logs, at its
-``# nThread`` line; its collective comes from that starting line, else from the file name, its
-ranks from its ``#  Rank N`` lines. Lines may carry a launcher's prefix (Slurm ``srun -l``:
-``0: ``, padded to `` 0: `` from ten tasks on; Open MPI ``--tag-output``: ``[1,0]<stdout>:``; ``[0] ``),
-which is dropped. Result lines have 13 columns (size count type redop root, then time algbw busbw
-#wrong twice), 12 before nccl-tests 2.10 (no root; ``error`` for ``#wrong``, possibly ``N/A``) or 11 in the oldest (no
-redop): the two measured groups are read from the right. A line that looks like data but does not
-read raises ``NcclLogError`` with its line number, and so does a number that is not finite,
-negative or absurdly large. A log holds at most 8 MiB and 10,000 result lines.
+The rows have the keys the payload's ``collectives`` samples have (op, bytes, count, dtype, in_place, time_us,
+algbw_gbps, busbw_gbps, wrong, ranks) and ``redop`` (the reduction column: ``sum``, ``none`` for a collective
+without one, None in the oldest layout): one per size for out-of-place and one for in-place, and per type and
+reduction when a run measured several (``-d all``, ``-o all``). A file may hold several runs. A run starts at
+its ``Collective test starting: <op>_perf`` line (nccl-tests >= 2.16.7 prints it before ``# nThread``) or, in
+older logs, at its ``# nThread`` line; its collective comes from that starting line, else from the file name,
+its ranks from its ``#  Rank N`` lines. Lines may carry a launcher's prefix (Slurm ``srun -l``: ``0: ``, padded
+to `` 0: `` from ten tasks on; Open MPI ``--tag-output``: ``[1,0]<stdout>:``; ``[0] ``), which is dropped.
+Result lines have 13 columns (size count type redop root, then time algbw busbw #wrong twice), 12 before
+nccl-tests 2.10 (no root; ``error`` for ``#wrong``, possibly ``N/A``) or 11 in the oldest (no redop): the two
+measured groups are read from the right. A line that looks like data but does not read raises ``NcclLogError``
+with its line number, and so does a number that is not finite, negative or absurdly large. A log holds at most
+8 MiB and 10,000 result lines.
 
 Under an ``error`` header (before nccl-tests 2.10), or printed as one (``0e+00``), the column is the
 largest deviation, not a count:
@@ -28,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from benchctl.results.cell_evidence import MEASURED_DTYPE
+from benchctl.results.cell_evidence import MEASURED_DTYPE, MEASURED_REDOP
 from benchctl.results.collective_names import KNOWN
 
 OPS = KNOWN
@@ -152,9 +153,10 @@ def read_nccl_log(path: Path, text: str | None = None) -> list[dict[str, Any]]:
                                        f"#wrong out-of-place and in-place; 12 or 11 in logs before nccl-tests "
                                        f"2.10), found {len(fields)}")
         size, count, dtype = _integer(fields[0], number), _integer(fields[1], number), fields[2]
+        redop = fields[3] if len(fields) > _COLUMNS[0] else None
         for in_place, (time_us, algbw, busbw, wrong) in ((False, fields[-8:-4]), (True, fields[-4:])):
             off = deviation or bool(_DEVIATION.fullmatch(wrong))
-            row = {"op": op, "bytes": size, "count": count, "dtype": dtype, "in_place": in_place,
+            row = {"op": op, "bytes": size, "count": count, "dtype": dtype, "redop": redop, "in_place": in_place,
                    "time_us": _number(time_us, number), "algbw_gbps": _number(algbw, number),
                    "busbw_gbps": _number(busbw, number), "wrong": None if off else _wrong(wrong, number),
                    "ranks": ranks or None}
@@ -177,7 +179,8 @@ def failures(rows: list[dict[str, Any]], text: str) -> list[str]:
         first = wrong[0]
         what = (f"{first['wrong']:,} wrong elements" if first.get("wrong")
                 else f"error {first['error']:g} above nccl-tests' bound for {first['dtype']}")
-        where = f"{first['op']} {first['bytes']:,} B {first['dtype']} {'in' if first['in_place'] else 'out-of'}-place"
+        kind = " ".join(k for k in (first["dtype"], first.get("redop")) if k not in (None, "none"))
+        where = f"{first['op']} {first['bytes']:,} B {kind} {'in' if first['in_place'] else 'out-of'}-place"
         found.append(f"{len(wrong)} results report wrong values (first: {where}, {what})")
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _PREFIX.sub("", raw, count=1)
@@ -197,9 +200,9 @@ def _above_bound(row: dict[str, Any]) -> bool:
 
 def read_as(rows: list[dict[str, Any]], text: str) -> str:
     """One line saying what a log was read as, per run (the first ``RUNS_DESCRIBED``): collective,
-    ranks, sizes, the largest size's out-of-place busbw (per type when a run measured several, as
-    nccl-tests ``-d all``: the type a campaign measures first, marked ranked), and the nccl-tests
-    version when the log prints it (>= 2.16)."""
+    ranks, sizes, the largest size's out-of-place busbw (per type and reduction when a run measured
+    several, as nccl-tests ``-d all`` and ``-o all``: the ones a campaign measures first, marked ranked,
+    as ``cell_evidence.measured`` picks them), and the nccl-tests version when the log prints it (>= 2.16)."""
     version = next((m.group(1) for line in text.splitlines()
                     if (m := _VERSION.match(_PREFIX.sub("", line, count=1)))), None)
     runs: dict[tuple[str, Any], list[dict[str, Any]]] = {}
@@ -207,21 +210,39 @@ def read_as(rows: list[dict[str, Any]], text: str) -> str:
         runs.setdefault((row["op"], row["ranks"]), []).append(row)
     parts = []
     for (op, ranks), run in list(runs.items())[:RUNS_DESCRIBED]:
-        types: dict[str, dict[str, Any]] = {}  # dtype -> its largest out-of-place row
+        largest: dict[tuple[str, Any], dict[str, Any]] = {}  # (type, reduction) -> its largest out-of-place row
         for r in run:
-            if not r["in_place"] and r["bytes"] >= types.get(r["dtype"], {"bytes": -1})["bytes"]:
-                types[r["dtype"]] = r
+            kind = (r["dtype"], r.get("redop"))
+            if not r["in_place"] and r["bytes"] >= largest.get(kind, {"bytes": -1})["bytes"]:
+                largest[kind] = r
         sizes = len({r["bytes"] for r in run})
-        if len(types) == 1:
-            largest = next(iter(types.values()))
-            parts.append(f"{op}, {ranks or '?'} ranks, {sizes} sizes, largest {largest['bytes']:,} B at busbw "
-                         f"{largest['busbw_gbps']:g} GB/s")
+        if len(largest) == 1:
+            only = next(iter(largest.values()))
+            parts.append(f"{op}, {ranks or '?'} ranks, {sizes} sizes, largest {only['bytes']:,} B at busbw "
+                         f"{only['busbw_gbps']:g} GB/s")
             continue
-        order = sorted(types, key=lambda t: t != MEASURED_DTYPE)
-        each = ", ".join(f"{t} {types[t]['busbw_gbps']:g}" + (" (ranked)" if t == MEASURED_DTYPE else "")
-                         for t in order)
-        parts.append(f"{op}, {ranks or '?'} ranks, {len(types)} types, {sizes} sizes, busbw GB/s at each type's "
-                     f"largest size: {each}" + ("" if MEASURED_DTYPE in types else f" (no {MEASURED_DTYPE}: "
-                                                                                   "nothing ranked)"))
+        parts.append(_several_kinds(op, ranks, sizes, largest))
     more = f"; and {len(runs) - RUNS_DESCRIBED:,} more runs" if len(runs) > RUNS_DESCRIBED else ""
     return "; ".join(parts) + more + f" (nccl-tests {version or 'version not printed'})"
+
+
+def _several_kinds(op: str, ranks: Any, sizes: int, largest: dict[tuple[str, Any], dict[str, Any]]) -> str:
+    """``read_as`` of a run that measured several types or reductions (``largest``: each one's largest
+    out-of-place row)."""
+    types, reductions = {t for t, _ in largest}, {o for _, o in largest}
+    several = (len(types) > 1, len(reductions) > 1)
+    wanted = (MEASURED_DTYPE, MEASURED_REDOP)
+
+    def name(kind: tuple[str, Any]) -> str:
+        return " ".join(str(part) for part, varies in zip(kind, several, strict=True) if varies)
+
+    ranked = {k for k in largest if all(not varies or part == want
+                                        for part, varies, want in zip(k, several, wanted, strict=True))}
+    counts = ", ".join(f"{len(kinds)} {noun}" for kinds, noun in ((types, "types"), (reductions, "reductions"))
+                       if len(kinds) > 1)
+    each_of = " and ".join(noun for noun, varies in zip(("type", "reduction"), several, strict=True) if varies)
+    each = ", ".join(f"{name(k)} {largest[k]['busbw_gbps']:g}" + (" (ranked)" if k in ranked else "")
+                     for k in sorted(largest, key=lambda k: k not in ranked))
+    missing = "" if ranked else f" (no {name(wanted)}: nothing ranked)"
+    return (f"{op}, {ranks or '?'} ranks, {counts}, {sizes} sizes, busbw GB/s at each {each_of}'s largest size: "
+            f"{each}{missing}")
