@@ -3,6 +3,7 @@ a tiny local campaign, and a way to run the real CLI as a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -133,6 +134,13 @@ def pg_url() -> Iterator[str]:
     if reason:
         print(f"skipping: {reason}")
         pytest.skip(reason)
+    with pg_schema_url() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def pg_schema_url() -> Iterator[str]:
+    """Another fresh schema beside ``pg_url``'s (a test that needs two databases), dropped on exit."""
     schema = f"bt_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(PG_URL)
     with admin.begin() as conn:
