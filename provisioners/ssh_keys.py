@@ -1,7 +1,7 @@
 """The campaign's SSH key pair, handed to rented nodes at launch.
 
 One ed25519 pair per campaign tag under ``<root>/<tag>`` (private key mode 0600, made with
-``ssh-keygen``); the public half goes to the provider (RunPod's ``PUBLIC_KEY``, a Vast.ai
+``ssh-keygen``); the public half goes to the provider (RunPod: the pod's start command; a Vast.ai
 instance's ssh key), the private half never leaves this machine.
 """
 

@@ -7,8 +7,10 @@
   supported APIs rent no interruptible pods (docs/providers.md).
 - Launch: the ``podFindAndDeployOnDemand`` mutation (what the SDK's ``create_pod`` sends). Every
   query is a constant of ``runpod_graphql`` and campaign values travel as GraphQL variables. The
-  pod is named ``<campaign tag>--<token>`` (``owned`` lists by that prefix) and gets the
-  campaign's public key as ``SSH_PUBLIC_KEY``. A create that got no answer may have succeeded:
+  pod is named ``<campaign tag>--<token>`` (``owned`` lists by that prefix). The campaign's public
+  key goes in through the pod's start command (``dockerArgs``, ``start_command``: it authorizes the
+  key in the container, then runs the image's ``/start.sh`` or sshd), and as ``SSH_PUBLIC_KEY`` and
+  ``PUBLIC_KEY`` (RunPod's proxied SSH, ``/start.sh``). A create that got no answer may have succeeded:
   the pod is looked up by that name before the mutation is sent again. The billed price is the
   pod's ``costPerHr``, the host its ``machineId``.
 - Status from ``desiredStatus``: RUNNING with a public 22/tcp port → running (RunPod shows a
@@ -18,7 +20,7 @@
   EXITED on an INTERRUPTABLE pod → preempted; EXITED otherwise, DEAD, TERMINATED, PAUSED or no
   pod → terminated; anything else → unknown.
 - SSH: ``root`` at the ``runtime.ports`` entry with privatePort 22 and ``isIpPublic``; the image
-  must run sshd (RunPod's own images do).
+  must have sshd, or apt-get to install it (``start_command``).
 - Errors, in one table (``error_table`` and ``classify``): connection errors, timeouts,
   unreadable answers and answers without data (429, 5xx) are ``Unavailable``, retried (bounded;
   a create is never blindly re-sent, see above); a refused key (401) is ``AuthError``; a GraphQL
@@ -59,6 +61,7 @@ from benchctl.provisioners.base import (
     Unavailable,
 )
 from benchctl.provisioners.runpod import queries as runpod_graphql
+from benchctl.provisioners.runpod import start_command
 from benchctl.provisioners.self_destroy import CONTAINER_ENVIRON, self_destroy_command
 from benchctl.provisioners.ssh_keys import campaign_key
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
@@ -67,9 +70,12 @@ GPU_TYPE_IDS = {"H100_SXM": "NVIDIA H100 80GB HBM3", "H100_PCIE": "NVIDIA H100 P
                 "A100_SXM": "NVIDIA A100-SXM4-80GB", "A100_PCIE": "NVIDIA A100 80GB PCIe", "H200": "NVIDIA H200",
                 "B200": "NVIDIA B200", "L40S": "NVIDIA L40S"}
 """benchctl's GPU names (``payload.node.gpu_models``) → RunPod's GPU type ids (docs.runpod.io/references/gpu-types)."""
-SSH_KEY_VARIABLE = "SSH_PUBLIC_KEY"
-"""The pod's own key: RunPod fills ``PUBLIC_KEY`` from the account's keys and documents
-``SSH_PUBLIC_KEY`` to override it per pod (docs.runpod.io/welcome/how-do-i/override-my-public-key)."""
+KEY_VARIABLES = ("SSH_PUBLIC_KEY", "PUBLIC_KEY")
+"""The pod's env holding the campaign's public key. ``SSH_PUBLIC_KEY`` overrides the account's keys
+for RunPod's proxied SSH only (docs.runpod.io/pods/configuration/override-public-keys); RunPod fills
+``PUBLIC_KEY`` from the account's keys (whether a pod's own value survives is not documented), and
+RunPod images' ``/start.sh`` authorizes it. Neither reaches the container's sshd for sure: the start
+command (``start_command``) does."""
 CREATE_TRIES = 3
 SPOT_UNAVAILABLE = ("RunPod spot is unavailable: RunPod's supported APIs (REST v2, the runpod SDK) rent no "
                     "interruptible pods; use market: on-demand")
@@ -195,8 +201,9 @@ class RunPodProvider(Provider):
             raise ProviderError(f"{request.label or request.gpu}: {SPOT_UNAVAILABLE}")
 
     def plan_notes(self) -> list[str]:
-        return [f"the image must run sshd and authorize ${SSH_KEY_VARIABLE} (RunPod's own images do); "
-                "one that does not is never reachable and its attempts end at the ready timeout"]
+        return ["the pod's start command authorizes the campaign key, then runs the image's /start.sh "
+                "(RunPod's own images) or its sshd; an image with neither sshd nor apt-get to install it "
+                "is never reachable and its attempts end at the ready timeout"]
 
     def offers(self, request: OfferRequest) -> list[Offer]:
         self.validate(request)
@@ -236,13 +243,15 @@ class RunPodProvider(Provider):
 
     def launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
         _, public = campaign_key(self.root / "keys", campaign_tag)
+        key = start_command.key_line(public)
         name = f"{campaign_tag}--{token}"
         d = offer.details
         pod_input: dict[str, Any] = {
             "name": name, "imageName": d["image"], "gpuTypeId": d["gpu_type_id"], "gpuCount": offer.count,
             "cloudType": d["cloud"], "startSsh": True, "supportPublicIp": True, "ports": "22/tcp",
             "volumeInGb": 0, "containerDiskInGb": self.settings.container_disk_gb, "minVcpuCount": offer.vcpus or 1,
-            "env": [{"key": SSH_KEY_VARIABLE, "value": public}]}
+            "dockerArgs": start_command.docker_args(key),
+            "env": [{"key": variable, "value": key} for variable in KEY_VARIABLES]}
         pod = self._create("create a pod", runpod_graphql.DEPLOY_ON_DEMAND, "podFindAndDeployOnDemand",
                            {"input": pod_input}, name)
         if not pod or not pod.get("id"):

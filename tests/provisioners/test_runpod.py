@@ -43,7 +43,7 @@ def test_launch_status_owned_and_terminate(fake: FakeRunPod, tmp_path: Path) -> 
     pod = fake.pods[node.node_id]
     assert pod["name"] == "bc-camp-1--bc-tok1" and pod["podType"] == "RESERVED"
     assert node.hourly_usd == pytest.approx(2.99 * 8), "the pod's costPerHr is the price"
-    assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text(), "the campaign key went in as SSH_PUBLIC_KEY"
+    assert "ssh-ed25519" in (tmp_path / "authorized_keys").read_text(), "the start command put it in"
     assert oct((tmp_path / "runpod" / "keys" / "bc-camp-1").stat().st_mode & 0o777) == "0o600"
     assert provider.status(node) is NodeState.RUNNING
     assert [n.token for n in provider.owned("bc-camp-1")] == ["bc-tok1"] and provider.owned("bc-other") == []

@@ -108,7 +108,7 @@ def test_ssh_waits_for_a_public_port_22_and_the_pod_gets_its_own_key(fake: FakeR
     endpoint = provider.transport(node).endpoint
     assert (endpoint.host, endpoint.port) == ("127.0.0.1", fake.ssh_port), "the public entry, not the private one"
     sent = json.loads(next(r for r in fake.requests if "podFindAndDeployOnDemand" in r))
-    assert [e["key"] for e in sent["variables"]["input"]["env"]] == ["SSH_PUBLIC_KEY"]
+    assert [e["key"] for e in sent["variables"]["input"]["env"]] == ["SSH_PUBLIC_KEY", "PUBLIC_KEY"]
     authorized = (tmp_path / "authorized_keys").read_text()
     assert "ssh-ed25519" in authorized and "accountkey" not in authorized, "the campaign key, not the account's"
     provider.terminate(node)
@@ -117,7 +117,8 @@ def test_ssh_waits_for_a_public_port_22_and_the_pod_gets_its_own_key(fake: FakeR
 def test_plan_says_the_image_must_run_sshd(fake: FakeRunPod, tmp_path: Path) -> None:
     result = cli_here("plan", str(_campaign(tmp_path, "H100_SXM", "on-demand")), home=tmp_path / "home")
     assert result.returncode == 0, result.stderr
-    assert "warning: runpod: the image must run sshd and authorize $SSH_PUBLIC_KEY" in result.stdout
+    assert ("warning: runpod: the pod's start command authorizes the campaign key, then runs the image's "
+            "/start.sh (RunPod's own images) or its sshd") in result.stdout
 
 
 def test_a_create_whose_answer_was_lost_is_looked_up_not_resent(fake: FakeRunPod, tmp_path: Path) -> None:
