@@ -1,9 +1,13 @@
 """A local RunPod API: the GraphQL endpoint the runpod SDK talks to, executed with graphql-core.
 
 Pods get their SSH endpoint on a real sshd the test runs (``runtime.ports``: privatePort 22 →
-the sshd's port, on a public IP, beside a private-IP entry); the pod's key is authorized there as
-RunPod's images do: ``SSH_PUBLIC_KEY`` when the pod sets it, else ``PUBLIC_KEY``, which RunPod
-fills from the account's keys (``account_keys``) whatever the pod set. A booted pod has a
+the sshd's port, on a public IP, beside a private-IP entry). Which keys that sshd accepts is what
+the pod's container does (``runpod_container``): its start command (``dockerArgs``, else the
+image's: RunPod's images run ``/start.sh``, which authorizes ``PUBLIC_KEY`` only and starts sshd only
+when that is set) runs in real bash, and the keys it leaves in root's ``authorized_keys`` are
+authorized there once it started sshd. ``PUBLIC_KEY`` is the account's keys (``account_keys``),
+whatever the pod set; ``SSH_PUBLIC_KEY`` reaches RunPod's proxied SSH only, which the fake has not.
+``no_sshd``/``no_apt`` hold images without openssh-server or apt-get. A booted pod has a
 ``runtime`` first and its ports ``ports_s`` later. ``sold_out`` holds (GPU type id,
 cloud) pairs whose create mutations fail with RunPod's capacity error. ``faults`` is a queue of
 answers served before the next real ones: ``401``, ``429``, ``500`` (an HTML page), ``malformed``
@@ -30,6 +34,7 @@ from typing import Any
 
 from graphql import build_schema, graphql_sync
 
+from tests.fakes import runpod_container
 from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
 
@@ -83,8 +88,15 @@ GPU_TYPES = {
 
 
 class FakeRunPod:
-    def __init__(self, api_key: str, ssh_port: int, authorized_keys: Path, workdir: Path, boot_s: float = 0.3) -> None:
+    def __init__(self, api_key: str, ssh_port: int, authorized_keys: Path, workdir: Path, boot_s: float = 0.3,
+                 containers: Path | None = None) -> None:
         self.api_key, self.ssh_port, self.authorized_keys, self.workdir = api_key, ssh_port, authorized_keys, workdir
+        self.containers = containers or authorized_keys.parent / "runpod-containers"
+        """Each pod's container root, ``<containers>/<pod id>``."""
+        self.no_sshd: set[str] = set()
+        self.no_apt: set[str] = set()
+        self.booted: dict[str, runpod_container.Booted] = {}
+        """What each pod's container did at its start (keys, sshd, its log)."""
         self.boot_s = boot_s
         self.pods: dict[str, dict[str, Any]] = {}
         self.faults: list[str] = []
@@ -132,19 +144,24 @@ class FakeRunPod:
 
     def _create(self, spec: dict, pod_type: str, per_gpu: float) -> dict:
         pod_id = uuid.uuid4().hex[:14]
-        env = {e["key"]: e.get("value") for e in spec.get("env") or []}
+        env = {e["key"]: e.get("value") or "" for e in spec.get("env") or []}
         env["PUBLIC_KEY"] = self.account_keys
-        key = env.get("SSH_PUBLIC_KEY") or env["PUBLIC_KEY"]
-        if key:
+        image = str(spec.get("imageName") or "")
+        booted = runpod_container.boot(self.containers / pod_id, image, spec.get("dockerArgs"),
+                                       {**env, "RUNPOD_POD_ID": pod_id}, no_sshd=image in self.no_sshd,
+                                       no_apt=image in self.no_apt)
+        if booted.keys:
             with self.authorized_keys.open("a") as keys:
-                keys.write(key + "\n")
+                keys.write("".join(f"{k}\n" for k in booted.keys))
         pod = {"id": pod_id, "name": spec.get("name"), "imageName": spec.get("imageName"), "podType": pod_type,
                "desiredStatus": "RUNNING", "costPerHr": round(per_gpu * (spec.get("gpuCount") or 1), 4),
                "gpuCount": spec.get("gpuCount"), "vcpuCount": float(spec.get("minVcpuCount") or 8),
-               "env": [f"{k}={v}" for k, v in env.items()], "created": time.time(), "machineId": f"m-{pod_id[:6]}"}
+               "env": [f"{k}={v}" for k, v in env.items()], "dockerArgs": spec.get("dockerArgs"),
+               "created": time.time(), "machineId": f"m-{pod_id[:6]}"}
         with self.lock:
             self.pods[pod_id] = pod
             self.pod_keys[pod_id] = uuid.uuid4().hex
+            self.booted[pod_id] = booted
         return self._view(pod)
 
     def _view(self, pod: dict) -> dict:

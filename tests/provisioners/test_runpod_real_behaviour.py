@@ -109,8 +109,10 @@ def test_ssh_waits_for_a_public_port_22_and_the_pod_gets_its_own_key(fake: FakeR
     assert (endpoint.host, endpoint.port) == ("127.0.0.1", fake.ssh_port), "the public entry, not the private one"
     sent = json.loads(next(r for r in fake.requests if "podFindAndDeployOnDemand" in r))
     assert [e["key"] for e in sent["variables"]["input"]["env"]] == ["SSH_PUBLIC_KEY", "PUBLIC_KEY"]
+    campaign = (tmp_path / "runpod" / "keys" / "bc-camp.pub").read_text().split()[1]
     authorized = (tmp_path / "authorized_keys").read_text()
-    assert "ssh-ed25519" in authorized and "accountkey" not in authorized, "the campaign key, not the account's"
+    assert campaign in authorized, "the campaign key, put in by the start command"
+    assert "accountkey" in authorized, "and the account's, as RunPod's /start.sh does with PUBLIC_KEY"
     provider.terminate(node)
 
 
