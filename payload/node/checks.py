@@ -332,15 +332,22 @@ def check_ecc(facts: Facts, expect: Expect, th: dict[str, float]) -> Check:
     if rows is None:
         return _missing("ecc", "nvidia-smi-query.csv")
     errors = {str(r.index): r.ecc_uncorrected for r in rows if r.ecc_uncorrected}
+    unreported = {str(r.index): r.ecc_text[:40] for r in rows if r.ecc_uncorrected is None}
     remapped = nf.parse_remapped_rows(facts.text("nvidia-smi-remapped-rows.csv") or "")
     bad_rows = {r.bus_id: {"uncorrectable": r.uncorrectable, "pending": r.pending, "failure": r.failure}
                 for r in remapped if r.uncorrectable or r.pending or r.failure}
     expected = "0 uncorrected ECC errors, no remapped-row uncorrectable/pending/failure"
+    not_reported = {"not_reported": unreported} if unreported else {}
     if errors or bad_rows:
-        return _result("ecc", "fail", {"uncorrected": errors, "remapped_rows": bad_rows}, expected,
+        return _result("ecc", "fail", {"uncorrected": errors, "remapped_rows": bad_rows, **not_reported}, expected,
                        "uncorrected memory errors or rows remapped after them (a pending remap needs a GPU reset, "
                        "a failed one a new GPU): replace the node")
-    return _result("ecc", "pass", {"uncorrected": 0, "remapped_rows_read": bool(remapped)}, expected)
+    if len(unreported) == len(rows) and not remapped:
+        return _result("ecc", "skip", not_reported or None, expected,
+                       "ECC not reported: nvidia-smi prints no error count ([N/A]: GeForce and other cards without "
+                       "ECC, or ECC turned off), so memory errors cannot be checked on this node"
+                       if rows else "no GPU rows in nvidia-smi-query.csv")
+    return _result("ecc", "pass", {"uncorrected": 0, "remapped_rows_read": bool(remapped), **not_reported}, expected)
 
 
 def _per_gpu_check(name: str, key: str, table: dict[str, float], fraction: str, unit: str) -> Callable[..., Check]:

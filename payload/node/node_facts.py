@@ -26,6 +26,10 @@ class GpuRow:
     memory_mib: int | None
     power_limit_w: float | None
     ecc_uncorrected: int | None
+    """None when the GPU reports no count (``[N/A]`` on GeForce and other cards without ECC or with it off,
+    ``[Not Supported]``, or any other text): not reported, never 0."""
+    ecc_text: str = ""
+    """The ECC column as printed."""
 
 
 def _number(text: str) -> float | None:
@@ -52,7 +56,8 @@ def parse_query_csv(text: str) -> list[GpuRow]:
             continue
         gpus.append(GpuRow(int(index), cell.get("name", ""), cell.get("driver_version", ""),
                            int(memory) if memory is not None else None, power,
-                           int(ecc) if ecc is not None else None))
+                           int(ecc) if ecc is not None else None,
+                           cell.get("ecc.errors.uncorrected.volatile.total", "")))
     return gpus
 
 
@@ -180,15 +185,18 @@ class RemappedRows:
 
 def parse_remapped_rows(text: str) -> list[RemappedRows]:
     """``nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.correctable,
-    remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv``."""
+    remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv``. A GPU
+    that reports none of them (``[N/A]``: no ECC, or a MIG-enabled GPU) is left out: not reported, not 0."""
     rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
     out = []
     for raw in rows[1:]:
         if len(raw) != 5:
             continue
         uncorrectable = _number(raw[2])
-        out.append(RemappedRows(raw[0].strip(), int(uncorrectable or 0), raw[3].strip().lower() == "yes",
-                                raw[4].strip().lower() == "yes"))
+        pending, failure = (raw[k].strip().lower() for k in (3, 4))
+        if uncorrectable is None and pending not in ("yes", "no") and failure not in ("yes", "no"):
+            continue
+        out.append(RemappedRows(raw[0].strip(), int(uncorrectable or 0), pending == "yes", failure == "yes"))
     return out
 
 
