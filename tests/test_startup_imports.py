@@ -63,18 +63,18 @@ def test_an_error_outside_a_provider_still_gets_one_line(tmp_path: Path) -> None
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
 
 
-def test_import_of_records_loads_no_campaign_spec_and_no_alembic(tmp_path: Path) -> None:
+def test_import_of_records_loads_no_campaign_spec_no_alembic_no_yaml(tmp_path: Path) -> None:
     """``import`` needs a Target and the campaign-name rule (``campaign/target.py``), not the campaign
-    spec with its provider registry, and no alembic (imported only to migrate an older store): a new
+    spec with its provider registry; no alembic (imported only to migrate an older store): a new
     store is created at the newest schema without it, a store already at the newest schema is not
-    migrated."""
+    migrated; no PyYAML for a plain JSON file (only the general reading, or naming a line, needs it)."""
     records = tmp_path / "records.json"
     records.write_text(json.dumps([{"provider": "runpod", "gpu": "H100", "count": 8, "market": "spot",
                                     "hourly_usd": 20.0, "step_time_ms": 300.0, "target_steps": 1000}]))
     for campaign in ("first", "second"):  # a new store, then a current one
         code, loaded = _loaded_after("import", str(records), "--campaign", campaign, home=tmp_path)
         assert code == 0
-        assert not {"alembic", "benchctl.campaign.spec", "benchctl.provisioners.registry",
+        assert not {"alembic", "yaml", "benchctl.campaign.spec", "benchctl.provisioners.registry",
                     "benchctl.provisioners.base", "matplotlib"} & set(loaded), (campaign, loaded)
 
 

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from benchctl.campaign.cell_key import CellKey
+from benchctl.campaign.source_limits import Path_, format_path, line_of, read_capped
 from benchctl.campaign.target import (  # re-exported: benchctl import loads only campaign/target.py
     MAX_NODES,
     MAX_TARGET_STEPS,
@@ -40,7 +41,7 @@ from benchctl.campaign.target import (  # re-exported: benchctl import loads onl
     _Strict,
     check_campaign_name,
 )
-from benchctl.campaign.yaml_source import CAMPAIGN_LIMITS, Path_, format_path, line_of, load_yaml, read_capped
+from benchctl.campaign.yaml_source import CAMPAIGN_LIMITS, load_yaml
 from benchctl.errors import SpecError
 from benchctl.payload.comm.collective_math import parse_bytes
 from benchctl.payload.env_policy import SECRET_NAME as _SECRET_NAME

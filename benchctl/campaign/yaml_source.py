@@ -4,8 +4,8 @@
 ``("matrix", 2, "count")`` to its 1-based line. Duplicate keys, syntax errors and an empty
 document raise SpecError with the file and line.
 
-The input is untrusted, so it is bounded (``Limits``): its size (``read_capped`` checks a file's
-before reading it), its nesting depth, and the values it expands to. Aliases and merge keys
+The input is untrusted, so it is bounded (``source_limits.Limits``): its size (``read_capped``
+checks a file's before reading it), its nesting depth, and the values it expands to. Aliases and merge keys
 stay allowed, but every value an alias repeats counts again, so an alias bomb (a few hundred
 bytes that expand to billions of values) is refused after ``max_values``. Integers must fit in
 64 bits (the store's columns). Every such refusal is a SpecError naming the file.
@@ -13,47 +13,16 @@ bytes that expand to billions of values) is refused after ``max_values``. Intege
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from benchctl.campaign.source_limits import INT_MAX, Limits, Path_, format_path, size_text
 from benchctl.errors import SpecError
 
-Path_ = tuple[str | int, ...]
-
-
 CAMPAIGN_NEEDS = "a campaign needs name, budget_usd, target, matrix (see docs/campaign-reference.md)"
-INT_MAX = 2**63 - 1
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_bytes: int
-    max_values: int
-    """Values built (each mapping, list and scalar; repeated through aliases counts each time)."""
-    max_depth: int = 64
-
-
 CAMPAIGN_LIMITS = Limits(max_bytes=1024**2, max_values=100_000)
-
-
-def read_capped(path: Path, file: str, max_bytes: int, what: str) -> str:
-    """The file's text; SpecError when it is over ``max_bytes`` (checked before it is read whole).
-    OSError and UnicodeDecodeError are the caller's."""
-    with path.open("rb") as handle:
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise SpecError(file, None, "", f"the file is over {_size(max_bytes)}, the most {what} may hold; "
-                        "split it or trim it")
-    return data.decode("utf-8")
-
-
-def _size(count: int) -> str:
-    return f"{count // 1024**2} MiB" if count % 1024**2 == 0 else f"{count:,} bytes"
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -127,7 +96,7 @@ def load_yaml(text: str, file: str, needs: str = CAMPAIGN_NEEDS,
               limits: Limits = CAMPAIGN_LIMITS) -> tuple[Any, dict[Path_, int]]:
     """``needs`` completes the error for an empty file: what the file should hold."""
     if len(text) > limits.max_bytes:
-        raise SpecError(file, None, "", f"the text is over {_size(limits.max_bytes)}; split it or trim it")
+        raise SpecError(file, None, "", f"the text is over {size_text(limits.max_bytes)}; split it or trim it")
     try:
         loader = _BoundedLoader(text, file, limits)  # its reader refuses characters YAML does not allow, at once
     except yaml.YAMLError as exc:
@@ -200,18 +169,3 @@ def _build(loader: _BoundedLoader, node: yaml.Node, path: Path_, lines: dict[Pat
         return [_build(loader, item, (*path, i), lines, file) for i, item in enumerate(node.value)]
     return _construct(loader, node, path, file)
 
-
-def format_path(path: Path_) -> str:
-    """``("matrix", 2, "count")`` → ``matrix[2].count``."""
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def line_of(lines: Mapping[Path_, int], path: Path_) -> int | None:
-    """The line of ``path`` or of its nearest ancestor that appears in the file."""
-    for end in range(len(path), -1, -1):
-        if path[:end] in lines:
-            return lines[path[:end]]
-    return None

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchctl.campaign.yaml_source import INT_MAX  # the largest integer stored (a 64-bit column), as in campaign files
+from benchctl.campaign.source_limits import INT_MAX  # the largest integer stored (a 64-bit column)
 
 MIN_STEP_S = 1e-5
 """The shortest optimizer step believed (10 µs). A training step launches dozens of kernels (forward,

@@ -27,8 +27,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchctl.campaign.cell_key import CellKey
+from benchctl.campaign.source_limits import INT_MAX, Limits, Path_, format_path, line_of, read_capped
 from benchctl.campaign.target import MAX_NODES, MAX_TARGET_STEPS, Target, check_campaign_name
-from benchctl.campaign.yaml_source import INT_MAX, Limits, Path_, format_path, line_of, load_yaml, read_capped
 from benchctl.errors import SpecError
 from benchctl.results.cost import cost_to_train, steps_for
 from benchctl.results.evidence_rules import MAX_NUMBER, Measured, value_problem
@@ -223,6 +223,14 @@ def _plain_row(row: dict[str, Any]) -> bool:
 _NEEDS = "a records file holds a list of result records (see docs/leaderboard.md)"
 _PLAIN_SCALARS = (str, bool, type(None))
 """JSON scalars load_yaml reads as the same value whatever they hold."""
+
+
+def load_yaml(text: str, file: str, needs: str, limits: Limits) -> tuple[Any, dict[Path_, int]]:
+    """``campaign.yaml_source.load_yaml``, imported at the first call: PyYAML loads only for a file that
+    is not a plain JSON export, or to name the line of a problem."""
+    from benchctl.campaign.yaml_source import load_yaml as load
+
+    return load(text, file, needs, limits)
 
 
 def _load(text: str, file: str) -> tuple[Any, Mapping[Path_, int]]:
