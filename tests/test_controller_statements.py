@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,11 +36,13 @@ from tests.memory_campaign import memory_run, offer
 
 @contextmanager
 def statements(engine: Engine) -> Iterator[list[str]]:
-    """The statements sent inside the block (SQLite's ``BEGIN IMMEDIATE`` of a write not included)."""
+    """The statements this thread sends inside the block (SQLite's ``BEGIN IMMEDIATE`` of a write not
+    included): the lease's renewal thread may renew meanwhile on a slow machine, and is not the poll."""
     sent: list[str] = []
+    caller = threading.get_ident()
 
     def listen(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
-        if not sql.startswith("BEGIN"):
+        if not sql.startswith("BEGIN") and threading.get_ident() == caller:
             sent.append(" ".join(sql.split()))
 
     sa.event.listen(engine, "before_cursor_execute", listen)

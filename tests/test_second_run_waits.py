@@ -44,18 +44,21 @@ def two_holders() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _read_until(proc: subprocess.Popen[str], text: str, timeout: float = 120.0) -> str:
-    """stderr of ``proc`` up to the first line holding ``text`` (fails if it exits first)."""
+    """stderr of ``proc`` until it holds ``text`` (fails if it exits first). Read from the pipe itself:
+    a buffered ``readline`` can take several lines into its buffer at once, after which ``select``
+    sees an empty pipe and the line wanted is never looked at (seen under load)."""
     import time
 
     assert proc.stderr is not None
-    seen = ""
+    fd = proc.stderr.fileno()
+    seen = b""
     deadline = time.monotonic() + timeout
-    while text not in seen:
-        assert proc.poll() is None, f"exited {proc.returncode} before saying {text!r}:\n{seen}{proc.stderr.read()}"
-        assert time.monotonic() < deadline, f"not said in {timeout:.0f} s: {text!r}:\n{seen}"
-        if select.select([proc.stderr], [], [], 0.5)[0]:
-            seen += proc.stderr.readline()
-    return seen
+    while text.encode() not in seen:
+        assert proc.poll() is None, f"exited {proc.returncode} before saying {text!r}:\n{seen.decode()}"
+        assert time.monotonic() < deadline, f"not said in {timeout:.0f} s: {text!r}:\n{seen.decode()}"
+        if select.select([fd], [], [], 0.5)[0]:
+            seen += os.read(fd, 65536)
+    return seen.decode()
 
 
 def test_a_second_run_waits_for_the_cells_another_controller_holds(
