@@ -149,3 +149,27 @@ def test_a_preflight_replay_shows_each_observed_value_whole_in_80_columns() -> N
     for whole in ('["NVIDIA H100 80GB HBM3"]}', '"torch": "2.8.0+cu128"}', '"7": 478.1}}', 'mlx5_7:1/IB"}}',
                   "facts in tests/fixtures/preflight/h100-sxm-numa-split)"):
         assert whole in words, (whole, text)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_runs_progress_line_wraps_at_the_terminals_width_under_its_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` printed "HH:MM:SS campaign x: worst case $7.25; over budget_usd $5.00, which caps the spend
+    at $5.00" as one 101-character line on an 80-column terminal; piped, a line stays whole."""
+    from benchctl.engine.progress import print_line
+
+    line = "campaign local-smoke: worst case $7.25; over budget_usd $5.00, which caps the spend at $5.00"
+    monkeypatch.setenv("COLUMNS", "80")
+    shown = _Terminal()
+    monkeypatch.setattr(sys, "stderr", shown)
+    print_line(line)
+    lines = shown.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(x) <= 80 for x in lines), lines
+    assert lines[1].startswith(" " * 9) and not lines[1].startswith(" " * 10), lines
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
+    print_line(line)
+    assert piped.getvalue().count("\n") == 1 and line in piped.getvalue()

@@ -32,6 +32,7 @@ import click
 from benchctl.engine.cell_states import CellState
 from benchctl.store import queries as q
 from benchctl.terminal_text import clean
+from benchctl.terminal_wrap import terminal_lines
 
 if TYPE_CHECKING:
     from rich.live import Live
@@ -51,8 +52,9 @@ _STYLES = {state.value: style for state, style in ((CellState.DONE, "green"), (C
 
 
 def print_line(line: str) -> None:
-    """A progress line on stderr (stdout carries results)."""
-    click.echo(f"{time.strftime('%H:%M:%S')} {clean(line)}", err=True)
+    """A progress line on stderr (stdout carries results), wrapped to the terminal's width there
+    with later lines under the text, not the time."""
+    click.echo(terminal_lines(f"{time.strftime('%H:%M:%S')} {clean(line)}", " " * 9, sys.stderr), err=True)
 
 
 class Progress:

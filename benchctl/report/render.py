@@ -20,9 +20,11 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
 from benchctl.terminal_text import clean
+from benchctl.terminal_wrap import terminal_lines as terminal_lines  # the commands' import of it
+from benchctl.terminal_wrap import terminal_width
 
 FORMATS = ("table", "json", "csv", "md")
 CSV_DIGITS = 12
@@ -195,26 +197,6 @@ def _comfortable(header: str, values: Sequence[str]) -> int:
     whole = [len(v) if " " not in v and len(v) <= _LONGEST_NAME
              else max(min(len(v), _PROSE), min(_LONGEST_NAME, _longest_chunk(v))) for v in values]
     return max(head, *whole, 1)
-
-
-def terminal_width() -> int:
-    """The terminal's width as rich reads it (``COLUMNS``, else the terminal's own size, else 80)."""
-    from rich.console import Console
-
-    return Console().width
-
-
-def terminal_lines(text: str, indent: str = "", stream: TextIO | None = None) -> str:
-    """``text`` wrapped to the terminal's width (each of its lines on its own, later lines of one
-    starting with ``indent``) when ``stream`` (default stdout) is a terminal; as it is when it is
-    not one (piped output stays one line per item)."""
-    import textwrap
-
-    if not (stream or sys.stdout).isatty():
-        return text
-    width = terminal_width()
-    return "\n".join("\n".join(textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False,
-                                             break_long_words=False)) or line for line in text.split("\n"))
 
 
 def _fitted_table(cells: list[list[str]], columns: Sequence[str], title: str, keep: Sequence[str]) -> str:
