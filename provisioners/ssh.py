@@ -7,7 +7,8 @@ and frees the claim, never the machine. Node records live in ``<root>/nodes/<tok
 ``owned`` finds them after a controller crash. Host keys are pinned per machine under
 ``<root>/known_hosts/``. A machine's label names its files there: a campaign's ``name`` is a plain
 file name (``NAME_RULE``), and any other label (a ``host:port``, a stored record) is encoded into
-one (``machine_file``), so no file lands outside those folders.
+one (``machine_file``), so no file lands outside those folders. A ``host`` (and ``rendezvous_host``)
+is a DNS name, an IPv4 or an IPv6 address (``ssh_transport.host_problem``).
 
 A cell with ``nodes: N`` (``launch_cluster``) takes N free machines of its GPU and count as one
 unit: the offer's machine as node 0, then the cheapest other free ones (in the campaign's order on a tie), each
@@ -46,7 +47,13 @@ from benchctl.provisioners.base import (
     launch_members,
 )
 from benchctl.provisioners.node_records import write_private
-from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport, endpoint_problem, name_problem
+from benchctl.provisioners.ssh_transport import (
+    SSHEndpoint,
+    SSHTransport,
+    endpoint_problem,
+    host_problem,
+    name_problem,
+)
 
 NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
 NAME_ALLOWED = "1-64 letters, digits and . _ - : @, starting with a letter or digit"
@@ -101,10 +108,12 @@ class SSHNode(ProviderSettings):
             raise ValueError(unknown_model(value))
         return model
 
-    @field_validator("host", "user")
+    @field_validator("host", "user", "rendezvous_host")
     @classmethod
-    def _destination(cls, value: str, info: ValidationInfo) -> str:
-        problem = name_problem(str(info.field_name), value)
+    def _destination(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        problem = name_problem("user", value) if info.field_name == "user" else host_problem(value)
         if problem is not None:
             raise ValueError(f"{problem}; give the machine's address and login name")
         return value

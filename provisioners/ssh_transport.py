@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -95,8 +97,38 @@ def name_problem(what: str, value: str) -> str | None:
     return None
 
 
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is no ssh host, or None: a host is a DNS name (dot-separated labels of letters,
+    digits, ``-`` and ``_``, none starting or ending with ``-``; at most 253 characters; dotted digits
+    only as an IPv4 address), an IPv4 address, or an IPv6 address written bare (a ``%zone`` allowed).
+    Anything else (``/``, ``@``, ``:port``, brackets, quotes, …) is no address ssh should be given."""
+    problem = name_problem("host", host)
+    if problem is not None:
+        return problem
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return (f"the ssh host {host!r} is not an IPv6 address (write one bare, without brackets or a port: "
+                    "the port is the node's `port`)")
+        return None
+    labels = (host[:-1] if host.endswith(".") else host).split(".")
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        return (f"the ssh host {host!r} is not a DNS name, an IPv4 or an IPv6 address (a name is letters, digits, "
+                "'-' and '_' in dot-separated labels)")
+    if all(label.isdigit() for label in labels):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return f"the ssh host {host!r} is not an IPv4 address (four numbers 0-255)"
+    return None
+
+
 def endpoint_problem(host: str, user: str) -> str | None:
-    return name_problem("host", host) or name_problem("user", user)
+    return host_problem(host) or name_problem("user", user)
 
 
 def control_dir() -> Path:

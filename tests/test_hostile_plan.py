@@ -1,6 +1,7 @@
 """Values that could only fail once a node was rented are refused at ``plan`` (issue 31, item 9):
 an environment value or command with a NUL, an absurd ``max_artifact_gb``, a FIFO (or any file that is
-not a regular one) inside ``command.upload``, an ssh host or user that ssh would read as an option.
+not a regular one) inside ``command.upload``, an ssh host or user that ssh would read as an option, a
+host that is no DNS name or IP address.
 The transport refuses such a destination too (records already in a store), and a node recorded with
 one still terminates. Cell keys of coordinates that differ only in what the key's slug drops never
 collide, and every key that never collided stays as it was."""
@@ -90,6 +91,39 @@ def test_an_ssh_host_or_user_that_ssh_would_misread_is_refused_at_plan(home: Pat
                                                                       user: str, words: str) -> None:
     line = plan(home, tmp_path, SSH_CAMPAIGN.replace("HOST", host).replace("USER", user))
     assert "providers.ssh.nodes[0]" in line and words in line, line
+
+
+@pytest.mark.parametrize(("host", "words"), [
+    ("10.0.0.5/24", "'10.0.0.5/24' is not a DNS name, an IPv4 or an IPv6 address"),
+    ("../../etc", "'../../etc' is not a DNS name"),
+    ("me@box", "'me@box' is not a DNS name"),
+    ("box;reboot", "'box;reboot' is not a DNS name"),
+    ("box.-x.com", "'box.-x.com' is not a DNS name"),
+    ("box:2222", "'box:2222' is not an IPv6 address (write one bare, without brackets or a port"),
+    ("[::1]", "'[::1]' is not an IPv6 address"),
+    ("256.1.1.1", "'256.1.1.1' is not an IPv4 address"),
+])
+def test_an_ssh_host_that_is_no_address_is_refused_at_plan(home: Path, tmp_path: Path, host: str, words: str) -> None:
+    """Only a leading '-' and whitespace were refused: '10.0.0.5/24' or 'me@box' reached ssh (and named the
+    machine's files) and failed only on a rented attempt."""
+    line = plan(home, tmp_path, SSH_CAMPAIGN.replace("HOST", host).replace("USER", "root"))
+    assert "providers.ssh.nodes[0].host" in line and words in line, line
+    rendezvous = SSH_CAMPAIGN.replace("HOST", "10.0.0.5").replace("USER", "root").replace(
+        "gpu: cpu, count: 1, price", f'rendezvous_host: "{host}", gpu: cpu, count: 1, price')
+    assert "providers.ssh.nodes[0].rendezvous_host" in plan(home, tmp_path, rendezvous)
+
+
+@pytest.mark.parametrize("host", ["gpu-01.example.com", "gpu_box", "box.example.com.", "10.0.0.5", "::1",
+                                  "2001:db8::7", "fe80::1%eth0", "localhost"])
+def test_dns_names_and_ip_addresses_are_ssh_hosts(host: str) -> None:
+    assert SSHNode(host=host, rendezvous_host=host, user="me", gpu="cpu", count=1).host == host
+    assert SSHTransport(SSHEndpoint(host=host, user="me"), Path("kh"), "tok").ssh_args()[-1] == f"me@{host}"
+
+
+def test_a_stored_host_that_is_no_address_is_not_given_to_ssh(tmp_path: Path) -> None:
+    transport = SSHTransport(SSHEndpoint(host="box/../x", user="me"), tmp_path / "known_hosts", "tok")
+    with pytest.raises(ProviderError, match="is not a DNS name"):
+        transport.ssh_args()
 
 
 def test_the_transport_never_gives_ssh_an_option_as_its_destination(tmp_path: Path) -> None:
