@@ -7,8 +7,9 @@ and frees the claim, never the machine. Node records live in ``<root>/nodes/<tok
 ``owned`` finds them after a controller crash. Host keys are pinned per machine under
 ``<root>/known_hosts/``. A machine's label names its files there: a campaign's ``name`` is a plain
 file name (``NAME_RULE``), and any other label (a ``host:port``, a stored record) is encoded into
-one (``machine_file``), so no file lands outside those folders. A ``host`` (and ``rendezvous_host``)
-is a DNS name, an IPv4 or an IPv6 address (``ssh_transport.host_problem``).
+one (``machine_file``); so is a node token read back from the store or a claim file
+(``node_records.file_name``), so no file lands outside those folders. A ``host`` (and
+``rendezvous_host``) is a DNS name, an IPv4 or an IPv6 address (``ssh_transport.host_problem``).
 
 A cell with ``nodes: N`` (``launch_cluster``) takes N free machines of its GPU and count as one
 unit: the offer's machine as node 0, then the cheapest other free ones (in the campaign's order on a tie), each
@@ -23,7 +24,6 @@ having ended (it restarted, or our processes were killed), so a cluster resumes 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -46,7 +46,7 @@ from benchctl.provisioners.base import (
     ProviderSettings,
     launch_members,
 )
-from benchctl.provisioners.node_records import write_private
+from benchctl.provisioners.node_records import file_name, write_private
 from benchctl.provisioners.ssh_transport import (
     SSHEndpoint,
     SSHTransport,
@@ -57,20 +57,11 @@ from benchctl.provisioners.ssh_transport import (
 
 NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
 NAME_ALLOWED = "1-64 letters, digits and . _ - : @, starting with a letter or digit"
-_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 
 
 def machine_file(folder: Path, label: str) -> Path:
-    """The file of the machine ``label`` in ``folder`` (its claim, its pinned host keys): the label
-    itself when it is a plain file name (every name ``NAME_RULE`` allows, a ``host:port``), else
-    ``+``, the label with every other character as ``_`` (at most 64 of them), ``+`` and 16 hex
-    digits of its SHA-256: one file name (no ``/``, never ``.`` or ``..``) no plain label has, and no
-    ``%``, ``$`` or ``~`` (ssh expands those in ``UserKnownHostsFile``)."""
-    if _PLAIN_FILE_NAME.fullmatch(label) and label not in (".", ".."):
-        return folder / label
-    readable = re.sub(r"[^A-Za-z0-9._:@-]", "_", label)[:64]
-    digest = hashlib.sha256(label.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return folder / f"+{readable}+{digest}"
+    """The file of the machine ``label`` in ``folder`` (its claim, its pinned host keys): ``file_name``."""
+    return folder / file_name(label)
 
 
 class SSHNode(ProviderSettings):
@@ -267,12 +258,17 @@ class SSHProvider(Provider):
 
     def _read_record(self, token: str) -> dict | None:
         try:
-            return dict(json.loads((self.root / "nodes" / f"{token}.json").read_text()))
+            return dict(json.loads(self._record_path(token).read_text()))
         except FileNotFoundError:
             return None
 
+    def _record_path(self, token: str) -> Path:
+        """``nodes/<token>.json``; a token of another form than benchctl's (a store or claim file says
+        what it likes) is encoded (``file_name``), never a path of its own."""
+        return self.root / "nodes" / f"{file_name(token)}.json"
+
     def _write_record(self, token: str, record: dict) -> None:
-        write_private(self.root / "nodes" / f"{token}.json", json.dumps(record, indent=2))
+        write_private(self._record_path(token), json.dumps(record, indent=2))
 
     def _mark_terminated(self, token: str) -> None:
         record = self._read_record(token)

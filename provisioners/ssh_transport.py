@@ -41,6 +41,7 @@ from typing import IO, Any, BinaryIO
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from benchctl.provisioners.base import CommandResult, ProviderError, Transport
+from benchctl.provisioners.node_records import file_name
 from benchctl.provisioners.refusals import MAX_LISTED
 from benchctl.provisioners.safe_tar import extract_stream
 from benchctl.provisioners.transfer_deadline import Deadline, killed_at
@@ -230,7 +231,7 @@ class SSHTransport(Transport):
 
     def _ours(self, suffix: str) -> str:
         """``.benchctl/<token>.<suffix>`` as a shell word, relative to the work dir."""
-        return f".benchctl/{shlex.quote(self.token)}.{suffix}"
+        return f".benchctl/{shlex.quote(file_name(self.token))}.{suffix}"
 
     def start(self, cmd: str, cwd: str) -> None:
         """Start ``cmd`` detached in ``cwd``, at most once per ``cwd``: the launch makes

@@ -126,6 +126,47 @@ def test_a_stored_host_that_is_no_address_is_not_given_to_ssh(tmp_path: Path) ->
         transport.ssh_args()
 
 
+def test_a_token_of_another_form_names_no_path_outside_the_node_records(tmp_path: Path) -> None:
+    """Tokens come back from the store and from claim files: one such as '../../planted' read and wrote
+    ``<root>/nodes/../../planted.json``. Now it is encoded into one file name inside ``nodes/``."""
+    from benchctl.provisioners.node_records import file_name
+
+    root = tmp_path / "ssh"
+    provider = SSHProvider(root, [SSHNode(name="box", host="127.0.0.1", user="me", gpu="cpu", count=1)])
+    request = OfferRequest(gpu="cpu", count=1, market="on-demand")
+    planted = tmp_path / "planted.json"
+    planted.write_text(json.dumps({"terminated": False, "campaign_tag": "c", "node": {}}))
+    (root / "claims" / "box").write_text("../../planted")  # a claim held by a record outside nodes/
+    assert provider.offers(request), "a record outside nodes/ holds the machine"
+    (root / "claims" / "box").unlink()
+    node = provider.launch(provider.offers(request)[0], "../../escape", "c")
+    assert not (tmp_path / "escape.json").exists()
+    assert [p.name for p in (root / "nodes").iterdir()] == [f"{file_name('../../escape')}.json"]
+    assert file_name("../../escape").startswith("+.._.._escape+")
+    assert [n.token for n in provider.owned("c")] == [node.token] and not provider.offers(request)
+    assert file_name("bc-0123456789abcdef-n1") == "bc-0123456789abcdef-n1"  # benchctl's tokens: as they are
+
+
+def test_a_local_node_of_another_form_removes_nothing_outside_its_folder(tmp_path: Path) -> None:
+    """The local provider's ``remove`` deleted ``<root>/<node_id>`` of a stored node: '../../victim' was
+    a directory outside the provider's folder."""
+    from benchctl.provisioners.base import Offer
+    from benchctl.provisioners.local.provider import LocalProvider
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    (tmp_path / "home" / "nodes").mkdir(parents=True)  # as after a first launch
+    provider = LocalProvider(tmp_path / "home" / "nodes")
+    offer = Offer(provider="local", offer_id="local-0", gpu="cpu", count=1, vcpus=1, region="local", hourly_usd=0.0,
+                  market="on-demand")
+    stored = Node(provider="local", node_id="../../victim", token="../../victim", campaign_tag="c", offer=offer,
+                  details={"leader_pid": None})
+    assert provider.status(stored) is NodeState.TERMINATED
+    provider.remove(stored)
+    assert (victim / "keep.txt").read_text() == "mine"
+
+
 def test_the_transport_never_gives_ssh_an_option_as_its_destination(tmp_path: Path) -> None:
     """The real OpenSSH client: a user ``-oProxyCommand=…`` before the fix made ssh run that command here."""
     marker = tmp_path / "owned"

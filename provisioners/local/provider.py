@@ -1,10 +1,10 @@
 """The ``local`` provider, the embedded default: nodes are process groups on this machine.
 
-A node lives in ``<root>/<token>/``: ``node.json`` (its record), ``home/`` (what a remote home
-would be). Launch starts a long-lived leader process in its own session; every process of the
-node carries the node's marker (``local_processes``), so ``terminate`` finds and kills them all,
-from any terminal. A leader that died without our ``terminate`` reads as ``preempted``, the way
-a vanished spot node does.
+A node lives in ``<root>/<token>/`` (a token of another form than benchctl's encoded, ``_dir``):
+``node.json`` (its record), ``home/`` (what a remote home would be). Launch starts a long-lived
+leader process in its own session; every process of the node carries the node's marker
+(``local_processes``), so ``terminate`` finds and kills them all, from any terminal. A leader that
+died without our ``terminate`` reads as ``preempted``, the way a vanished spot node does.
 
 A cluster (``launch_cluster``) is N such nodes on N of the virtual hosts, node 0 on the offer's
 host and the others on the next hosts not excluded, each tagged with its member token; each
@@ -45,7 +45,7 @@ from benchctl.provisioners.base import (
 from benchctl.provisioners.local import machine_lock as local_machine_lock
 from benchctl.provisioners.local.processes import MARKER, kill_node_processes, node_env, process_alive
 from benchctl.provisioners.local.transport import LocalTransport
-from benchctl.provisioners.node_records import write_private
+from benchctl.provisioners.node_records import file_name, write_private
 
 
 class LocalSettings(ProviderSettings):
@@ -118,13 +118,18 @@ class LocalProvider(Provider):
 
     def launch_cluster(self, offer: Offer, nodes: int, token: str, campaign_tag: str) -> Node:
         """``nodes`` nodes on the offer's host and the next ones not excluded, all or nothing."""
-        return launch_members(self, _member_offers(offer, nodes, self.root / token / "home"), token, campaign_tag)
+        return launch_members(self, _member_offers(offer, nodes, self._dir(token) / "home"), token, campaign_tag)
 
     def rendezvous_address(self, node: Node) -> str:
         return "127.0.0.1"
 
+    def _dir(self, token: str) -> Path:
+        """``<root>/<token>``; a token of another form than benchctl's (a stored node says what it
+        likes) is encoded (``node_records.file_name``), never a path of its own."""
+        return self.root / file_name(token)
+
     def _launch(self, offer: Offer, token: str, campaign_tag: str) -> Node:
-        node_dir = self.root / token
+        node_dir = self._dir(token)
         (node_dir / "home").mkdir(parents=True, exist_ok=True)
         # The record exists before any process does, so no crash leaves a process nobody can find.
         _write_record(node_dir, {"node": None, "token": token, "campaign_tag": campaign_tag, "terminated": False,
@@ -175,7 +180,7 @@ class LocalProvider(Provider):
         return args
 
     def status(self, node: Node) -> NodeState:
-        record = _read_record(self.root / node.node_id)
+        record = _read_record(self._dir(node.node_id))
         if record is None or record["terminated"]:
             return NodeState.TERMINATED
         if node.details.get("leader_pid") is None:
@@ -183,7 +188,7 @@ class LocalProvider(Provider):
         return NodeState.RUNNING if process_alive(node.details["leader_pid"], node.token) else NodeState.PREEMPTED
 
     def ended_at(self, node: Node) -> float | None:
-        node_dir = self.root / node.node_id
+        node_dir = self._dir(node.node_id)
         ends = [float(t) for t in [(_read_record(node_dir) or {}).get("terminated_at")] if t]
         with contextlib.suppress(OSError, ValueError):
             ends.append(float((node_dir / "ended_at").read_text()))
@@ -191,19 +196,19 @@ class LocalProvider(Provider):
 
     def idle_shutdown_command(self, node: Node) -> str | None:
         """The node "powers off": it records when, and its leader dies (the node reads as gone)."""
-        node_dir = shlex.quote(str(self.root / node.node_id))
+        node_dir = shlex.quote(str(self._dir(node.node_id)))
         return f"date +%s.%N > {node_dir}/ended_at; kill -9 {int(node.details['leader_pid'])}"
 
     def transport(self, node: Node) -> Transport:
         faults = node.offer.details.get("faults") or {}
         env = {**faults.get("env", {}), **({"BENCHCTL_FAULTS": json.dumps(faults)} if faults else {})}
-        return LocalTransport(self.root / node.node_id / "home", node.token, node.details["leader_pid"], env,
+        return LocalTransport(self._dir(node.node_id) / "home", node.token, node.details["leader_pid"], env,
                               python=self.python)
 
     def terminate(self, node: Node) -> None:
         kill_node_processes(node.token)  # whatever the record says: processes are what bills
         local_machine_lock.give_back(node.token)
-        node_dir = self.root / node.node_id
+        node_dir = self._dir(node.node_id)
         record = _read_record(node_dir)
         if record is None:
             return
@@ -236,7 +241,7 @@ class LocalProvider(Provider):
         """Delete a terminated node's directory."""
         if self.status(node) is not NodeState.TERMINATED:
             raise ProviderError(f"node {node.node_id} is still running: terminate it first")
-        shutil.rmtree(self.root / node.node_id, ignore_errors=True)
+        shutil.rmtree(self._dir(node.node_id), ignore_errors=True)
 
 
 PREEMPTION_FAULTS = ("preempt_after_s", "preempt_at_step", "preemptions", "seed")
