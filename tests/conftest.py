@@ -116,6 +116,17 @@ def standin_python(tmp_path: Path) -> Iterator[Path]:
     assert runs.exists() and " run " in f" {runs.read_text()}", "no payload ran through the stand-in"
 
 
+@pytest.fixture
+def profile_hold(standin_python: Path) -> Iterator[Path]:
+    """A file whose presence makes the stand-in's profile wait after its first timed step: a test that
+    must act while a profile runs (preempt, kill, interrupt, down) does so however slow the machine,
+    then removes it (and it is removed after the test in any case)."""
+    hold = Path(f"{standin_python}.hold")
+    hold.touch()
+    yield hold
+    hold.unlink(missing_ok=True)
+
+
 def _pg_unavailable() -> str | None:
     try:
         engine = sa.create_engine(PG_URL)

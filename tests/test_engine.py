@@ -39,14 +39,15 @@ def finished(home: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.mark.slow
 def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_campaign,
-                                                              standin_python: Path) -> None:
+                                                              standin_python: Path, profile_hold: Path) -> None:
     # the stand-in's ranks (that the real profile starts at profile_steps_done: tests/payload/test_one_process)
-    steps = 300  # 6 s of the stand-in's steps: the preemption lands mid-profile however slow the host
+    steps = 300  # the profile waits after its first timed step (profile_hold): the preemption lands mid-profile
     path = write_campaign(matrix=ONE_CELL, steps=steps, python=standin_python)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
     LocalProvider(home / "nodes").preempt(node)  # the node vanishes without our terminate
+    profile_hold.unlink()
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     engine, cell = only_cell(home)
@@ -71,7 +72,7 @@ def test_spot_preemption_mid_profile_relaunches_on_a_new_node(home: Path, write_
 
 @pytest.mark.slow
 def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write_campaign,
-                                                             standin_python: Path) -> None:
+                                                             standin_python: Path, profile_hold: Path) -> None:
     path = write_campaign(matrix=ONE_CELL, steps=40, python=standin_python)
     proc = start(home, "run", str(path), "--poll-interval", "0.1")
     node = wait_for(lambda: running_profile_node(home))
@@ -80,6 +81,7 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
     proc.wait()
     provider = LocalProvider(home / "nodes")
     assert provider.status(node) is NodeState.RUNNING, "the payload was started detached and must survive"
+    profile_hold.unlink()
     resumed = run_cli("resume", "--poll-interval", "0.1", home=home)
     assert resumed.returncode == 0, resumed.stderr
     assert "re-attaching" in resumed.stderr
@@ -97,7 +99,7 @@ def test_killed_controller_resume_reattaches_and_loses_nothing(home: Path, write
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campaign, sig: signal.Signals,
-                                                       standin_python: Path) -> None:
+                                                       standin_python: Path, profile_hold: Path) -> None:
     # one 1-rank cell, interrupted mid-profile (≥ 2 s of it left): its own node is the one to terminate
     path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 0.5}\n", steps=100,
                           python=standin_python)
@@ -105,6 +107,7 @@ def test_interrupt_terminates_nodes_and_resume_finishes(home: Path, write_campai
     wait_for(lambda: running_profile_node(home))
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
+    profile_hold.unlink()
     assert proc.returncode == 130, err
     assert err.rstrip().endswith("interrupted: `benchctl resume` continues where this stopped")
     assert "Traceback" not in err

@@ -95,7 +95,8 @@ def test_run_asks_before_a_large_worst_case_and_refuses_without_a_terminal(home:
 
 
 @pytest.mark.slow
-def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_campaign, standin_python: Path) -> None:
+def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_campaign, standin_python: Path,
+                                                           profile_hold: Path) -> None:
     path = write_campaign(matrix="  - {provider: local, gpu: cpu, count: 2, price_usd_per_hour: 1.0}\n", steps=400,
                           python=standin_python)
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.3")
@@ -121,7 +122,8 @@ def test_spend_reaching_the_budget_stops_a_running_attempt(home: Path, write_cam
 
 @pytest.mark.slow
 def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(home: Path, write_campaign,
-                                                                            standin_python: Path) -> None:
+                                                                            standin_python: Path,
+                                                                            profile_hold: Path) -> None:
     path = write_campaign(name="idle", steps=300, python=standin_python,
                           matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1}\n")
     path.write_text(path.read_text().replace("budget_usd: 5", "budget_usd: 5\nmax_idle_minutes: 0.05"))
@@ -133,6 +135,7 @@ def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(hom
     provider = LocalProvider(home / "nodes")
     wait_for(lambda: provider.status(node) is NodeState.PREEMPTED, timeout=30)  # it powered itself off
     ended = float((home / "nodes" / node.token / "ended_at").read_text())
+    profile_hold.unlink()
     time.sleep(1)
     resumed = run_cli("resume", "--poll-interval", "0.1", home=home, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
@@ -146,12 +149,14 @@ def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(hom
 
 
 @pytest.mark.slow
-def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign, standin_python: Path) -> None:
-    path = write_campaign(steps=80, python=standin_python)
+def test_down_stops_a_running_campaign_and_resume_finishes_it(home: Path, write_campaign, standin_python: Path,
+                                                             profile_hold: Path) -> None:
+    path = write_campaign(steps=80, python=standin_python)  # the first cell's profile waits (profile_hold):
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
     down = cli_here("down", "tiny", home=home)  # in this process: starts nothing, no signal handler
+    profile_hold.unlink()
     assert down.returncode == 0, down.stderr
     assert "terminated 1 node(s)" in down.stdout and "cancelled 2 cell(s)" in down.stdout
     _, err = proc.communicate(timeout=60)

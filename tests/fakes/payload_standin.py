@@ -36,10 +36,15 @@ from urllib.parse import urlsplit
 
 STEP_S = 0.02
 """The sleep that stands in for one training step."""
+HOLD: Path | None = None
+"""``<command>.hold``: while it exists, the profile waits after its first timed step (a test that
+must act while a profile runs, however slow the machine, creates it and removes it after)."""
 
 
 def main(argv: list[str]) -> int:
+    global HOLD
     command, args = argv[0], argv[1:]
+    HOLD = Path(f"{command}.hold")
     with open(f"{command}.log", "a") as log:
         log.write(" ".join(args) + "\n")
     if args[:2] != ["-m", "payload"] or len(args) < 3 or args[2] not in ("run", "worker"):
@@ -179,6 +184,8 @@ def _profile(job: Any, world_size: int, events: Any, peers: Peers | None) -> Non
                         max_mem_allocated_gib=None)
         if watched is not None and watched.exists():
             break
+        while HOLD is not None and HOLD.exists() and step >= cfg.warmup_steps:
+            time.sleep(0.05)
     return None
 
 
