@@ -187,6 +187,34 @@ def test_only_a_collective_with_several_reductions_is_narrowed_to_sum() -> None:
     assert measured(rows) == [rows[0], rows[2], rows[3]]
 
 
+def test_each_collective_keeps_its_one_type_and_only_one_with_several_is_narrowed_to_float(tmp_path: Path) -> None:
+    # composed (README): all_reduce in bfloat16 alone (the H200 -d all log's bfloat16 rows) and all_gather in
+    # float (2x GB10). The old reader narrowed the whole file to float: all_reduce ranked nothing and was
+    # not plotted, as if a collective measured in one type had been measured in several.
+    from benchctl.report.data import busbw_series_of
+    from benchctl.results.cell_evidence import largest_allreduce, measured_dtype
+    from benchctl.results.nccl_log import read_as
+
+    text = (REAL / "composed-all_reduce-bfloat16-h200-all_gather-float-gb10.log").read_text()
+    rows = read_nccl_log(tmp_path / "x.log", text)
+    assert {(row["op"], row["dtype"]) for row in rows} == {("all_reduce", "bfloat16"), ("all_gather", "float")}
+    assert measured_dtype(rows) == rows
+    assert largest_allreduce(rows) == ((484.17 + 483.79) / 2, 42949672960)
+    series, _ = busbw_series_of(rows)
+    assert series["all_reduce"][-1] == (42949672960, 484.17) and series["all_gather"][-1] == (4294967296, 22.14)
+    # all_reduce in several types (the -d all log's twelve) beside all_gather: all_reduce narrowed to float
+    datatype_all = read_nccl_log(tmp_path / "y.log", (REAL / "h200-2node-all_reduce-datatype-all.log").read_text())
+    gather = [row for row in rows if row["op"] == "all_gather"]
+    kept = measured_dtype(datatype_all + gather)
+    assert {(row["op"], row["dtype"]) for row in kept} == {("all_reduce", "float"), ("all_gather", "float")}
+    assert largest_allreduce(datatype_all + gather) == ((487.06 + 488.19) / 2, 42949672960)
+    # ... and ranks nothing when it lacks float, saying so, while all_gather keeps its float
+    no_float = [row for row in datatype_all if row["dtype"] in ("half", "bfloat16")] + gather
+    assert largest_allreduce(no_float) is None
+    assert list(busbw_series_of(no_float)[0]) == ["all_gather"]
+    assert "2 types" in (described := read_as(no_float, text)) and "(no float: nothing ranked)" in described
+
+
 def test_wrong_values_and_failed_runs_are_named() -> None:
     from benchctl.results.nccl_log import failures
 

@@ -131,11 +131,10 @@ MEASURED_DTYPE = "float"
 
 
 def measured_dtype(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` of the type a campaign measures when they hold several (nccl-tests ``-d all``, or
-    several runs): ``MEASURED_DTYPE``'s, none when it has none; all of them when they hold one."""
-    if len({r.get("dtype") for r in rows}) <= 1:
-        return rows
-    return [r for r in rows if r.get("dtype") == MEASURED_DTYPE]
+    """``rows`` of the type a campaign measures, per collective whose rows hold several (nccl-tests
+    ``-d all``, several ``-d``, or several runs): ``MEASURED_DTYPE``'s, none when it has none; all of a
+    collective's rows when they hold one (a file of all_reduce in float and all_gather in half keeps both)."""
+    return _narrowed(rows, "dtype", MEASURED_DTYPE)
 
 
 MEASURED_REDOP = "sum"
@@ -147,10 +146,16 @@ def measured_redop(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` of the reduction a campaign measures, per collective whose rows hold several (nccl-tests
     ``-o all``: sum, prod, max, min, avg, mulsum, each a row per size): ``MEASURED_REDOP``'s, none when it
     has none; all of a collective's rows when they hold one (``none`` for all_gather, or no redop column)."""
-    reductions: dict[Any, set[Any]] = {}
+    return _narrowed(rows, "redop", MEASURED_REDOP)
+
+
+def _narrowed(rows: list[dict[str, Any]], key: str, wanted: str) -> list[dict[str, Any]]:
+    """``rows`` less, per collective (``op``) whose rows hold several values of ``key``, those of another
+    value than ``wanted``."""
+    values: dict[Any, set[Any]] = {}
     for r in rows:
-        reductions.setdefault(r.get("op"), set()).add(r.get("redop"))
-    return [r for r in rows if len(reductions[r.get("op")]) <= 1 or r.get("redop") == MEASURED_REDOP]
+        values.setdefault(r.get("op"), set()).add(r.get(key))
+    return [r for r in rows if len(values[r.get("op")]) <= 1 or r.get(key) == wanted]
 
 
 def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
