@@ -167,6 +167,26 @@ def test_a_local_node_of_another_form_removes_nothing_outside_its_folder(tmp_pat
     assert (victim / "keep.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize(("tag", "cell"), [("../../escape", "local:cpux1"),
+                                           ("c", "local:cpux1:env=X=/../../../escape"),
+                                           ("c", "local:cpux1:env=X=a/b")])
+def test_the_local_preemption_counter_names_one_file_inside_its_folder(tmp_path: Path, tag: str, cell: str) -> None:
+    """The counter of a cell's injected preemptions was ``<root>/preemptions/<tag>--<cell>``: a tag or a key
+    (which carries the campaign's env values) holding '..' or '/' wrote it outside that folder, or in a
+    folder of its own. Now it is one encoded file name there, and it still counts."""
+    from benchctl.provisioners.local.provider import LocalProvider
+    from benchctl.provisioners.node_records import file_name
+
+    root = tmp_path / "home" / "nodes"
+    root.mkdir(parents=True)
+    provider = LocalProvider(root)
+    faults = {"preempt_at_step": 2, "preemptions": 1}
+    assert provider._preemption(faults, tag, cell) == ["--at-step", "2"]
+    assert provider._preemption(faults, tag, cell) == [], "the one preemption is counted"
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()] == [
+        Path("home/nodes/preemptions") / file_name(f"{tag}--{cell}")]
+
+
 def test_the_transport_never_gives_ssh_an_option_as_its_destination(tmp_path: Path) -> None:
     """The real OpenSSH client: a user ``-oProxyCommand=…`` before the fix made ssh run that command here."""
     marker = tmp_path / "owned"

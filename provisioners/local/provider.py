@@ -160,11 +160,13 @@ class LocalProvider(Provider):
         return node
 
     def _preemption(self, faults: dict, campaign_tag: str, cell: str) -> list[str]:
-        """The leader's arguments when this launch is to be preempted; counts it."""
+        """The leader's arguments when this launch is to be preempted; counts it in one file of
+        ``<root>/preemptions/`` per campaign tag and cell key, whatever they hold (a key carries values of
+        the campaign's env: ``node_records.file_name``, never a path outside the folder)."""
         after, at_step = faults.get("preempt_after_s"), faults.get("preempt_at_step")
         if after is None and at_step is None:
             return []
-        counter = self.root / "preemptions" / f"{campaign_tag}--{cell}"
+        counter = self.root / "preemptions" / file_name(f"{campaign_tag}--{cell}")
         counter.parent.mkdir(parents=True, exist_ok=True)
         done = int(counter.read_text()) if counter.exists() else 0
         if done >= int(faults.get("preemptions", 1)):
