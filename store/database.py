@@ -91,8 +91,12 @@ def _refuse_writes(context: Any) -> None:
                             "it: drop mode=ro from --db / BENCHCTL_DB to run it") from original
 
 
-def create_db_engine(url: str | URL, read_only: bool = False) -> Engine:
-    """``read_only``: an SQLite URL that SQLite opens read-only (``sqlite_url``); a write raises ReadOnlyStore."""
+def create_db_engine(url: str | URL, read_only: bool = False, pool_size: int | None = None) -> Engine:
+    """``read_only``: an SQLite URL that SQLite opens read-only (``sqlite_url``); a write raises ReadOnlyStore.
+    ``pool_size``: the connections a server database's pool keeps (SQLAlchemy's default, 5, when None):
+    as many as the command's threads use at once, or every connection beyond it is opened and closed
+    again for each use (a server fork, authentication and a driver connect); at most 10 more open
+    for a burst. SQLite opens a file in process: its pool is left as SQLAlchemy sets it."""
     url = normalize_url(url) if isinstance(url, str) else url
     try:
         if str(url).startswith("sqlite") and read_only:
@@ -107,7 +111,8 @@ def create_db_engine(url: str | URL, read_only: bool = False) -> Engine:
             sa.event.listen(engine, "begin", _sqlite_begin)
             sa.event.listen(engine, "handle_error", _damaged)
         else:
-            engine = sa.create_engine(url, pool_use_lifo=True, pool_recycle=RECYCLE_S)
+            sizing = {} if pool_size is None else {"pool_size": pool_size}
+            engine = sa.create_engine(url, pool_use_lifo=True, pool_recycle=RECYCLE_S, **sizing)
             ping_when_idle(engine)  # not pool_pre_ping: two round trips before every session (connections.py)
     except (ArgumentError, ModuleNotFoundError, ImportError) as exc:
         shown = str(url)
@@ -118,17 +123,17 @@ def create_db_engine(url: str | URL, read_only: bool = False) -> Engine:
     return engine
 
 
-def open_store(url: str, make_folders: bool = True) -> Engine:
+def open_store(url: str, make_folders: bool = True, pool_size: int | None = None) -> Engine:
     """An engine on ``url`` with the schema migrated to the newest version. SQLite URLs go through
     ``sqlite_url``: no stray files, no links, a new file 0600 (in a missing folder only with
     ``make_folders``); ``mode=ro`` opens read-only, checks the schema is the newest instead of
-    migrating, and a write raises ReadOnlyStore."""
+    migrating, and a write raises ReadOnlyStore. ``pool_size``: see ``create_db_engine``."""
     try:
         target = sqlite_target(url)
     except BadSQLiteURL as exc:
         raise BadDatabaseURL(f"cannot use database URL {_redact(url)}: {exc}") from exc
     read_only = target is not None and target.read_only
-    engine = create_db_engine(url if target is None else target.url, read_only)
+    engine = create_db_engine(url if target is None else target.url, read_only, pool_size)
     try:
         if target is not None:
             check_file(target, make_folders)

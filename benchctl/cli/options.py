@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 class CliState:
     db: str | None = None
     debug: bool = False
+    connections: int | None = None
+    """The connections the store's pool keeps (``run``/``resume`` set it before opening the store:
+    ``scheduler.connections_for``); None: the default (``store.database.create_db_engine``)."""
     _engine: Engine | None = field(default=None, repr=False)
 
     def engine(self) -> Engine:
@@ -30,7 +33,8 @@ class CliState:
 
             url = database_url(self.db)
             try:  # only the default store's folder (BENCHCTL_HOME) is made: a typo'd --db is refused
-                self._engine = open_store(url, make_folders=url == database_url(None, environ=False))
+                self._engine = open_store(url, make_folders=url == database_url(None, environ=False),
+                                          pool_size=self.connections)
             except BadDatabaseURL as exc:
                 raise UsageError(str(exc)) from exc
             except DamagedStore:

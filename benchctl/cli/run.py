@@ -49,7 +49,9 @@ def run(state: CliState, file: str, concurrency: int, poll_interval: float, stat
     """Run (or continue) the campaign in FILE; print its leaderboard."""
     from benchctl.campaign.spec import load_campaign
     from benchctl.engine.prepare import RunOptions, prepare_run, register
+    from benchctl.engine.scheduler import connections_for
 
+    state.connections = connections_for(concurrency)  # before the store opens (prepare_run opens it)
     campaign = load_campaign(file)
     prepared = prepare_run(campaign, RunOptions(open_store=state.engine, say=progress))
     _confirm_spend(prepared.plan, campaign.spec.name, yes, confirm_above)
@@ -96,9 +98,11 @@ def _confirm_spend(result: Plan, name: str, yes: bool, confirm_above: float) -> 
 def resume(state: CliState, name: str | None, concurrency: int, poll_interval: float, status_interval: float) -> None:
     """Continue every unfinished cell (of campaign NAME, or of every campaign)."""
     from benchctl.engine.prepare import stored_campaign
+    from benchctl.engine.scheduler import connections_for
     from benchctl.errors import BenchctlError, CampaignNotFound
     from benchctl.store import queries as q
 
+    state.connections = connections_for(concurrency)
     engine = state.engine()
     campaigns = q.campaigns(engine, name)
     if name is not None and not campaigns:

@@ -67,6 +67,14 @@ def terminate_orphans(ctx: RunContext) -> list[str]:
     return gone
 
 
+def connections_for(concurrency: int) -> int:
+    """The store connections a controller running ``concurrency`` cells at once uses at the same time:
+    one per cell thread, plus the lease renewal thread, the progress view and the main thread. A
+    cell's budget watcher (``Budget.watch``) reads between its cell's sessions, seldom beside them:
+    the pool's overflow covers it. The CLI sizes the store's pool with it (``CliState.connections``)."""
+    return max(1, concurrency) + 3
+
+
 def run_campaign(ctx: RunContext, concurrency: int) -> RunSummary:
     todo = pending_cells(ctx)
     held: dict[int, tuple[str, str]] = {}
