@@ -12,7 +12,9 @@ campaign (cell leases share the cells out) against the in-memory provider of the
 controller reports its process CPU time while it ran the campaign, the statements SQLAlchemy sent,
 the round trips its DBAPI connections made (every execute, and on PostgreSQL the BEGIN psycopg
 sends before the first statement of a transaction and every COMMIT/ROLLBACK that reaches the
-server; a pool pre-ping is an execute) and the Attempt rows it loaded as ORM objects. The figures
+server; a pool pre-ping is an execute), the new DBAPI connections its pool opened (the pool's
+``connect`` event: each is a server fork, authentication and a psycopg connect on PostgreSQL) and
+the most connections it had checked out at once, and the Attempt rows it loaded as ORM objects. The figures
 printed are per cell (summed over the controllers). Afterwards every cell must be ``done`` with
 exactly one attempt that got a node (no cell ran twice, none left unfinished).
 """
@@ -53,17 +55,32 @@ PROFILE_DIR = os.environ.get("BENCH_PROFILE_DIR")
 """Where each controller writes a cProfile of its ``run_campaign`` (``controller-<pid>.prof``), when set."""
 
 
-def counting_store(url: str) -> tuple[Any, Any, collections.Counter[str]]:
-    """``open_store(url)`` with counters listening: (engine, DbCounter, Attempt rows loaded and statements by text)."""
+def counting_store(url: str, pool_size: int | None = None) -> tuple[Any, Any, collections.Counter[str]]:
+    """``open_store(url)`` with counters listening: (engine, DbCounter, Attempt rows loaded, statements by
+    text, "connections" opened and "most checked out" at once)."""
     import sqlalchemy as sa
 
     from benchctl.store.database import open_store
     from benchctl.store.models import Attempt
     from tests.store.db_counter import count_dbapi
 
-    engine = open_store(url)
+    engine = open_store(url, pool_size=pool_size)
     counter = count_dbapi(engine)
     seen: collections.Counter[str] = collections.Counter()
+    out = [0]
+
+    @sa.event.listens_for(engine.pool, "connect")
+    def connected(*_args: Any) -> None:
+        seen["connections"] += 1
+
+    @sa.event.listens_for(engine.pool, "checkout")
+    def checkout(*_args: Any) -> None:
+        out[0] += 1
+        seen["most checked out"] = max(seen["most checked out"], out[0])
+
+    @sa.event.listens_for(engine.pool, "checkin")
+    def checkin(*_args: Any) -> None:
+        out[0] -= 1
 
     @sa.event.listens_for(engine, "before_cursor_execute")
     def statement(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
@@ -101,12 +118,12 @@ def controller(url: str, campaign_path: str, concurrency: int, poll_s: float, st
     from benchctl.engine.budget import Budget, attempt_worst_case_s
     from benchctl.engine.lease import Leases
     from benchctl.engine.run_context import RunContext
-    from benchctl.engine.scheduler import run_campaign
+    from benchctl.engine.scheduler import connections_for, run_campaign
     from benchctl.store import queries as q
     from tests.fakes.memory_provider import MemoryProvider
     from tests.memory_campaign import FakeProviders, offer
 
-    engine, counter, seen = counting_store(url)
+    engine, counter, seen = counting_store(url, connections_for(concurrency))  # as `benchctl run` opens it
     campaign = load_campaign(Path(campaign_path))
     (row,) = q.campaigns(engine, campaign.spec.name)
     assert row.id is not None
@@ -136,7 +153,8 @@ def controller(url: str, campaign_path: str, concurrency: int, poll_s: float, st
             print(f"{n:7d} {text}", file=sys.stderr)
     print(json.dumps({"cpu_s": cpu, "wall_s": wall, "ran": summary.ran, "launched": len(provider.launched()),
                       "statements": counter.statements, "round_trips": counter.round_trips,
-                      "attempt_rows": seen["attempt rows loaded"]}))
+                      "attempt_rows": seen["attempt rows loaded"], "connections": seen["connections"],
+                      "most_checked_out": seen["most checked out"]}))
 
 
 def _fresh(db: str, work: Path) -> tuple[str, Any]:
@@ -208,12 +226,16 @@ def measure(db: str, cells: int, controllers: int, concurrency: int, poll_s: flo
             twice, unfinished = _check(url, cells)
         finally:
             drop()
-    total = {k: sum(o[k] for o in outs) for k in ("cpu_s", "statements", "round_trips", "attempt_rows", "launched")}
+    total = {k: sum(o[k] for o in outs)
+             for k in ("cpu_s", "statements", "round_trips", "attempt_rows", "launched", "connections")}
     return {"db": db, "cells": cells, "controllers": controllers, "wall_s": round(wall, 1),
             "cpu_ms_per_cell": round(1000 * total["cpu_s"] / cells, 1),
             "statements_per_cell": round(total["statements"] / cells, 1),
             "round_trips_per_cell": round(total["round_trips"] / cells, 1),
             "attempt_rows_per_cell": round(total["attempt_rows"] / cells, 1),
+            "connections_per_cell": round(total["connections"] / cells, 2),
+            "connections_per_controller": [o["connections"] for o in outs],
+            "most_checked_out": [o["most_checked_out"] for o in outs],
             "cells_per_controller": [o["launched"] for o in outs], "ran_twice": twice, "unfinished": unfinished}
 
 
@@ -242,10 +264,13 @@ def main() -> None:
 def _table(rows: list[dict[str, Any]], load: tuple[float, float, float]) -> str:
     """The figures as the measurement docs show them (a Markdown table), with the load average."""
     lines = [f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs", "",
-             "| db | cells | CPU ms/cell | statements/cell | round trips/cell | Attempt rows/cell | wall s "
-             "| ran twice | unfinished |", "|---|---|---|---|---|---|---|---|---|"]
+             "| db | cells | CPU ms/cell | statements/cell | round trips/cell | Attempt rows/cell "
+             "| new connections/cell (per controller; most checked out at once) | wall s | ran twice | unfinished |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['db']} | {r['cells']:,} | {r['cpu_ms_per_cell']} | {r['statements_per_cell']} | "
-              f"{r['round_trips_per_cell']} | {r['attempt_rows_per_cell']} | {r['wall_s']} | {r['ran_twice']} | "
+              f"{r['round_trips_per_cell']} | {r['attempt_rows_per_cell']} | {r['connections_per_cell']} "
+              f"({', '.join(map(str, r['connections_per_controller']))}; "
+              f"{', '.join(map(str, r['most_checked_out']))}) | {r['wall_s']} | {r['ran_twice']} | "
               f"{r['unfinished']} |" for r in rows]
     return "\n".join(lines)
 
