@@ -6,7 +6,7 @@
 #   3. the fidelity table: scripts/fidelity_vs_upstream.py against an upstream nanochat checkout
 #      (UPSTREAM, default .device/nanochat), warm-ups side by side within 90 % of the GPU's memory.
 # Needs the controller's Python dependencies as wheels in WHEELS (default .device/whl: the machine has no
-# network; docs/measurements/2026-11-26-gpu-h100.md says how they were fetched). Results go to OUT:
+# network; `bash scripts/device_prep.sh NANOCHAT_GIT_DIR` fetches them and the checkout). Results go to OUT:
 # machine.txt, e2e.txt, e2e.tar.gz, fidelity.json, fidelity.txt, session.log.
 #     OUT=/tmp/o BUDGET_S=540 bash scripts/gpu_session.sh
 set -u
