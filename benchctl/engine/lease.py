@@ -114,18 +114,17 @@ class Leases:
 
     def take(self, cell_id: int) -> str | None:
         """Lease the cell; None when taken, else the holder's id."""
-        holder = store_leases.acquire(self.engine, cell_id, self.owner, self.ttl_s, holder_is_dead)
-        if holder is None:
-            with self._lock:
-                self._held.add(cell_id)
-                self._lost.discard(cell_id)
-            self._ensure_renewing()
-        return holder
+        return self._holding(cell_id, store_leases.acquire(self.engine, cell_id, self.owner, self.ttl_s,
+                                                           holder_is_dead))
 
     def take_over(self, cell_id: int) -> str | None:
         """Lease the cell from a holder that is gone, never a lease given back (``store.leases.take_over``);
         None when taken, else the holder's id (``""``: nobody's)."""
-        holder = store_leases.take_over(self.engine, cell_id, self.owner, self.ttl_s, holder_is_dead)
+        return self._holding(cell_id, store_leases.take_over(self.engine, cell_id, self.owner, self.ttl_s,
+                                                             holder_is_dead))
+
+    def _holding(self, cell_id: int, holder: str | None) -> str | None:
+        """``holder`` as the store answered; None (ours now): renewed from here on."""
         if holder is None:
             with self._lock:
                 self._held.add(cell_id)
