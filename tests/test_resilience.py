@@ -126,15 +126,19 @@ def test_dead_man_switch_stops_an_abandoned_node_and_resume_bills_until_then(hom
                                                                             profile_hold: Path) -> None:
     path = write_campaign(name="idle", steps=300, python=standin_python,
                           matrix="  - {provider: local, gpu: cpu, count: 1, price_usd_per_hour: 1}\n")
-    path.write_text(path.read_text().replace("budget_usd: 5", "budget_usd: 5\nmax_idle_minutes: 0.05"))
+    # 12 s: a busy machine's controller can miss a few heartbeats (0.5 s apart) in a row; a switch of
+    # 3 s fired before the kill on a loaded CI run, the controller saw the node gone and ended it itself
+    path.write_text(path.read_text().replace("budget_usd: 5", "budget_usd: 5\nmax_idle_minutes: 0.2"))
     proc = start(home, "run", str(path), "--poll-interval", "0.1", "--status-interval", "0.5")
     node = wait_for(lambda: running_profile_node(home))
     assert isinstance(node, Node)
     proc.send_signal(signal.SIGKILL)  # the laptop closes: no more heartbeats
     proc.wait()
+    killed = time.time()
     provider = LocalProvider(home / "nodes")
-    wait_for(lambda: provider.status(node) is NodeState.PREEMPTED, timeout=30)  # it powered itself off
+    wait_for(lambda: provider.status(node) is NodeState.PREEMPTED, timeout=60)  # it powered itself off
     ended = float((home / "nodes" / node.token / "ended_at").read_text())
+    assert ended > killed, "the switch stopped the node after the controller died, not while it watched"
     profile_hold.unlink()
     time.sleep(1)
     resumed = run_cli("resume", "--poll-interval", "0.1", home=home, timeout=300)
