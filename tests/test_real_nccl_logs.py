@@ -267,3 +267,21 @@ def test_import_refuses_a_log_with_wrong_values(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stdout
     assert "2 results report wrong values" in result.stderr and "not imported" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_run_the_ranking_leaves_out_says_so_though_it_holds_one_type(tmp_path: Path) -> None:
+    # composed here from two real logs (README): all_reduce float on 2x GB10 then the composed file's
+    # all_reduce bfloat16 on 2x 8 H200. The ranking narrows the file's all_reduce to float; the 16-rank
+    # bfloat16 run was described as if ranked (it was grouped by collective and ranks, one type each)
+    from benchctl.results.cell_evidence import largest_allreduce
+    from benchctl.results.nccl_log import read_as
+
+    text = ((REAL / "dgx-spark-gb10-2ranks.log").read_text()
+            + (REAL / "composed-all_reduce-bfloat16-h200-all_gather-float-gb10.log").read_text())
+    rows = read_nccl_log(tmp_path / "x.log", text)
+    assert largest_allreduce(rows) == ((0.96 + 1.01) / 2, 65536)  # the float run, at 2 ranks
+    runs = read_as(rows, text).split("; ")
+    assert runs[0].startswith("all_reduce, 2 ranks,") and "not ranked" not in runs[0]
+    assert runs[1].startswith("all_reduce, 16 ranks,")
+    assert runs[1].endswith("(not ranked: the file's all_reduce ranks on its float rows, not bfloat16)")
+    assert runs[2].startswith("all_gather, 2 ranks,") and "not ranked" not in runs[2]

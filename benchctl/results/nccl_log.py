@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from benchctl.results.cell_evidence import MEASURED_DTYPE, MEASURED_REDOP
+from benchctl.results.cell_evidence import MEASURED_DTYPE, MEASURED_REDOP, measured
 from benchctl.results.collective_names import KNOWN
 
 OPS = KNOWN
@@ -202,12 +202,15 @@ def read_as(rows: list[dict[str, Any]], text: str) -> str:
     """One line saying what a log was read as, per run (the first ``RUNS_DESCRIBED``): collective,
     ranks, sizes, the largest size's out-of-place busbw (per type and reduction when a run measured
     several, as nccl-tests ``-d all`` and ``-o all``: the ones a campaign measures first, marked ranked,
-    as ``cell_evidence.measured`` picks them), and the nccl-tests version when the log prints it (>= 2.16)."""
+    as ``cell_evidence.measured`` picks them over the whole file; a run of one type and reduction that
+    it leaves out, e.g. half at 16 ranks beside float at 2, says so), and the nccl-tests version when
+    the log prints it (>= 2.16)."""
     version = next((m.group(1) for line in text.splitlines()
                     if (m := _VERSION.match(_PREFIX.sub("", line, count=1)))), None)
     runs: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for row in rows:
         runs.setdefault((row["op"], row["ranks"]), []).append(row)
+    ranked = {id(row) for row in measured(rows)}
     parts = []
     for (op, ranks), run in list(runs.items())[:RUNS_DESCRIBED]:
         largest: dict[tuple[str, Any], dict[str, Any]] = {}  # (type, reduction) -> its largest out-of-place row
@@ -218,17 +221,28 @@ def read_as(rows: list[dict[str, Any]], text: str) -> str:
         sizes = len({r["bytes"] for r in run})
         if len(largest) == 1:
             only = next(iter(largest.values()))
+            left_out = "" if id(only) in ranked else f" (not ranked: {_ranked_instead(op, only)})"
             parts.append(f"{op}, {ranks or '?'} ranks, {sizes} sizes, largest {only['bytes']:,} B at busbw "
-                         f"{only['busbw_gbps']:g} GB/s")
+                         f"{only['busbw_gbps']:g} GB/s{left_out}")
             continue
-        parts.append(_several_kinds(op, ranks, sizes, largest))
+        parts.append(_several_kinds(op, ranks, sizes, largest, ranked))
     more = f"; and {len(runs) - RUNS_DESCRIBED:,} more runs" if len(runs) > RUNS_DESCRIBED else ""
     return "; ".join(parts) + more + f" (nccl-tests {version or 'version not printed'})"
 
 
-def _several_kinds(op: str, ranks: Any, sizes: int, largest: dict[tuple[str, Any], dict[str, Any]]) -> str:
+def _ranked_instead(op: str, row: dict[str, Any]) -> str:
+    """Why a run of one type and reduction (``row``: its largest) is left out of the ranking: the file
+    holds the type or reduction a campaign measures for ``op`` in another run."""
+    differs = [f"{theirs} rows, not {row[key]}" for key, theirs in (("dtype", MEASURED_DTYPE),
+                                                                    ("redop", MEASURED_REDOP))
+               if row.get(key) not in (None, "none", theirs)]
+    return f"the file's {op} ranks on its " + " and ".join(differs)
+
+
+def _several_kinds(op: str, ranks: Any, sizes: int, largest: dict[tuple[str, Any], dict[str, Any]],
+                   ranked_rows: set[int]) -> str:
     """``read_as`` of a run that measured several types or reductions (``largest``: each one's largest
-    out-of-place row)."""
+    out-of-place row; ``ranked_rows``: the ids of the file's rows a campaign ranks)."""
     types, reductions = {t for t, _ in largest}, {o for _, o in largest}
     several = (len(types) > 1, len(reductions) > 1)
     wanted = (MEASURED_DTYPE, MEASURED_REDOP)
@@ -236,8 +250,7 @@ def _several_kinds(op: str, ranks: Any, sizes: int, largest: dict[tuple[str, Any
     def name(kind: tuple[str, Any]) -> str:
         return " ".join(str(part) for part, varies in zip(kind, several, strict=True) if varies)
 
-    ranked = {k for k in largest if all(not varies or part == want
-                                        for part, varies, want in zip(k, several, wanted, strict=True))}
+    ranked = {k for k in largest if id(largest[k]) in ranked_rows}
     counts = ", ".join(f"{len(kinds)} {noun}" for kinds, noun in ((types, "types"), (reductions, "reductions"))
                        if len(kinds) > 1)
     each_of = " and ".join(noun for noun, varies in zip(("type", "reduction"), several, strict=True) if varies)
