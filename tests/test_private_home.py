@@ -15,6 +15,7 @@ from benchctl.provisioners.base import OfferRequest
 from benchctl.provisioners.local.provider import LocalProvider
 from benchctl.provisioners.ssh import SSHNode, SSHProvider
 from benchctl.store.database import open_store
+from tests.conftest import Tokens
 
 
 @pytest.fixture
@@ -56,15 +57,15 @@ def test_a_new_database_elsewhere_is_private_and_an_existing_one_keeps_its_mode(
     assert _mode(path) == 0o640
 
 
-def test_node_records_are_private(open_umask: Path) -> None:
+def test_node_records_are_private(open_umask: Path, tok: Tokens) -> None:
     local = LocalProvider(settings.home() / "local")
     offer = local.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))[0]
-    node = local.launch(offer, "tok1", "campaign")
+    node = local.launch(offer, tok("1"), "campaign")
     try:
-        assert _mode(settings.home() / "local" / "tok1" / "node.json") == 0o600
+        assert _mode(settings.home() / "local" / tok("1") / "node.json") == 0o600
     finally:
         local.terminate(node)
-    assert _mode(settings.home() / "local" / "tok1" / "node.json") == 0o600, "rewritten at terminate"
+    assert _mode(settings.home() / "local" / tok("1") / "node.json") == 0o600, "rewritten at terminate"
 
     machine = SSHNode(name="box", host="127.0.0.1", user="me", gpu="H100_SXM", count=1, price_usd_per_hour=1.0)
     ssh = SSHProvider(settings.home() / "ssh", [machine])
