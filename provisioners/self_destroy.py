@@ -3,18 +3,18 @@
 address from here and the key from the container's own environment on the node, at that moment.
 
 The command names no key: it sits in ``job.json``, and the controller's key never goes to a node.
+Its ``python`` runs with the container's PATH (``container_env``), as the payload's does.
 """
 
 from __future__ import annotations
 
 import shlex
 
-CONTAINER_ENVIRON = "/proc/1/environ"
-"""Where the node reads its container's environment: PID 1's, which an SSH session lacks."""
+from benchctl.provisioners.container_env import CONTAINER_ENVIRON, container_python
 
 
 def self_destroy_command(python: str, provider: str, node_id: str, api: str,
                          environ: str = CONTAINER_ENVIRON) -> str:
     """The shell command, run in the attempt's directory (where ``payload/`` is) by ``python``."""
     words = ["-m", "payload", "self-destroy", provider, node_id, "--api", api, "--environ", environ]
-    return " ".join([python, *(shlex.quote(w) for w in words)])
+    return " ".join([container_python(python, environ), *(shlex.quote(w) for w in words)])

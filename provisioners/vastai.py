@@ -76,7 +76,8 @@ from benchctl.provisioners.base import (
     ProviderSettings,
     Unavailable,
 )
-from benchctl.provisioners.self_destroy import CONTAINER_ENVIRON, self_destroy_command
+from benchctl.provisioners.container_env import CONTAINER_ENVIRON, container_python
+from benchctl.provisioners.self_destroy import self_destroy_command
 from benchctl.provisioners.ssh_keys import campaign_key
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
@@ -279,7 +280,8 @@ class VastProvider(Provider):
         url = os.environ.get("VAST_URL") or "https://console.vast.ai"
         self.url = url
         self.container_environ = CONTAINER_ENVIRON
-        """Where the node reads its container's environment at idle shutdown (a test names a file)."""
+        """Where the node reads its container's environment (its PATH for the payload's Python, its key at
+        idle shutdown; a test names a file)."""
         self.sdk = VastAI(api_key=key, server_url=url, retry=1)
         self.sdk.client.timeout = request_timeout_s
         self.create_sdk = VastAI(api_key=key, server_url=url, retry=1)
@@ -399,7 +401,7 @@ class VastProvider(Provider):
             self._endpoints[node.node_id] = (host, port)
         private, _ = campaign_key(self.root / "keys", node.campaign_tag)
         endpoint = SSHEndpoint(host=host, port=port, user="root", key=str(private), workdir=self.settings.workdir,
-                               python=self.settings.python)
+                               python=container_python(self.settings.python, self.container_environ))
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
 
     def _ssh_address(self, node: Node) -> tuple[str, int]:

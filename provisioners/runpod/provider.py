@@ -60,9 +60,10 @@ from benchctl.provisioners.base import (
     ProviderSettings,
     Unavailable,
 )
+from benchctl.provisioners.container_env import CONTAINER_ENVIRON, container_python
 from benchctl.provisioners.runpod import queries as runpod_graphql
 from benchctl.provisioners.runpod import start_command
-from benchctl.provisioners.self_destroy import CONTAINER_ENVIRON, self_destroy_command
+from benchctl.provisioners.self_destroy import self_destroy_command
 from benchctl.provisioners.ssh_keys import campaign_key
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
@@ -177,7 +178,8 @@ class RunPodProvider(Provider):
         self.settings = settings or RunPodSettings()
         self._endpoints: dict[str, SSHEndpoint] = {}
         self.container_environ = CONTAINER_ENVIRON
-        """Where the node reads its container's environment at idle shutdown (a test names a file)."""
+        """Where the node reads its container's environment (its PATH for the payload's Python, its key at
+        idle shutdown; a test names a file)."""
         self._ran: set[str] = set()
         """Pods seen running (a restart after that ends the attempt)."""
         self._restarted: set[str] = set()
@@ -312,7 +314,8 @@ class RunPodProvider(Provider):
                 raise ProviderError(f"runpod pod {node.node_id} has no public SSH port (22/tcp)")
             private, _ = campaign_key(self.root / "keys", node.campaign_tag)
             endpoint = SSHEndpoint(host=ssh["ip"], port=int(ssh["publicPort"]), user="root", key=str(private),
-                                   workdir=self.settings.workdir, python=self.settings.python)
+                                   workdir=self.settings.workdir,
+                                   python=container_python(self.settings.python, self.container_environ))
             self._endpoints[node.node_id] = endpoint
         return SSHTransport(endpoint, self.root / "known_hosts" / node.node_id, node.token)
 

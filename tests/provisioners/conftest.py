@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,3 +47,20 @@ def run_in_bare_session(command: str, environ: bytes, tmp_path: Path) -> subproc
     own environment (PID 1's) in a file the command is told to read (``environ`` is its content)."""
     (tmp_path / "container-environ").write_bytes(environ)
     return subprocess.run(["env", "-i", "sh", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+IMAGE_PYTHON = "bc-python3"
+"""An interpreter the way pytorch/pytorch's images have one: only in a directory of the image's
+``ENV PATH`` (``/opt/conda/bin`` there), which an SSH session's PATH lacks (``image_environ``)."""
+
+
+def image_environ(tmp_path: Path, environ: bytes) -> bytes:
+    """``environ`` (a container's PID 1 environment) with a directory holding ``IMAGE_PYTHON`` first in
+    its PATH."""
+    conda_bin = tmp_path / "opt-conda" / "bin"
+    conda_bin.mkdir(parents=True)
+    python = conda_bin / IMAGE_PYTHON
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    variables = [v for v in environ.split(b"\0") if v and not v.startswith(b"PATH=")]
+    return b"\0".join([f"PATH={conda_bin}:/usr/bin:/bin".encode(), *variables]) + b"\0"

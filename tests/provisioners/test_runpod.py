@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from benchctl.provisioners.base import NodeState, OfferRequest, ProviderError
 from benchctl.provisioners.runpod.provider import RunPodProvider, RunPodSettings, pod_state
 from tests.fakes.runpod_fake import FakeRunPod
-from tests.provisioners.conftest import run_in_bare_session
+from tests.provisioners.conftest import IMAGE_PYTHON, image_environ, run_in_bare_session
 
 
 @pytest.fixture
@@ -150,12 +149,16 @@ def test_the_idle_shutdown_terminates_the_pod_from_a_bare_ssh_session(fake: Fake
     """The dead-man's shutdown runs where RUNPOD_POD_ID and RUNPOD_API_KEY are not set (an SSH
     session): the pod id comes from the controller, the pod's own key from its container's
     environment, and the pod is terminated at RunPod."""
-    provider = RunPodProvider(tmp_path / "runpod", RunPodSettings(python=sys.executable))
+    provider = RunPodProvider(tmp_path / "runpod", RunPodSettings(python=IMAGE_PYTHON))  # only on the image's PATH
     provider.container_environ = str(tmp_path / "container-environ")
     (offer, *_) = provider.offers(OfferRequest(gpu="H100_SXM", count=8, market="on-demand"))
     node = provider.launch(offer, "bc-dead", "bc-camp-d")
+    environ = image_environ(tmp_path, fake.container_environ(node.node_id))
+    payload_python = provider.transport(node).python  # what starts the payload over SSH
+    ran = run_in_bare_session(f"{payload_python} -c 'print(6 * 7)'", environ, tmp_path)
+    assert (ran.returncode, ran.stdout) == (0, "42\n"), ran.stderr
     command = provider.idle_shutdown_command(node)
     assert command is not None and fake.pod_keys[node.node_id] not in command and "rp-key" not in command
-    done = run_in_bare_session(command, fake.container_environ(node.node_id), tmp_path)
+    done = run_in_bare_session(command, environ, tmp_path)
     assert done.returncode == 0, done.stderr
     assert fake.inventory() == [], "the pod terminated itself"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from benchctl.provisioners.base import NoCapacity, NodeState, OfferRequest, Prov
 from benchctl.provisioners.vastai import Limiter, VastProvider, VastSettings, instance_state
 from tests.fakes.vastai_fake import RATE_LIMITS, FakeVast, running_fake_vast, ssh_banner
 from tests.fakes.virtual_clock import VirtualClock
-from tests.provisioners.conftest import run_in_bare_session
+from tests.provisioners.conftest import IMAGE_PYTHON, image_environ, run_in_bare_session
 
 
 @pytest.fixture
@@ -334,14 +333,18 @@ def test_the_idle_shutdown_destroys_the_instance_from_a_bare_ssh_session(fake: F
     """The dead-man's shutdown runs in the payload's environment (an SSH session's: no container
     variables); it reads CONTAINER_API_KEY from the container's own environment and destroys the
     instance at Vast. The command itself holds no key."""
-    provider = _provider(tmp_path, python=sys.executable)
+    provider = _provider(tmp_path, python=IMAGE_PYTHON)  # only on the image's PATH, as pytorch/pytorch's
     provider.container_environ = str(tmp_path / "container-environ")
     (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
     node = provider.launch(offer, "bc-dead", "bc-camp-10")
+    environ = image_environ(tmp_path, fake.container_environ(int(node.node_id)))
+    payload_python = provider.transport(node).python  # what starts the payload over SSH
+    ran = run_in_bare_session(f"{payload_python} -c 'print(6 * 7)'", environ, tmp_path)
+    assert (ran.returncode, ran.stdout) == (0, "42\n"), ran.stderr
     command = provider.idle_shutdown_command(node)
     assert command is not None and fake.container_keys[int(node.node_id)] not in command
     assert "vast-key" not in command, "the controller's key never goes to a node"
-    done = run_in_bare_session(command, fake.container_environ(int(node.node_id)), tmp_path)
+    done = run_in_bare_session(command, environ, tmp_path)
     assert done.returncode == 0, done.stderr
     assert fake.inventory() == [], "the instance destroyed itself"
     assert fake.container_keys[int(node.node_id)] not in done.stdout + done.stderr
