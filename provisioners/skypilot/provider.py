@@ -68,7 +68,14 @@ from benchctl.provisioners.base import (
 from benchctl.provisioners.skypilot import docker
 from benchctl.provisioners.skypilot.network import fabric_sold, network_resources
 from benchctl.provisioners.skypilot.sdk import Cluster, SkyClient, SkySDK
-from benchctl.provisioners.skypilot.task import accelerators, form_conflict, task_config, validate, validate_gpu
+from benchctl.provisioners.skypilot.task import (
+    accelerators,
+    form_conflict,
+    pinned_accelerators,
+    task_config,
+    validate,
+    validate_gpu,
+)
 from benchctl.provisioners.ssh_transport import SSHEndpoint, SSHTransport
 
 CLUSTER_NAME = re.compile(r"[a-zA-Z]([-_.a-zA-Z0-9]*[a-zA-Z0-9])?")
@@ -250,6 +257,8 @@ class SkyPilotProvider(Provider):
             return []
         price = fitting[0]
         config["resources"]["instance_type"] = price.instance_type  # what was priced is what is launched
+        if request.instance_type and (acc := pinned_accelerators(request, price.instance_type, price.accelerators)):
+            config["resources"]["accelerators"] = acc  # the type's own GPU name (a3-megagpu-8g: H100-MEGA:8)
         config["resources"].update(network_resources(request))  # a cluster's RDMA network, where the cloud has one
         return [Offer(provider=self.name, offer_id=f"{cloud}:{price.instance_type}", gpu=request.gpu,
                       count=request.count, vcpus=request.min_vcpus or 0, region=request.region or cloud,

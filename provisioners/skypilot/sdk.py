@@ -74,6 +74,9 @@ class Cluster:
 class CatalogPrice:
     instance_type: str
     hourly_usd: float
+    accelerators: str | None = None
+    """``<name>:<count>`` the catalog gives the instance type (GCP's a3-megagpu-8g: ``H100-MEGA:8``);
+    None where it names none (a VM GPUs are attached to)."""
 
 
 class SkyClient(Protocol):
@@ -96,7 +99,8 @@ class SkyClient(Protocol):
     def prices(self, cloud: str, accelerators: str | None, instance_type: str | None, use_spot: bool,
                region: str | None, cpus: str | None) -> list[CatalogPrice]:
         """The catalog's instance types that fit these resources (or the one named), each at its cheapest
-        single region's hourly price (the cell's region when given), cheapest first."""
+        single region's hourly price (the cell's region when given), cheapest first. An instance type's
+        GPUs are billed as the catalog names them for that type, whatever ``accelerators`` says."""
 
     def enabled_clouds(self) -> list[str]:
         """The clouds SkyPilot has credentials for (``sky check``), lower-case names."""
@@ -179,7 +183,10 @@ class SkySDK:
             types = list(fits or [])
         found = []
         for itype in types:
-            billed = accs or dict(provider.get_accelerators_from_instance_type(itype) or {})
+            # the type's own GPUs: GCP's a3-megagpu-8g bills H100-MEGA (82.75 $/h for 8 in us-central1), not
+            # the H100 of a3-highgpu-8g (33.61) a cell's "H100:8" names; a VM without its own takes the asked ones
+            own = dict(provider.get_accelerators_from_instance_type(itype) or {})
+            billed = own or accs
             # Each cost function takes its own minimum over regions when none is given: price region by
             # region and keep the cheapest whole (what one region bills), never a sum of two regions' minimums.
             regions = [region] if region else [r.name for r in provider.regions_with_offering(
@@ -187,7 +194,8 @@ class SkySDK:
             hourly = [provider.instance_type_to_hourly_cost(itype, use_spot, name, None)
                       + provider.accelerators_to_hourly_cost(billed, use_spot, name, None) for name in regions]
             if hourly:
-                found.append(CatalogPrice(itype, float(min(hourly))))
+                named = ",".join(f"{name}:{int(count)}" for name, count in own.items()) or None
+                found.append(CatalogPrice(itype, float(min(hourly)), named))
         return sorted(found, key=lambda p: p.hourly_usd)
 
     def enabled_clouds(self) -> list[str]:

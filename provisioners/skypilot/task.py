@@ -69,6 +69,23 @@ def validate_gpu(request: OfferRequest) -> None:
                             "cloud's own provider (docs/providers.md#skypilot)")
 
 
+def pinned_accelerators(request: OfferRequest, instance_type: str, catalog: str | None) -> str | None:
+    """What the task asks for a cell that pins ``instance_type``: the catalog's own name for that type's
+    GPUs (``catalog``, e.g. GCP's a3-megagpu-8g is ``H100-MEGA:8``: SkyPilot refuses ``H100:8`` with it,
+    ``ResourcesMismatchError``) when it is the cell's GPU, so many (the same name, or it followed by
+    ``-``); the cell's own where the catalog names none. ProviderError naming the cell when the type
+    carries another GPU or count (GCP's a2-highgpu-8g is ``A100:8``, 40 GB, not A100_SXM's ``A100-80GB``)."""
+    asked = accelerators(request)
+    if asked is None or catalog is None or catalog == asked:
+        return asked
+    (name, count), (theirs, their_count) = asked.split(":"), catalog.split(":")
+    if count == their_count and theirs.startswith(f"{name}-"):
+        return catalog
+    raise ProviderError(f"{request.label}: SkyPilot's {_cloud(request)} catalog has {instance_type} with {catalog}, "
+                        f"not {request.gpu} × {request.count} ({asked}): pin an instance type of that GPU, or leave "
+                        "`instance_type` out")
+
+
 def form_conflict(gpu: str, instance_type: str) -> bool:
     """True when an instance type's name says another form than ``gpu`` (Lambda's ``gpu_1x_h100_pcie``
     is ``H100`` in SkyPilot's catalog, as its ``gpu_8x_h100_sxm5`` is)."""

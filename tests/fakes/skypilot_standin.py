@@ -47,7 +47,10 @@ PRICES = [("lambda", "H100:8", False, "gpu_8x_h100_sxm5", 23.92), ("lambda", "cp
           ("lambda", "H100:1", False, "gpu_1x_h100_pcie", 2.49), ("lambda", "H100:1", False, "gpu_1x_h100_sxm5", 3.29),
           # its RunPod catalog names them apart (sky/catalog/data_fetchers/fetch_runpod.py)
           ("runpod", "H100:1", False, "1x_H100_SECURE", 2.39),
-          ("runpod", "H100-SXM:1", False, "1x_H100-SXM_SECURE", 2.69)]
+          ("runpod", "H100-SXM:1", False, "1x_H100-SXM_SECURE", 2.69),
+          # GCP's a3-megagpu-8g carries "H100-MEGA" (sky/catalog/gcp_catalog.py), billed 9.46006 + 82.75421
+          # in us-central1 (tests/fixtures/skypilot_catalog/README.md)
+          ("gcp", "H100-MEGA:8", False, "a3-megagpu-8g", 92.21427)]
 
 
 @dataclass
@@ -243,7 +246,7 @@ class SkyPilotStandIn:
                region: str | None, cpus: str | None) -> list[CatalogPrice]:
         self._fault()
         wanted = instance_type or accelerators or ""
-        found = [CatalogPrice(itype, usd) for c, acc, spot, itype, usd in self.catalog
+        found = [CatalogPrice(itype, usd, acc) for c, acc, spot, itype, usd in self.catalog
                  if (c, spot) == (cloud, use_spot) and wanted in (acc, itype)]
         return sorted(found, key=lambda p: p.hourly_usd)
 

@@ -96,6 +96,21 @@ def test_offers_priced_from_the_catalog(standin: SkyPilotStandIn, tmp_path: Path
         provider.offers(_request(extra={}))
 
 
+def test_a_pinned_instance_type_asks_for_its_own_gpu_name(standin: SkyPilotStandIn, tmp_path: Path) -> None:
+    # GCP's a3-megagpu-8g carries "H100-MEGA:8": SkyPilot refuses "H100:8" with it (ResourcesMismatchError,
+    # sky/catalog/gcp_catalog.py check_accelerator_attachable_to_host), and the old task asked for exactly that
+    provider = _provider(tmp_path, standin)
+    (offer,) = provider.offers(_request(instance_type="a3-megagpu-8g", extra={"cloud": "gcp"}))
+    resources = offer.details["task"]["resources"]
+    assert (resources["instance_type"], resources["accelerators"]) == ("a3-megagpu-8g", "H100-MEGA:8")
+    assert offer.hourly_usd == 92.2143
+    with pytest.raises(ProviderError, match="cellA: SkyPilot's gcp catalog has a3-megagpu-8g with H100-MEGA:8, "
+                                            r"not A100_SXM × 8 \(A100-80GB:8\)"):
+        provider.offers(_request(gpu="A100_SXM", instance_type="a3-megagpu-8g", extra={"cloud": "gcp"}))
+    (lambda_offer,) = provider.offers(_request(instance_type="gpu_8x_h100_sxm5"))  # the same name: as it was
+    assert lambda_offer.details["task"]["resources"]["accelerators"] == "H100:8"
+
+
 def test_catalog_connection_errors_are_retried_then_reported(standin: SkyPilotStandIn, tmp_path: Path) -> None:
     provider = _provider(tmp_path, standin)
     standin.faults += [requests.exceptions.ConnectionError("reset"), ConnectionError("refused")]
