@@ -13,7 +13,8 @@ Sources, most live first:
    SkyPilot 0.14.1). The wheel ships no catalog: SkyPilot downloads it from
    skypilot-org/skypilot-catalog on first use, so it is there only where SkyPilot ran. Its age is
    the file's mtime. Columns: ``InstanceType, AcceleratorName, AcceleratorCount, vCPUs, ...,
-   Price, SpotPrice, Region`` (a SpotPrice of 0 or none: not listed).
+   Price, SpotPrice, Region`` (a SpotPrice of 0 or none: not listed). A catalog that bills GPUs on
+   rows of their own (GCP's) prices no GPU node from one row: the sources below answer.
 2. The committed snapshot ``catalog_prices.json`` beside this module: dated entries, each naming
    where its figure was read. Data, not code.
 
@@ -116,10 +117,16 @@ def _sky_cached(provider: str, cloud: str, request: OfferRequest, root: Path | N
     path = base / ".sky" / "catalogs" / SKY_SCHEMA / cloud / "vms.csv"
     try:
         with path.open(newline="", encoding="utf-8") as handle:
-            rows = [r for r in csv.DictReader(handle) if _sky_match(provider, cloud, request, r)]
+            every = list(csv.DictReader(handle))
         written = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).date().isoformat()
     except (OSError, csv.Error, UnicodeDecodeError):
         return None
+    if request.gpu not in ("", "cpu") and any(not r.get("InstanceType") for r in every):
+        # GCP's catalog bills GPUs on rows of their own (no InstanceType), apart from the VM's row: no one
+        # row is a GPU node's price (H100 x 8 alone was 33.61 of a3-highgpu-8g's bill, a3-megagpu-8g's
+        # VM alone 9.46 of 92.21); SkyPilot's own catalog code adds them up (provisioners/skypilot/sdk.py)
+        return None
+    rows = [r for r in every if _sky_match(provider, cloud, request, r)]
     prices = []
     for row in rows:
         try:

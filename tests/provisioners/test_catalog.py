@@ -52,3 +52,15 @@ def test_without_a_cache_the_dated_snapshot_prices_the_node(tmp_path: Path) -> N
 def test_the_credentials_line_names_each_provider_once() -> None:
     line = credentials_line(["vastai", "runpod", "runpod"])
     assert line.count("RUNPOD_API_KEY") == 1 and "VAST_API_KEY (vastai)" in line
+
+
+def test_a_catalog_that_bills_gpus_apart_prices_no_gpu_node_from_one_row(tmp_path: Path) -> None:
+    # GCP's rows: the VM, and its GPUs on rows of their own. One row was taken for the node's price: the
+    # H100 x 8 row alone (33.61 $/h, without a3-highgpu-8g's VM) and a3-megagpu-8g's VM alone (9.46 of 92.21)
+    root = _sky(tmp_path, "gcp", (FIXTURES / "gcp_vms.csv").read_text())
+    snapshot = tmp_path / "empty-snapshot.json"
+    snapshot.write_text('{"entries": []}')
+    for request in (OfferRequest(gpu="H100_SXM", count=8, market="on-demand", extra={"cloud": "gcp"}),
+                    OfferRequest(gpu="H100_SXM", count=8, market="on-demand", instance_type="a3-megagpu-8g",
+                                 extra={"cloud": "gcp"})):
+        assert catalog_price("skypilot", request, sky_root=root, snapshot=snapshot) is None, request
