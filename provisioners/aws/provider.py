@@ -33,6 +33,13 @@
   (``Server.SpotInstanceTermination``, ``Server.SpotInstanceShutdown``), else terminated; no such
   instance → terminated, except in the first two minutes after launch (EC2's reads are
   eventually consistent: a new id can be unknown for a moment) → starting; anything else → unknown.
+- Billing end (``ended_at``): EC2 stops billing an instance's usage once it is shutting down
+  (docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-lifecycle.html: shutting-down and
+  terminated "Not billed"); the time it began is in its ``StateTransitionReason``, "User initiated
+  (2020-03-05 04:45:19 GMT)" for a terminate (a real one: github.com/lostsnow/devops-cli,
+  aws/data/sample/ec2/describe-instances.md), "Service initiated (…)" for EC2's own, a spot reclaim.
+  No such time (the field "might be an empty string", per the API), or EC2 no longer lists the
+  instance (about an hour after its end): None, and the caller closes the attempt at its own now.
 - SSH: ``ssh_user`` (default ``ubuntu``) at the public IP, port ``ssh_port``, the campaign key.
 - Owned: instances tagged with the campaign in a live state (pending, running, stopping,
   stopped), in every region the account has enabled (a node launched just before a crash is found
@@ -44,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -78,6 +86,9 @@ CAMPAIGN_TAG = "benchctl:campaign"
 TOKEN_TAG = "benchctl:token"
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 SPOT_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
+ENDED_STATES = ("shutting-down", "terminated")
+TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
+"""The time in a ``StateTransitionReason`` such as "User initiated (2020-03-05 04:45:19 GMT)" (moto writes UTC)."""
 UNKNOWN_GRACE_S = 120.0
 SHORT_ZONE_S = 600.0
 """How long a zone that refused a launch for capacity is offered last (the next try goes elsewhere)."""
@@ -348,6 +359,10 @@ class AWSProvider(Provider):
             return NodeState.STARTING
         return instance_state(instance)
 
+    def ended_at(self, node: Node) -> float | None:
+        """When EC2 stopped billing the instance (see the module doc: billing end); None where it does not say."""
+        return billing_ended(self._instance(node))
+
     def transport(self, node: Node) -> SSHTransport:
         endpoint = self._endpoints.get(node.node_id)
         if endpoint is None:
@@ -446,3 +461,14 @@ def instance_state(instance: dict[str, Any] | None) -> NodeState:
         reason = str((instance.get("StateReason") or {}).get("Code") or "")
         return NodeState.PREEMPTED if reason in SPOT_REASONS else NodeState.TERMINATED
     return NodeState.UNKNOWN
+
+
+def billing_ended(instance: dict[str, Any] | None) -> float | None:
+    """Unix time at which a shutting-down or terminated instance stopped billing, from its
+    ``StateTransitionReason``; None for a live instance, an unknown one, or a reason without a time."""
+    if instance is None or (instance.get("State") or {}).get("Name") not in ENDED_STATES:
+        return None
+    found = TRANSITION_TIME.search(str(instance.get("StateTransitionReason") or ""))
+    if found is None:
+        return None
+    return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +205,36 @@ def test_status_reads_running_preempted_and_terminated_from_ec2(aws: AWS) -> Non
     assert aws.provider.status(gone) is NodeState.TERMINATED
     just_launched = Node(**{**gone.__dict__, "details": {"region": "us-east-1", "launched_at": 1e12}})
     assert aws.provider.status(just_launched) is NodeState.STARTING, "EC2's reads lag a new id for a moment"
+
+
+REAL_TERMINATED = {  # a real terminated instance as describe-instances printed it, trimmed to what is read:
+    # github.com/lostsnow/devops-cli, aws/data/sample/ec2/describe-instances.md
+    "InstanceId": "i-xxxx", "LaunchTime": "2020-03-05T01:59:12.000Z", "State": {"Code": 48, "Name": "terminated"},
+    "StateTransitionReason": "User initiated (2020-03-05 04:45:19 GMT)",
+    "StateReason": {"Code": "Client.UserInitiatedShutdown",
+                    "Message": "Client.UserInitiatedShutdown: User initiated shutdown"}}
+
+
+def test_billing_ends_when_ec2_says_not_when_the_controller_looks() -> None:
+    from benchctl.provisioners.aws.provider import billing_ended
+
+    assert billing_ended(REAL_TERMINATED) == datetime(2020, 3, 5, 4, 45, 19, tzinfo=timezone.utc).timestamp()
+    shutting = {**REAL_TERMINATED, "State": {"Code": 32, "Name": "shutting-down"}}
+    assert billing_ended(shutting) == billing_ended(REAL_TERMINATED), "shutting-down is not billed (EC2 lifecycle)"
+    assert billing_ended({**REAL_TERMINATED, "State": {"Code": 16, "Name": "running"}}) is None
+    assert billing_ended({**REAL_TERMINATED, "StateTransitionReason": ""}) is None, "the API: may be empty"
+    assert billing_ended(None) is None
+
+
+def test_a_reclaimed_spot_node_ended_when_ec2_ended_it(aws: AWS) -> None:
+    """The controller that looks hours later (laptop closed) closes the attempt at EC2's time, not its own."""
+    offer = aws.provider.offers(_spot(aws))[0]
+    node = aws.provider.launch(offer, "bc-ended", "camp-a")
+    assert aws.provider.ended_at(node) is None, "still running"
+    before = int(time.time())
+    aws.fake.spot_terminate(node.node_id)
+    ended = aws.provider.ended_at(node)
+    assert ended is not None and before <= ended <= time.time()
 
 
 def test_terminate_is_idempotent_and_owned_lists_the_campaigns_live_nodes(aws: AWS) -> None:
