@@ -14,11 +14,16 @@
   with ``attach_ssh``. Purchases go through the provider's launch lock, so two cells of one
   controller never buy one offer. A create is never re-sent blindly: it waits as long as the SDK
   does (``CREATE_TIMEOUT_S``), and after a try that may have reached Vast (timeout, dropped
-  connection, 5xx) the label is looked up first and an instance carrying it is adopted. An offer
-  gone (``no_such_ask``: 404/410) is ``NoCapacity``. A bid that loses at rent time still creates
+  connection, 5xx) the label is looked up first and an instance carrying it is adopted. It asks
+  ``cancel_unavail``: an offer that cannot start now answers 410 ``no_such_ask`` instead of a stopped
+  instance billing its disk (the SDK sends false unless told). An offer gone or unknown (410
+  ``no_such_ask``; 404, ``error: invalid_args``) is ``NoCapacity``. A bid that loses at rent time still creates
   the instance, stopped and billing its disk, and answers an error (200 or 4xx, ``success: false``):
   the instance it names and any carrying the label are destroyed, and the rent is ``NoCapacity``.
   The billed price is the instance's ``dph_total``.
+- Destroy: a destroy that answers 200 with ``success: false``, or an error other than auth or
+  unavailability, is read back: an instance Vast still has is an error (it bills), one it no longer
+  has is gone (``NodeGone``, success for ``terminate``).
 - Status (``actual_status`` is the host's state, ``intended_status`` the renter's intent):
   ``cur_state``, ``intended_status`` and ``next_state`` all stopped (how an outbid instance reads,
   as dstack's vastai backend reads it) → preempted for a bid, terminated otherwise; running →
@@ -240,6 +245,13 @@ def classify(exc: BaseException) -> type[ProviderError] | None:
     return None
 
 
+def rent_classify(exc: BaseException) -> type[ProviderError] | None:
+    """``classify`` for a rent: its 404 is the offer not found (``error: invalid_args``, ``no_such_ask``
+    in the message: vast-ai/docs ``api-reference/openapi/yaml/create_instance.yaml``), ``NoCapacity``."""
+    typed = classify(exc)
+    return NoCapacity if typed is NodeGone else typed
+
+
 def _may_have_reached(exc: BaseException) -> bool:
     """Whether a failed create may still have rented: anything but an answer that refused it."""
     status = _status_of(exc)
@@ -356,12 +368,14 @@ class VastProvider(Provider):
             try:
                 return self.create_sdk.create_instance(
                     id=int(offer.offer_id), image=offer.details["image"], disk=self.settings.disk_gb, label=label,
-                    price=offer.details.get("bid"), ssh=True, direct=self.settings.ssh == "direct")
+                    price=offer.details.get("bid"), ssh=True, direct=self.settings.ssh == "direct",
+                    cancel_unavail=True)
             except Exception as exc:
                 uncertain = uncertain or (classify(exc) is Unavailable and _may_have_reached(exc))
                 raise
 
-        return call_api(once, classify, _wording("rent an offer"), max_s=90 + CREATE_TIMEOUT_S, sleep=self.sleep)
+        return call_api(once, rent_classify, _wording("rent an offer"), max_s=90 + CREATE_TIMEOUT_S,
+                        sleep=self.sleep)
 
     def _destroy_left(self, label: str, named: int | None) -> list[int]:
         """Destroy what a failed rent left: the instance its answer named and any carrying its
@@ -374,13 +388,34 @@ class VastProvider(Provider):
         for instance_id in sorted(found):
             with contextlib.suppress(ProviderError):
                 with contextlib.suppress(NodeGone):
-                    self._call("destroy an instance", "destroy", self.sdk.destroy_instance, instance_id)
+                    self._destroy(instance_id)
                 gone.append(instance_id)
         return gone
 
-    def _instance(self, node: Node) -> dict[str, Any] | None:
+    def _destroy(self, instance_id: int) -> None:
+        """Destroy ``instance_id``; ``NodeGone`` when Vast no longer has it. A refusal (a 200 whose
+        ``success`` is false: the openapi's 200 answer says "Whether the destruction was successful";
+        or an error but auth/unavailability) is read back: an instance still there raises it."""
         try:
-            return self._call("read an instance", "show_instance", self.sdk.show_instance, int(node.node_id))
+            answer = self._call("destroy an instance", "destroy", self.sdk.destroy_instance, instance_id)
+        except (AuthError, Unavailable, NodeGone):
+            raise
+        except ProviderError as exc:
+            refused = exc
+        else:
+            if not isinstance(answer, dict) or answer.get("success") is not False:
+                return
+            refused = ProviderError(f"vastai did not destroy instance {instance_id}: {answer}")
+        if self._read(instance_id) is None:
+            raise NodeGone(f"vastai instance {instance_id} is gone") from refused
+        raise refused
+
+    def _instance(self, node: Node) -> dict[str, Any] | None:
+        return self._read(int(node.node_id))
+
+    def _read(self, instance_id: int) -> dict[str, Any] | None:
+        try:
+            return self._call("read an instance", "show_instance", self.sdk.show_instance, instance_id)
         except NodeGone:
             return None
 
@@ -417,7 +452,7 @@ class VastProvider(Provider):
 
     def terminate(self, node: Node) -> None:
         with contextlib.suppress(NodeGone):
-            self._call("destroy an instance", "destroy", self.sdk.destroy_instance, int(node.node_id))
+            self._destroy(int(node.node_id))
 
     def _listing(self, label: str | None = None) -> list[dict[str, Any]]:
         """The account's instances (only those labelled ``label`` when given), one page of at most

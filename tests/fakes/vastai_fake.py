@@ -23,9 +23,20 @@ Each behaviour below cites where the real API shows it (see also tests/fakes/REA
   interval. ``rate_scale`` shrinks every interval for fast tests; ``clock`` is what they are measured on.
 - The daily search quota: 429 ``{"error": "search_quota_exceeded"}``, reset at midnight UTC and
   never retried by the SDK (vastai 1.9.1 ``vastai/api/client.py`` ``is_search_quota_exceeded``).
-- Renting an offer that is gone: 410 "Offer no longer available", an unknown one 404 "Offer not
-  found", both ``{"success": false, "error": "no_such_ask", "msg", "ask_id"}`` (openapi.yaml, PUT
-  /api/v0/asks/{id}/ responses; docs.vast.ai/api-reference/instances/create-instance).
+- Renting an unknown offer: 404 ``{"success": false, "error": "invalid_args", "msg": "error 404/3603:
+  no_such_ask Instance type by id N is not available.", "ask_id"}`` (vast-ai/docs @c6246226
+  ``api-reference/openapi/yaml/create_instance.yaml`` and ``openapi.yaml``, PUT /api/v0/asks/{id}/, 404
+  example: the code is ``invalid_args``, ``no_such_ask`` is in the message only).
+- Renting an offer that cannot start now (rented meanwhile, or in ``unschedulable``): with
+  ``cancel_unavail`` true, 410 ``{"error": "no_such_ask", "msg": "error 410/3907: no_such_ask Instance
+  type N is no longer available."}`` (same files: 410 "Offer no longer available (when cancel_unavail
+  is true and instance cannot start)"); with it false, which the SDK sends unless told (vastai
+  ``api/instances.py`` ``build_create_instance_payload``: ``"cancel_unavail": cancel_unavail``,
+  default False, overriding the server's own default of true for on-demand), the instance is created
+  stopped, billing its disk, and the answer is a success naming it (vast-cli ``--cancel-unavail``:
+  "Return error if scheduling fails (rather than creating a stopped instance)"). Which states such
+  an instance shows is not documented: here it waits, ``intended_status`` running and
+  ``actual_status`` null.
 - Search filters: only documented fields filter; an undocumented one (``reliability2``) is ignored
   silently (vast-cli ``vast.py`` ``offers_fields``: ``reliability`` listed, ``reliability2``
   commented out; openapi.yaml ``/api/v0/bundles`` documents ``reliability``).
@@ -118,6 +129,13 @@ RATE_LIMITS = {"search": 6.0, "create": 4.5, "show_instance": 2.0, "show_instanc
 """Minimum seconds between two calls of one endpoint with one key (see the module doc)."""
 
 
+class DestroyRefused(Exception):
+    """A destroy answered 200 with ``success: false``: the openapi's 200 answer carries ``success``,
+    "Whether the destruction was successful" (vast-ai/docs ``api-reference/openapi/yaml/destroy_instance.yaml``),
+    and dstack reads a false one as a failure that would leave an orphan instance (dstackai/dstack
+    154d70df2, ``vastai/api_client.py`` ``destroy_instance``). Its ``error`` code is not documented."""
+
+
 def storage_per_hour(offer: dict[str, Any], gb: float) -> float:
     return float(offer["storage_cost"]) * gb / HOURS_PER_MONTH
 
@@ -139,6 +157,10 @@ class FakeVast:
         self.rent_bodies: list[dict[str, Any]] = []
         self.container_keys: dict[int, str] = {}
         """Each instance's own ``CONTAINER_API_KEY`` (in its container, never in the API's answers)."""
+        self.unschedulable: set[int] = set()
+        """Offers whose machine cannot start an instance now (see the module doc)."""
+        self.destroy_refused = 0
+        """How many of the next destroys answer 200 ``{"success": false}`` and destroy nothing."""
         self.failed_bid_status = 400
         """The HTTP status of a rent whose bid lost (the body says ``success: false`` either way)."""
         self.failed_bid_names_it = True
@@ -183,12 +205,16 @@ class FakeVast:
     def rent(self, offer_id: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self.lock:
             offer = self.offers.get(offer_id)
-            if offer is None or offer["rented"]:
-                code, msg = (404, "Offer not found") if offer is None else (410, "Offer no longer available")
-                return code, {"success": False, "error": "no_such_ask", "msg": msg, "ask_id": offer_id}
+            if offer is None:
+                return 404, {"success": False, "error": "invalid_args", "ask_id": offer_id,
+                             "msg": f"error 404/3603: no_such_ask Instance type by id {offer_id} is not available."}
+            waits = offer["rented"] or offer_id in self.unschedulable
+            if waits and body.get("cancel_unavail"):
+                return 410, {"success": False, "error": "no_such_ask", "ask_id": offer_id,
+                             "msg": f"error 410/3907: no_such_ask Instance type {offer_id} is no longer available."}
             bid = body.get("price")
-            lost = bid is not None and bid < offer["min_bid"]
-            offer["rented"] = not lost
+            lost = not waits and bid is not None and bid < offer["min_bid"]
+            offer["rented"] = offer["rented"] or not (lost or waits)
             self._next += 1
             self.rent_bodies.append(body)
             price = bid if bid is not None else offer["dph_base"]
@@ -196,8 +222,8 @@ class FakeVast:
             self.instances[self._next] = {
                 "id": self._next, "label": body.get("label"), "machine_id": offer["machine_id"],
                 "is_bid": bid is not None, "dph_total": price + storage_per_hour(offer, float(body.get("disk", 10))),
-                "intended_status": state, "cur_state": state, "next_state": state,
-                "actual_status": None if lost else "loading",
+                "intended_status": state, "cur_state": "stopped" if waits else state,
+                "next_state": "stopped" if waits else state, "actual_status": None if lost or waits else "loading",
                 "created": time.time(), "offer": offer_id, "gpu_name": offer["gpu_name"],
                 "num_gpus": offer["num_gpus"], "cpu_cores_effective": offer["cpu_cores_effective"],
                 "image_uuid": body.get("image"), "start_date": time.time(),
@@ -250,6 +276,9 @@ class FakeVast:
 
     def destroy(self, instance_id: int) -> bool:
         with self.lock:
+            if self.destroy_refused:
+                self.destroy_refused -= 1
+                raise DestroyRefused
             instance = self.instances.pop(instance_id, None)
             if instance is not None and instance["offer"] in self.offers:
                 self.offers[instance["offer"]]["rented"] = False
@@ -356,7 +385,10 @@ def running_fake_vast(fake: FakeVast) -> Iterator[str]:
                         instance = fake.instances.get(instance_id)
                         return 200, {"instances": fake.view(instance) if instance else None}
                 if method == "DELETE":
-                    found = fake.destroy(instance_id)
+                    try:
+                        found = fake.destroy(instance_id)
+                    except DestroyRefused:
+                        return 200, {"success": False, "error": "internal_error", "msg": "could not destroy"}
                     return (200, {"success": True}) if found else (404, {"success": False, "error": "not_found"})
                 if method == "POST" and path[4:] == ["ssh"]:
                     with fake.authorized_keys.open("a") as keys:

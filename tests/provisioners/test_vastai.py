@@ -115,12 +115,46 @@ def test_two_cells_never_buy_one_offer(fake: FakeVast, tmp_path: Path) -> None:
 
 
 def test_an_unknown_offer_is_no_capacity(fake: FakeVast, tmp_path: Path) -> None:
+    """Vast answers a rent of an offer it does not have with a 404 whose code is ``invalid_args``
+    (``no_such_ask`` is in its message only: vast-ai/docs api-reference/openapi/yaml/create_instance.yaml):
+    the next offer is tried, the attempt is not spent as a failed launch."""
     provider = _provider(tmp_path)
     (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
     fake.offers.pop(int(offer.offer_id))  # the host withdrew it between search and rent
-    with pytest.raises(NoCapacity, match="Offer not found"):
+    with pytest.raises(NoCapacity, match="is not available"):
         provider.launch(offer, "bc-gone", "bc-camp-7")
     assert fake.calls["create"] == 1
+
+
+@pytest.mark.parametrize("market", ["on-demand", "spot"])
+def test_an_offer_that_cannot_start_now_is_refused_not_left_stopped(fake: FakeVast, tmp_path: Path,
+                                                                    market: str) -> None:
+    """Without ``cancel_unavail`` (the SDK sends false unless told) Vast creates an instance that
+    cannot start now stopped, billing its disk, and answers success (vast-cli ``--cancel-unavail``);
+    with it, 410 ``no_such_ask``: the rent is NoCapacity and nothing is left at Vast."""
+    provider = _provider(tmp_path)
+    (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market=market))  # type: ignore[arg-type]
+    fake.unschedulable.add(int(offer.offer_id))
+    with pytest.raises(NoCapacity, match="no longer available"):
+        provider.launch(offer, "bc-wait", "bc-camp-11")
+    assert fake.rent_bodies == [] and fake.inventory() == [], "no instance waits, stopped, billing its disk"
+
+
+def test_a_destroy_answered_success_false_is_not_taken_for_done(fake: FakeVast, tmp_path: Path) -> None:
+    """A 200 destroy whose ``success`` is false destroyed nothing (openapi destroy_instance.yaml:
+    "Whether the destruction was successful"; dstack 154d70df2 raises on it): terminate says so, and
+    succeeds once Vast destroys it or no longer has it."""
+    provider = _provider(tmp_path)
+    (offer, *_) = provider.offers(OfferRequest(gpu="cpu", count=1, market="on-demand"))
+    node = provider.launch(offer, "bc-keep", "bc-camp-12")
+    fake.destroy_refused = 1
+    with pytest.raises(ProviderError, match="did not destroy"):
+        provider.terminate(node)
+    assert fake.inventory() == [int(node.node_id)], "still billing: not reported as terminated"
+    provider.terminate(node)
+    assert fake.inventory() == []
+    fake.destroy_refused = 1
+    provider.terminate(node)  # refused, but Vast no longer has it: gone is success
 
 
 @pytest.mark.parametrize("fault", ["429", "500", "malformed", "drop", "slow"])
