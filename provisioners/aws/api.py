@@ -94,9 +94,11 @@ def session() -> Any:
 
 
 class EC2:
-    """One region's EC2 client (botocore clients are thread-safe; make them under one lock)."""
+    """One region's EC2 client (botocore clients are thread-safe; make them under one lock); ``service``
+    another API's, with the same retries and errors (``pricing``: ``aws.prices``)."""
 
-    def __init__(self, boto_session: Any, region: str, read_timeout_s: float = 30.0, attempts: int = 5) -> None:
+    def __init__(self, boto_session: Any, region: str, read_timeout_s: float = 30.0, attempts: int = 5,
+                 service: str = "ec2") -> None:
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError
 
@@ -105,10 +107,11 @@ class EC2:
                         read_timeout=read_timeout_s)
         once = config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))
         try:
-            self.client = boto_session.client("ec2", region_name=region, config=config)
-            self.once = boto_session.client("ec2", region_name=region, config=once)
+            self.client = boto_session.client(service, region_name=region, config=config)
+            self.once = boto_session.client(service, region_name=region, config=once)
         except (BotoCoreError, ValueError) as exc:  # e.g. InvalidRegionError for "us_east_1"
-            raise AWSError(f"aws: cannot make an EC2 client for region {region!r}: {exc}; fix `region`") from exc
+            raise AWSError(f"aws: cannot make an {service.upper()} client for region {region!r}: {exc}; "
+                           "fix `region`") from exc
 
     def call(self, what: str, method: str, **kwargs: Any) -> dict[str, Any]:
         """``client.<method>(**kwargs)``; ``what`` says what for, in the error."""

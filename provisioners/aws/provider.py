@@ -3,10 +3,13 @@
 - Offers: the cell's instance type from ``aws_instances`` (by name, or by gpu + count), in the
   cell's region (else ``providers.aws.region``), one offer per availability zone (its own
   ``offer_id``, so a zone refused for capacity is skipped while the cell tries the next one).
-  On-demand: the zones ``describe_instance_type_offerings`` lists for the type, at the table's list
-  price. Spot: the zones with a ``describe_spot_price_history`` price (Linux/UNIX), at the latest
-  one, cheapest first. A zone that refused a launch for capacity in the last ``SHORT_ZONE_S`` is
-  listed last, so the next try goes to another zone whoever picks the offer. ``min_vcpus`` above
+  On-demand: the zones ``describe_instance_type_offerings`` lists for the type, at the region's
+  price from AWS's price list, read once per region and type (``aws.prices``; where that read
+  fails, the table's us-east-1 list price, which ``details["price_source"]`` and ``plan_notes``
+  say is not the region's). Spot: the zones with a ``describe_spot_price_history`` price
+  (Linux/UNIX), at the latest one, cheapest first. A zone that refused a launch for capacity in
+  the last ``SHORT_ZONE_S`` is listed last, so the next try goes to another zone whoever picks the
+  offer. ``min_vcpus`` above
   the type's vCPUs: no offer.
 - Launch: ``run_instances`` with ``ClientToken`` = the attempt token (a retried launch after a
   crash gets the same instance, not a second one), the AMI, the campaign's key pair, the SSH
@@ -14,7 +17,7 @@
   ``InstanceInitiatedShutdownBehavior=terminate`` (a node that powers itself off stops billing),
   a gp3 root volume of ``disk_gb``, placed in the offer's zone, and for spot ``InstanceMarketOptions``
   (one-time, terminate on interruption). Billed price: the zone's spot price read right after
-  the launch (the offer's if that read fails), or the table price on-demand.
+  the launch (the offer's if that read fails), or the offer's price on-demand.
 - Launch errors: the request is sent once per try (botocore would re-send a capacity refusal, an
   HTTP 500, to the same zone); a throttled, 5xx or unreachable API is tried again with the same
   ``ClientToken`` up to ``api_attempts`` tries. No capacity in the zone (``aws_api.CAPACITY_CODES``)
@@ -67,6 +70,7 @@ from benchctl.provisioners.aws import reservations
 from benchctl.provisioners.aws import resources as aws_setup
 from benchctl.provisioners.aws.api import AUTH_CODES, EC2, AWSError, AWSQuotaExceeded, AWSUnavailable, session
 from benchctl.provisioners.aws.instances import INSTANCES, InstanceKind, UnknownInstance, resolve, vcpu_quota
+from benchctl.provisioners.aws.prices import PRICING_REGION, OnDemandPrices
 from benchctl.provisioners.base import (
     NoCapacity,
     Node,
@@ -139,12 +143,17 @@ class AWSProvider(Provider):
         self._endpoints: dict[str, SSHEndpoint] = {}
         self._short: dict[tuple[str, str, str], float] = {}
         """(region, instance type, zone) → until when that zone is listed last (it had no capacity)."""
+        self.on_demand = OnDemandPrices(lambda: self.api(PRICING_REGION, "pricing"))
 
     def ec2(self, region: str) -> EC2:
+        return self.api(region)
+
+    def api(self, region: str, service: str = "ec2") -> EC2:
+        key = region if service == "ec2" else f"{service}:{region}"
         with self._lock:  # a boto3 session is not thread-safe; the clients it makes are
-            if region not in self._clients:
-                self._clients[region] = EC2(self.session, region, self.read_timeout_s, self.api_attempts)
-            return self._clients[region]
+            if key not in self._clients:
+                self._clients[key] = EC2(self.session, region, self.read_timeout_s, self.api_attempts, service)
+            return self._clients[key]
 
     def spot_prices(self, region: str, instance_type: str) -> dict[str, float]:
         """Availability zone → the latest Linux/UNIX spot price of ``instance_type`` there."""
@@ -188,15 +197,19 @@ class AWSProvider(Provider):
         region = request.region or self.settings.region
         if request.extra.get("capacity_reservation"):
             return self._reserved_offers(request, kind, region)
+        source: dict[str, str] = {}
         if request.market == "spot":
             prices = list(self.spot_prices(region, kind.instance_type).items())
         else:
-            prices = [(zone, kind.on_demand_usd) for zone in self.zones(region, kind.instance_type)]
+            zones = self.zones(region, kind.instance_type)
+            on_demand = self.on_demand.get(region, kind) if zones else None
+            prices = [(zone, on_demand.usd) for zone in zones if on_demand]
+            source = {"price_source": on_demand.source} if on_demand else {}
         now = time.monotonic()
         prices.sort(key=lambda z: (self._short.get((region, kind.instance_type, z[0]), 0.0) > now, z[1], z[0]))
         return [Offer(provider=self.name, offer_id=f"{kind.instance_type}|{zone}", gpu=kind.gpu,
                       count=kind.count, vcpus=kind.vcpus, region=region, hourly_usd=price, market=request.market,
-                      details={"instance_type": kind.instance_type, "zone": zone}, fabric=kind.fabric)
+                      details={"instance_type": kind.instance_type, "zone": zone, **source}, fabric=kind.fabric)
                 for zone, price in prices]
 
     def _reserved_offers(self, request: OfferRequest, kind: InstanceKind, region: str) -> list[Offer]:
@@ -425,6 +438,10 @@ class AWSProvider(Provider):
             if exc.code not in AUTH_CODES:
                 raise  # credentials without the placement group / Elastic IP permissions made none to sweep
         return nodes
+
+    def plan_notes(self) -> list[str]:
+        """The on-demand prices that are the table's us-east-1 list price, not their region's."""
+        return self.on_demand.fallbacks()
 
     def spot_notice(self, node: Node) -> bool:
         # EC2 posts spot/instance-action in the instance metadata ~2 minutes before it reclaims a spot node.

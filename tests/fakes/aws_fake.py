@@ -16,6 +16,8 @@ moto's server runs in a thread of the test process, so the fake can adjust moto'
 - ``live()``: instances still pending or running (a test ends with none); terminating an
   instance again is a no-op, as at EC2 (moto would delete its launch-made interfaces twice);
 - placement groups (``placement``), which moto lacks: ``aws_placement``;
+- AWS's Price List Query API (``pricing``), which moto lacks: ``aws_pricing_fake`` (no answer set:
+  nothing matches, so on-demand offers are at the table's price);
 - capacity reservations and Capacity Blocks (``reservations``), which moto lacks: ``aws_reservations``;
 - the region's Elastic IP quota (``address_limit``, default 5: the default of the Service Quotas entry
   "EC2-VPC Elastic IPs", L-0263D0A3, and what moto's ``describe_account_attributes`` answers for
@@ -66,6 +68,7 @@ from typing import Any
 from unittest import mock
 
 from tests.fakes.aws_placement import PlacementGroups, serving_placement_groups
+from tests.fakes.aws_pricing_fake import FakePricing, serving_pricing
 from tests.fakes.aws_reservations import Reservations, serving_reservations
 from tests.fakes.eviction import kill_container
 from tests.fakes.http_server import FakeHandler, serving
@@ -116,6 +119,8 @@ class FakeAWS:
         """Capacity reservations and Capacity Blocks, which moto lacks (``aws_reservations``)."""
         self.address_limit = 5
         """Elastic IPs a region may hold (see the module doc)."""
+        self.pricing = FakePricing()
+        """AWS's Price List Query API, which moto lacks (``aws_pricing_fake``)."""
 
     def backend(self, region: str = REGION) -> Any:
         from moto.core import DEFAULT_ACCOUNT_ID
@@ -298,6 +303,7 @@ def running_fake_aws(fake: FakeAWS) -> Iterator[str]:
         host, port = server.get_host_and_port()
         url = f"http://{host}:{port}"
         os.environ["AWS_ENDPOINT_URL"] = url
+        stack.enter_context(serving_pricing(fake.pricing))
         for region in (REGION, OTHER_REGION):
             fake.add_images(region)
         yield url
