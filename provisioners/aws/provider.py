@@ -218,7 +218,8 @@ class AWSProvider(Provider):
         reservation = reservations.read(ec2, str(request.extra["capacity_reservation"]))
         if not reservations.usable(reservation, kind.instance_type, int(request.extra.get("nodes") or 1)):
             return []
-        price, source = reservations.price(ec2, reservation, kind.on_demand_usd)
+        on_demand = self.on_demand.get(region, kind)  # AWS bills an On-Demand reservation at the region's rate
+        price, source = reservations.price(ec2, reservation, on_demand.usd, on_demand.source)
         zone, rid = str(reservation["AvailabilityZone"]), str(reservation["CapacityReservationId"])
         return [Offer(provider=self.name, offer_id=f"{kind.instance_type}|{zone}|{rid}",
                       gpu=kind.gpu, count=kind.count, vcpus=kind.vcpus, region=region, hourly_usd=price,

@@ -20,13 +20,14 @@ placement group mostly meets ``InsufficientInstanceCapacity``).
 - Price per instance-hour (what the attempt records and cost-to-train uses):
   - On-Demand Capacity Reservation: AWS bills the reservation at the on-demand rate whether it is
     used or not, and an instance running in it adds nothing
-    (UserGuide/capacity-reservations-pricing-billing.html): the table's on-demand price.
+    (UserGuide/capacity-reservations-pricing-billing.html): the region's on-demand price
+    (``aws.prices``, else the table's us-east-1 list price, as the source says).
   - Capacity Block: paid upfront at purchase, for the block's instances × hours. No API returns the
     fee of a purchased block (neither ``CapacityReservation`` nor ``CapacityBlock`` in botocore's
     EC2 model has a price), so the price is AWS's current quote for a block of the same type,
     count and duration: ``describe_capacity_block_offerings``' ``UpfrontFee`` /
     (``InstanceCount`` × ``CapacityBlockDurationHours``), the cheapest such offering. No quote: the
-    on-demand list price. ``details["price_source"]`` says which, so a reader can check it against
+    region's on-demand price. ``details["price_source"]`` says which, so a reader can check it against
     the bill. The budget counts the block's hours as they are used, not the prepaid fee.
 """
 
@@ -75,10 +76,12 @@ def usable(reservation: dict[str, Any], instance_type: str, nodes: int) -> bool:
     return state == "active" and int(reservation.get("AvailableInstanceCount") or 0) >= nodes
 
 
-def price(ec2: EC2, reservation: dict[str, Any], on_demand_usd: float) -> tuple[float, str]:
-    """(USD per instance-hour, where that figure comes from): see the module doc."""
+def price(ec2: EC2, reservation: dict[str, Any], on_demand_usd: float, on_demand_source: str) -> tuple[float, str]:
+    """(USD per instance-hour, where that figure comes from): see the module doc. ``on_demand_usd``: the
+    region's on-demand price of the type (``aws.prices``; ``on_demand_source`` says where it is from)."""
     if reservation.get("ReservationType") != BLOCK:
-        return on_demand_usd, "on-demand rate (AWS bills a capacity reservation at it, used or not)"
+        return on_demand_usd, ("on-demand rate (AWS bills a capacity reservation at it, used or not): "
+                               f"{on_demand_source}")
     start, end = reservation.get("StartDate"), reservation.get("EndDate")
     hours = round((_utc(end) - _utc(start)).total_seconds() / 3600) if start and end else 0
     count = int(reservation.get("TotalInstanceCount") or 0)
@@ -94,7 +97,7 @@ def price(ec2: EC2, reservation: dict[str, Any], on_demand_usd: float) -> tuple[
                   for o in offerings if o.get("UpfrontFee") and o.get("InstanceCount")
                   and o.get("CapacityBlockDurationHours")]
     if not quotes:
-        return on_demand_usd, "on-demand list price (AWS quotes no capacity block like this one now)"
+        return on_demand_usd, f"on-demand price (AWS quotes no capacity block like this one now): {on_demand_source}"
     return min(quotes), (f"capacity block quote: upfront fee / ({count} instances × {hours} h) for a block like "
                          "this one now (a purchased block's fee is not readable through the API)")
 

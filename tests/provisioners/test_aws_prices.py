@@ -121,3 +121,16 @@ def test_spot_offers_ask_no_price_list(fake: FakeAWS, tmp_path: Path) -> None:
     offers = provider.offers(OfferRequest(gpu="", count=1, market="spot", instance_type="c5.large"))
     assert [o.hourly_usd for o in offers] == [0.033, 0.041, 0.052]
     assert fake.pricing.requests == [] and "price_source" not in offers[0].details
+
+
+def test_an_on_demand_capacity_reservation_bills_the_regions_rate(fake: FakeAWS, tmp_path: Path) -> None:
+    # AWS bills an On-Demand Capacity Reservation at the on-demand rate (UserGuide
+    # capacity-reservations-pricing-billing.html): the region's, not the table's us-east-1 $0.085
+    fake.pricing.answers[(REGION, "c5.large")] = [_as_c5_large("0.0960000000")]
+    fake.reservations.add("cr-00000000000000031", "c5.large", f"{REGION}a", 1)
+    provider = AWSProvider(tmp_path / "aws", AWSSettings(ssh_cidr="10.1.2.3/32", ssh_port=2222))
+    (offer,) = provider.offers(OfferRequest(gpu="", count=1, market="on-demand", instance_type="c5.large",
+                                            region=REGION, extra={"capacity_reservation": "cr-00000000000000031"}))
+    assert offer.hourly_usd == 0.096
+    assert offer.details["price_source"] == ("on-demand rate (AWS bills a capacity reservation at it, used or not): "
+                                             "aws price list (pricing:GetProducts), eu-west-1")
