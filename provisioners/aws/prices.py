@@ -2,9 +2,11 @@
 
 - Asked at the API's endpoint in ``PRICING_REGION`` (it answers in us-east-1 and ap-south-1 only,
   for every region), ``ServiceCode`` AmazonEC2 with TERM_MATCH on ``instanceType``, ``regionCode``,
-  ``operatingSystem`` Linux, ``tenancy`` Shared, ``preInstalledSw`` NA and ``capacitystatus`` Used
-  (capacity in use by a running instance, not an idle reservation's): the instance-hour of a
-  plain Linux instance, what an on-demand launch bills.
+  ``operatingSystem`` Linux, ``tenancy`` Shared, ``preInstalledSw`` NA, ``capacitystatus`` Used
+  (capacity in use by a running instance, not an idle reservation's) and ``marketoption`` OnDemand
+  (not a Capacity Block's product of the same type): the instance-hour of a plain Linux instance,
+  what an on-demand launch bills. Karpenter asks with the same terms
+  (aws/karpenter-provider-aws pkg/providers/pricing/pricing.go ``fetchOnDemandPricing``).
 - Each ``PriceList`` entry is a JSON string, one product with its terms (the shape of the
   published answers, tests/fixtures/aws_pricing/README.md): the price is the
   ``OnDemand`` term's price dimension whose ``unit`` is ``Hrs``, ``pricePerUnit.USD``.
@@ -44,7 +46,7 @@ class OnDemandPrice:
 
 def filters(region: str, instance_type: str) -> list[dict[str, str]]:
     terms = {"instanceType": instance_type, "regionCode": region, "operatingSystem": "Linux", "tenancy": "Shared",
-             "preInstalledSw": "NA", "capacitystatus": "Used"}
+             "preInstalledSw": "NA", "capacitystatus": "Used", "marketoption": "OnDemand"}
     return [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in terms.items()]
 
 

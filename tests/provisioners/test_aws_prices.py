@@ -84,7 +84,8 @@ def test_on_demand_offers_carry_the_regions_price_read_once(fake: FakeAWS, tmp_p
     assert {f["Field"]: (f["Type"], f["Value"]) for f in asked["Filters"]} == {
         "instanceType": ("TERM_MATCH", "c5.large"), "regionCode": ("TERM_MATCH", REGION),
         "operatingSystem": ("TERM_MATCH", "Linux"), "tenancy": ("TERM_MATCH", "Shared"),
-        "preInstalledSw": ("TERM_MATCH", "NA"), "capacitystatus": ("TERM_MATCH", "Used")}
+        "preInstalledSw": ("TERM_MATCH", "NA"), "capacitystatus": ("TERM_MATCH", "Used"),
+        "marketoption": ("TERM_MATCH", "OnDemand")}  # not a Capacity Block's product (Karpenter's terms)
     assert provider.plan_notes() == []
     fake.add_images(REGION)
     node = provider.launch(offers[0], "bc-od-eu", "camp-a")
